@@ -1,0 +1,60 @@
+"""Token-bucket arithmetic (sans-I/O: `now` is always an argument, in seconds).
+
+Used for per-home pacing of agents' calls and bytes, the door's per-home limits, and the
+per-agent HTTP limit (PROTOCOL.md, bridge limits table and part C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """A bucket holding up to `burst` tokens, refilling at `rate` tokens per second.
+
+    The bucket starts full at the first `now` it sees. Times are monotonic seconds (float).
+    """
+
+    burst: float
+    rate: float
+    _tokens: float = field(init=False)
+    _stamp: float | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.burst <= 0 or self.rate <= 0:
+            raise ValueError("burst and rate must be positive")
+        self._tokens = self.burst
+
+    def _refill(self, now: float) -> None:
+        if self._stamp is not None and now > self._stamp:
+            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        if self._stamp is None or now > self._stamp:
+            self._stamp = now
+
+    def tokens(self, now: float) -> float:
+        """Tokens available at `now`."""
+        self._refill(now)
+        return self._tokens
+
+    def wait_s(self, now: float, cost: float = 1.0) -> float:
+        """Seconds from `now` until `cost` tokens are available (0.0 when they are).
+
+        A cost above `burst` is measured against a full bucket going negative, so large
+        answers are still paced rather than refused forever.
+        """
+        self._refill(now)
+        need = min(cost, self.burst) - self._tokens
+        return 0.0 if need <= 0 else need / self.rate
+
+    def try_take(self, now: float, cost: float = 1.0) -> bool:
+        """Take `cost` tokens at `now` if `wait_s` is 0; returns whether it did."""
+        if self.wait_s(now, cost) > 0:
+            return False
+        self._tokens -= cost
+        return True
+
+    def charge(self, now: float, cost: float) -> None:
+        """Take `cost` tokens even if that leaves the bucket in debt (bytes already moved)."""
+        self._refill(now)
+        self._tokens -= cost

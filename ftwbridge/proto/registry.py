@@ -1,0 +1,138 @@
+"""The contract's tables, loaded once from the YAML files packaged beside this module.
+
+Names are the enums of `names.py` (generated from the same files); this module adds what each
+name carries: a code's `retryable`, a read's scope and answers, a cap's default and ceiling, the
+limits, history resolutions and signing contexts. Message types that the YAML files do not list
+(PROTOCOL.md parts A to C) are defined here, once, in `Msg`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib.resources import files
+from typing import Any, Final
+
+import yaml
+
+from .names import Answer, Cap, Code, Read, Resolution, Scope
+
+
+class Msg(StrEnum):
+    """Envelope `t` values of PROTOCOL.md parts A (upstream), B and C that no YAML file lists."""
+
+    HELLO = "hello"
+    HELLO_OK = "hello_ok"
+    ERROR = "error"
+    SESSION_TERMINATE = "session.terminate"
+    DOOR_CHALLENGE = "door.challenge"
+    DOOR_HELLO = "door.hello"
+    ROSTER = "roster"
+    ROSTER_OK = "roster.ok"
+    ROSTER_REFUSED = "roster.refused"
+    TUN = "tun"
+    TUN_END = "tun.end"
+    CLAIM_OFFER = "claim.offer"
+    AGENT_REQUEST = "agent.request"
+    AGENT_DENIED = "agent.denied"
+    AGENT_DECIDED = "agent.decided"
+
+
+def _load(name: str) -> Any:
+    return yaml.safe_load((files(__package__) / "contract" / name).read_text("utf-8"))
+
+
+_REGISTRY: Final = _load("registry.yaml")
+_AGENTS: Final = _load("agents.yaml")
+
+
+@dataclass(frozen=True, slots=True)
+class CodeInfo:
+    """One error code: whether asking again may help, its upstream description, its arg names."""
+
+    code: Code
+    retryable: bool
+    desc: str
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadInfo:
+    """One agent read (agents.yaml `reads`): request type, answer types, and the scope it needs."""
+
+    t: Read
+    answers: tuple[Answer, ...]
+    scope: Scope
+
+
+@dataclass(frozen=True, slots=True)
+class CapInfo:
+    """One grant cap (agents.yaml `caps`): value when the grant names none, and the ceiling."""
+
+    cap: Cap
+    default: int
+    ceiling: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionInfo:
+    """One history resolution (registry.yaml `resolutions`); spans in ms, retention in days."""
+
+    resolution: Resolution
+    tile_span_ms: int
+    retention_days: int
+
+    @property
+    def step_ms(self) -> int:
+        """Milliseconds between two points of this resolution (5 min or 1 h)."""
+        return 300_000 if self.resolution is Resolution.R_5M else 3_600_000
+
+
+def _codes() -> dict[Code, CodeInfo]:
+    out: dict[Code, CodeInfo] = {}
+    for row in [*_REGISTRY["errors"], *_REGISTRY["client_errors"], *_AGENTS["errors"]]:
+        code = Code(row["code"])
+        out[code] = CodeInfo(code, bool(row["retryable"]), row["desc"], tuple(row.get("args", ())))
+    return out
+
+
+def _reads() -> dict[Read, ReadInfo]:
+    out: dict[Read, ReadInfo] = {}
+    for row in _AGENTS["reads"]:
+        ans = row["answer"] if isinstance(row["answer"], list) else [row["answer"]]
+        out[Read(row["t"])] = ReadInfo(Read(row["t"]), tuple(map(Answer, ans)), Scope(row["scope"]))
+    return out
+
+
+CODES: Final[dict[Code, CodeInfo]] = _codes()
+READS: Final[dict[Read, ReadInfo]] = _reads()
+CAPS: Final[dict[Cap, CapInfo]] = {
+    Cap(c["name"]): CapInfo(Cap(c["name"]), int(c["default"]), int(c["ceiling"]))
+    for c in _AGENTS["caps"]
+}
+RESOLUTIONS: Final[dict[Resolution, ResolutionInfo]] = {
+    Resolution(k): ResolutionInfo(Resolution(k), int(v["tile_span_ms"]), int(v["retention_days"]))
+    for k, v in _REGISTRY["resolutions"].items()
+}
+LIMITS: Final[dict[str, dict[str, int]]] = {
+    k: {kk: int(vv) for kk, vv in v.items()} for k, v in _AGENTS["limits"].items()
+}
+READ_SCOPES: Final[frozenset[Scope]] = frozenset(r.scope for r in READS.values())
+SCOPE_DESC: Final[dict[Scope, str]] = {Scope(s["name"]): s["desc"] for s in _REGISTRY["scopes"]}
+OP_SCOPE: Final[dict[str, Scope]] = {o["name"]: Scope(o["scope"]) for o in _REGISTRY["ops"]}
+ROSTER_CONTEXT: Final[bytes] = _AGENTS["roster"]["signing_context"].encode("ascii") + b"\x00"
+DOOR_CONTEXT: Final[bytes] = _AGENTS["roster"]["door_context"].encode("ascii") + b"\x00"
+SESSION_PROLOGUE: Final[bytes] = _AGENTS["roster"]["session_prologue"].encode("ascii")
+FROZEN_FIELDS: Final[dict[int, str]] = {
+    int(k): v["name"] for k, v in _REGISTRY["frozen_fields"].items()
+}
+
+
+def retryable(code: Code) -> bool:
+    """Whether asking again may succeed (registry.yaml / agents.yaml `retryable`)."""
+    return CODES[code].retryable
+
+
+def limit(name: str, key: str) -> int:
+    """A limit of agents.yaml `limits`, e.g. `limit("history_points", "max")` -> 2000."""
+    return LIMITS[name][key]

@@ -1,0 +1,233 @@
+"""One Noise session's messages after the handshake, for either side (PROTOCOL.md part A).
+
+`Channel` turns envelopes into transport messages and back (frame, pad, seal / open, unpad,
+decode). `AgentSession` is the initiator's state machine on top of it: it numbers requests,
+allows one in flight, gathers `hist.chunk`s until `hist.end`, matches answers to requests by
+their own `id` only, and answers an unknown `t` that carries an id with `E_UNKNOWN_OP {t}`.
+An authentication failure or replay moves it to ERROR for good (STYLE habit 2); an
+undecodable frame or envelope is dropped, as the contract says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from .envelope import MAX_ID, Envelope, decode_envelope
+from .errors import LocalProtocolError, RemoteProtocolError
+from .frame import DEFAULT_CONTROL_BUCKET, LANE_BULK, decode_frame, encode_frame, lane_for
+from .names import Answer, Code, Read
+from .noise import Transport, TransportKeys
+from .registry import Msg
+
+
+class Channel:
+    """Envelope <-> transport message for one side of one session.
+
+    Args:
+        keys: the handshake's transport keys, from this side's point of view.
+        control_bucket: lane 0's bucket for the session, 256 or 512 bytes.
+    """
+
+    def __init__(self, keys: TransportKeys, *, control_bucket: int = DEFAULT_CONTROL_BUCKET):
+        self._transport = Transport(keys)
+        self.control_bucket = control_bucket
+        self.session_id = keys.handshake_hash
+
+    def wrap(self, env: Envelope, *, bulk: bool = False, flags: int = 0) -> bytes:
+        """One transport message carrying `env`; lane 1 when `bulk` or when lane 0 is too small.
+
+        Raises:
+            LocalProtocolError: an envelope over 16,378 bytes, or a spent `seq` space.
+        """
+        payload = env.encode()
+        lane = LANE_BULK if bulk else lane_for(len(payload), self.control_bucket)
+        frame = encode_frame(payload, lane=lane, flags=flags, control_bucket=self.control_bucket)
+        return self._transport.seal(frame)
+
+    def unwrap(self, message: bytes) -> Envelope | None:
+        """The envelope in one transport message, or None when its frame or CBOR is undecodable.
+
+        Raises:
+            RemoteProtocolError: authentication failure, replay, or a message older than the window.
+        """
+        frame_bytes = self._transport.open(message)
+        try:
+            return decode_envelope(decode_frame(frame_bytes).payload)
+        except RemoteProtocolError:
+            return None
+
+
+class State(Enum):
+    """An agent session's state: OPEN (usable), ERROR (poisoned), CLOSED (terminated by the box)."""
+
+    OPEN = "open"
+    ERROR = "error"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to request `id`: its type `t` and body. For `hist.query`, `t` is `hist.end`,
+    `body` is the `hist.end` body, and `chunks` holds every `hist.chunk` body in order."""
+
+    id: int
+    t: str
+    body: Any
+    chunks: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An `error` answer to request `id`: the box's code, args, and retry hint in ms."""
+
+    id: int
+    code: str
+    args: dict[str, Any]
+    retry_after_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Terminated:
+    """The box ended the session (`session.terminate {reason}`)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """A message with no id; it answers no call (e.g. `agent.decided`)."""
+
+    t: str
+    body: Any
+
+
+SessionEvent = Reply | Refusal | Terminated | Push
+
+_MAX_CHUNKS = 64
+"""Most `hist.chunk`s one answer may bring (16 series x 2000 points fits well inside)."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    id: int
+    t: str
+    chunks: list[Any] = field(default_factory=list)
+
+
+class AgentSession:
+    """The initiator's side of one session (sans-I/O).
+
+    `request(t, body)` -> (id, message bytes); `receive(message)` -> list of `SessionEvent`s;
+    `data_to_send()` -> messages the session must send on its own (answers to unknown types).
+    """
+
+    def __init__(self, keys: TransportKeys, *, control_bucket: int = DEFAULT_CONTROL_BUCKET):
+        self._channel = Channel(keys, control_bucket=control_bucket)
+        self.session_id = keys.handshake_hash
+        self.state = State.OPEN
+        self._next_id = 1
+        self._pending: _Pending | None = None
+        self._outbox: list[bytes] = []
+        self.stray_answers = 0
+
+    @property
+    def busy(self) -> bool:
+        """True while a request waits for its answer (one in flight per session, part B)."""
+        return self._pending is not None
+
+    def _check_open(self) -> None:
+        if self.state is not State.OPEN:
+            raise LocalProtocolError(f"session is {self.state.value}")
+
+    def request(self, t: str, body: Any = None) -> tuple[int, bytes]:
+        """Start request `t` with `body`; returns (request id, transport message).
+
+        Raises:
+            LocalProtocolError: the session is not OPEN, or a request is already in flight.
+        """
+        self._check_open()
+        if self._pending is not None:
+            raise LocalProtocolError("a request is already in flight on this session")
+        rid = self._next_id
+        self._next_id = 1 if rid >= MAX_ID else rid + 1
+        message = self._channel.wrap(Envelope(t, rid, body))
+        self._pending = _Pending(rid, t)
+        return rid, message
+
+    def abandon(self) -> None:
+        """Forget the request in flight (its caller gave up); a late answer is then stray."""
+        self._pending = None
+
+    def data_to_send(self) -> list[bytes]:
+        """Take the messages the session queued on its own."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def receive(self, message: bytes) -> list[SessionEvent]:
+        """Feed one transport message from the box; returns what it means.
+
+        Raises:
+            LocalProtocolError: the session is not OPEN.
+            RemoteProtocolError: authentication failure or replay; the session is then ERROR.
+        """
+        self._check_open()
+        try:
+            env = self._channel.unwrap(message)
+        except RemoteProtocolError:
+            self.state = State.ERROR
+            self._pending = None
+            raise
+        if env is None:
+            return []
+        return self._dispatch(env)
+
+    def _dispatch(self, env: Envelope) -> list[SessionEvent]:
+        if env.t == Msg.SESSION_TERMINATE:
+            self.state = State.CLOSED
+            self._pending = None
+            body = env.b if isinstance(env.b, dict) else {}
+            return [Terminated(str(body.get("reason", "")))]
+        if env.id is None:
+            return [Push(env.t, env.b)]
+        pending = self._pending
+        if pending is None or env.id != pending.id:
+            self.stray_answers += 1
+            return []
+        if env.t == Msg.ERROR:
+            self._pending = None
+            return [_refusal(env)]
+        if env.t == Answer.HIST_CHUNK and pending.t == Read.HIST_QUERY:
+            if len(pending.chunks) >= _MAX_CHUNKS:
+                self._pending = None
+                return [Refusal(env.id, Code.E_RESPONSE_TOO_LARGE, {}, None)]
+            pending.chunks.append(env.b)
+            return []
+        if _is_known_answer(env.t):
+            self._pending = None
+            return [Reply(env.id, env.t, env.b, tuple(pending.chunks))]
+        # An unknown type with an id: answer E_UNKNOWN_OP {t} (part A); the request still waits.
+        err = {"code": Code.E_UNKNOWN_OP.value, "retryable": False, "args": {"t": env.t}}
+        self._outbox.append(self._channel.wrap(Envelope(Msg.ERROR, env.id, err)))
+        return []
+
+
+_KNOWN_ANSWERS = frozenset({*Answer, Msg.HELLO_OK})
+
+
+def _is_known_answer(t: str) -> bool:
+    return t in _KNOWN_ANSWERS
+
+
+def _refusal(env: Envelope) -> Refusal:
+    body = env.b if isinstance(env.b, dict) else {}
+    args = body.get("args")
+    retry = body.get("retryAfterMs")
+    assert env.id is not None
+    return Refusal(
+        env.id,
+        str(body.get("code", "")),
+        args if isinstance(args, dict) else {},
+        retry if isinstance(retry, int) and not isinstance(retry, bool) and retry >= 0 else None,
+    )

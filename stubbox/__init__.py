@@ -1,0 +1,1 @@
+"""stubbox: a stand-in FTW home box for developers and tests."""
