@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+_EPSILON = 1e-9
+"""Token shortfalls below this are float rounding (0.75/s for 4/3 s), not a wait."""
+
 
 @dataclass(slots=True)
 class TokenBucket:
@@ -45,7 +48,7 @@ class TokenBucket:
         """
         self._refill(now)
         need = min(cost, self.burst) - self._tokens
-        return 0.0 if need <= 0 else need / self.rate
+        return 0.0 if need <= _EPSILON else need / self.rate
 
     def try_take(self, now: float, cost: float = 1.0) -> bool:
         """Take `cost` tokens at `now` if `wait_s` is 0; returns whether it did."""

@@ -22,6 +22,7 @@ class Msg(StrEnum):
     """Envelope `t` values of PROTOCOL.md parts A (upstream), B and C that no YAML file lists."""
 
     HELLO = "hello"
+    CMD = "cmd"
     HELLO_OK = "hello_ok"
     ERROR = "error"
     SESSION_TERMINATE = "session.terminate"

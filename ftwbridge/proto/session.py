@@ -156,6 +156,15 @@ class AgentSession:
         self._pending = _Pending(rid, t)
         return rid, message
 
+    def notify(self, t: str, body: Any = None) -> bytes:
+        """A message without an id (`hello`); returns its transport message.
+
+        Raises:
+            LocalProtocolError: the session is not OPEN.
+        """
+        self._check_open()
+        return self._channel.wrap(Envelope(t, None, body))
+
     def abandon(self) -> None:
         """Forget the request in flight (its caller gave up); a late answer is then stray."""
         self._pending = None

@@ -1,0 +1,373 @@
+"""Uplinks, tunnels and rosters at the door (PROTOCOL.md part C).
+
+One `Door` per bridge process. `serve_uplink(ws)` runs one box's uplink from challenge to
+close: it authenticates the box with its home key, takes its rosters, routes `tun` messages to
+their `Tun` by `sid`, and applies the per-home limits each way (a `tun` over a limit is dropped
+and counted; the uplink stays up). The pool opens tunnels with `open_tun(home)`. A newer
+authenticated uplink for the same home takes over: the older one is closed with 4409 and its
+tunnels end `superseded`. Silence is bounded by the HTTP server's read timeout (45 s) under
+its WebSocket pings (15 s), which the bridge configures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from ftwbridge.config import Config
+from ftwbridge.proto.door import (
+    CLOSE_BAD_MESSAGE,
+    CLOSE_BAD_SIGNATURE,
+    CLOSE_SUPERSEDED,
+    CLOSE_UNKNOWN_HOME,
+    NONCE_BYTES,
+    decode_door_message,
+    tun,
+    tun_end,
+    tun_fields,
+    verify_door_signature,
+)
+from ftwbridge.proto.envelope import Envelope
+from ftwbridge.proto.errors import RemoteProtocolError
+from ftwbridge.proto.names import TunEndReason
+from ftwbridge.proto.pacing import TokenBucket
+from ftwbridge.proto.registry import Msg
+from ftwbridge.proto.roster import Roster, RosterRefused, verify_roster
+from ftwbridge.store import Store
+
+log = logging.getLogger("ftwbridge.door")
+TUN_QUEUE = 16
+"""Messages a tunnel buffers from the box before the uplink's reader waits (back-pressure)."""
+
+
+class WebSocketLike(Protocol):
+    """The part of a server WebSocket the door uses (Quart's `websocket` fits)."""
+
+    async def receive(self) -> str | bytes: ...
+    async def send(self, data: bytes) -> None: ...
+    async def close(self, code: int, reason: str = "") -> None: ...
+
+
+class HomeOffline(Exception):
+    """The home has no uplink at the door now."""
+
+
+class TunEnded(Exception):
+    """The tunnel ended: `reason` is a `tun.end` reason, or `uplink_lost`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class DoorStats:
+    """Counters: tunnels dropped past the limits each way, uplinks taken over, refusals."""
+
+    dropped_from_box: int = 0
+    dropped_to_box: int = 0
+    takeovers: int = 0
+    rosters_refused: int = 0
+    uplinks_refused: int = 0
+
+
+@dataclass(slots=True)
+class _Limits:
+    msgs: TokenBucket
+    nbytes: TokenBucket
+
+    def allow(self, now: float, size: int) -> bool:
+        if self.msgs.wait_s(now) > 0 or self.nbytes.wait_s(now, size) > 0:
+            return False
+        self.msgs.try_take(now)
+        self.nbytes.try_take(now, size)
+        return True
+
+
+class Tun:
+    """One tunnel: Noise messages to and from one box session, by `sid` on an uplink."""
+
+    def __init__(self, uplink: _Uplink, sid: int) -> None:
+        self.sid = sid
+        self.home = uplink.home
+        self._uplink = uplink
+        self._send, self._recv = trio.open_memory_channel[bytes](TUN_QUEUE)
+        self.end_reason: str | None = None
+
+    async def send(self, d: bytes) -> None:
+        """Send one Noise message to the box (dropped and counted when past the home's limit).
+
+        Raises:
+            TunEnded: the tunnel or its uplink has ended.
+        """
+        if self.end_reason is not None:
+            raise TunEnded(self.end_reason)
+        await self._uplink.send_tun(self.sid, d)
+
+    async def receive(self) -> bytes:
+        """The box's next Noise message on this tunnel.
+
+        Raises:
+            TunEnded: the box ended the tunnel, or the uplink was lost or taken over.
+        """
+        try:
+            return await self._recv.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise TunEnded(self.end_reason or TunEndReason.CLOSED.value) from None
+
+    def _deliver(self, d: bytes) -> bool:
+        try:
+            self._send.send_nowait(d)
+        except trio.WouldBlock:
+            return False
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return True
+        return True
+
+    def _end(self, reason: str) -> None:
+        if self.end_reason is None:
+            self.end_reason = reason
+        self._send.close()
+
+    async def aclose(self, reason: str) -> None:
+        """End the tunnel; the box hears `tun.end {sid, reason}` if the uplink is up."""
+        if self.end_reason is not None:
+            self._uplink.tuns.pop(self.sid, None)
+            return
+        self._end(reason)
+        self._uplink.tuns.pop(self.sid, None)
+        with trio.move_on_after(1), trio.CancelScope(shield=True):
+            await self._uplink.send_raw(tun_end(self.sid, reason))
+
+
+class _Uplink:
+    def __init__(self, door: Door, home: str, ws: WebSocketLike) -> None:
+        self.door = door
+        self.home = home
+        self.ws = ws
+        self.tuns: dict[int, Tun] = {}
+        self._next_sid = 1
+        self._lock = trio.StrictFIFOLock()
+        self.closed = False
+
+    def new_sid(self) -> int:
+        sid = self._next_sid
+        self._next_sid += 1
+        return sid
+
+    async def send_raw(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            async with self._lock:
+                await self.ws.send(data)
+        except Exception as exc:  # the socket is gone: the reader notices and cleans up
+            log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
+
+    async def send_tun(self, sid: int, d: bytes) -> None:
+        if self.closed:
+            raise TunEnded("uplink_lost")
+        data = tun(sid, d)
+        if not self.door._limits(self.home, outbound=True).allow(trio.current_time(), len(data)):
+            self.door.stats.dropped_to_box += 1
+            return
+        await self.send_raw(data)
+
+    def end_all(self, reason: str) -> None:
+        self.closed = True
+        for t in list(self.tuns.values()):
+            t._end(reason)
+        self.tuns.clear()
+
+
+RosterHook = Callable[[str, Roster], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Door:
+    """The bridge's door: uplinks by home, their tunnels, rosters, limits.
+
+    Args:
+        config: limits and timeouts (`door_*` settings).
+        store: home keys and newest rosters.
+        on_roster: awaited after a newer roster is accepted (the pool closes dropped agents).
+        wall_ms: the bridge's wall clock in ms since the epoch (injected for tests).
+    """
+
+    config: Config
+    store: Store
+    on_roster: RosterHook | None = None
+    wall_ms: Callable[[], int] = field(default=lambda: 0)
+    stats: DoorStats = field(default_factory=DoorStats)
+    _uplinks: dict[str, _Uplink] = field(default_factory=dict)
+    _rosters: dict[str, Roster] = field(default_factory=dict)
+    _home_keys: dict[str, bytes] = field(default_factory=dict)
+    _buckets: dict[tuple[str, bool], _Limits] = field(default_factory=dict)
+
+    def _limits(self, home: str, *, outbound: bool) -> _Limits:
+        lim = self._buckets.get((home, outbound))
+        if lim is None:
+            c = self.config
+            lim = _Limits(
+                TokenBucket(c.door_msgs_burst, c.door_msgs_per_s),
+                TokenBucket(c.door_bytes_burst, c.door_bytes_per_s),
+            )
+            self._buckets[(home, outbound)] = lim
+        return lim
+
+    def online(self, home: str) -> bool:
+        """Whether `home` has an uplink now."""
+        return home in self._uplinks
+
+    async def _home_key(self, home: str) -> bytes | None:
+        key = self._home_keys.get(home)
+        if key is None:
+            key = await self.store.home_key(home)
+            if key is not None:
+                self._home_keys[home] = key
+        return key
+
+    async def roster(self, home: str) -> Roster | None:
+        """The newest verified roster of `home` (from memory, else from the store), or None."""
+        cached = self._rosters.get(home)
+        if cached is not None:
+            return cached
+        stored = await self.store.roster(home)
+        key = await self._home_key(home)
+        if stored is None or key is None:
+            return None
+        try:
+            roster = verify_roster(stored[1], home_key=key, home=home)
+        except RosterRefused:
+            return None
+        self._rosters[home] = roster
+        return roster
+
+    async def open_tun(self, home: str) -> Tun:
+        """A new tunnel to `home`'s box.
+
+        Raises:
+            HomeOffline: the home has no uplink.
+        """
+        uplink = self._uplinks.get(home)
+        if uplink is None or uplink.closed:
+            raise HomeOffline(home)
+        t = Tun(uplink, uplink.new_sid())
+        uplink.tuns[t.sid] = t
+        return t
+
+    async def take_roster(self, home: str, signed: bytes) -> tuple[bool, int, str]:
+        """Verify and keep a roster from `home`'s box; returns (accepted, seq, refusal code)."""
+        key = await self._home_key(home)
+        held = await self.roster(home)
+        try:
+            if key is None:
+                raise RemoteProtocolError("unknown home")
+            roster = verify_roster(
+                signed, home_key=key, home=home, held_seq=None if held is None else held.seq
+            )
+        except RosterRefused as exc:
+            self.stats.rosters_refused += 1
+            return False, held.seq if held else 0, exc.problem.value
+        await self.store.put_roster(home, roster.seq, signed)
+        self._rosters[home] = roster
+        if self.on_roster is not None:
+            await self.on_roster(home, roster)
+        return True, roster.seq, ""
+
+    async def serve_uplink(self, ws: WebSocketLike) -> None:
+        """Run one box uplink until it closes (the `/v1/box` WebSocket handler calls this)."""
+        home = await self._authenticate(ws)
+        if home is None:
+            return
+        uplink = _Uplink(self, home, ws)
+        older = self._uplinks.get(home)
+        self._uplinks[home] = uplink
+        if older is not None:
+            self.stats.takeovers += 1
+            older.end_all(TunEndReason.SUPERSEDED.value)
+            with trio.move_on_after(1):
+                await older.ws.close(CLOSE_SUPERSEDED, "superseded")
+        log.info("uplink up home=%s", home)
+        try:
+            await self._read(uplink)
+        finally:
+            uplink.end_all("uplink_lost")
+            if self._uplinks.get(home) is uplink:
+                del self._uplinks[home]
+            log.info("uplink down home=%s", home)
+
+    async def _authenticate(self, ws: WebSocketLike) -> str | None:
+        nonce = os.urandom(NONCE_BYTES)
+        body = {"nonce": nonce, "nowMs": self.wall_ms()}
+        await ws.send(Envelope(Msg.DOOR_CHALLENGE, None, body).encode())
+        with trio.move_on_after(self.config.door_hello_s):
+            raw = await ws.receive()
+            try:
+                env = decode_door_message(raw)
+            except RemoteProtocolError:
+                await ws.close(CLOSE_BAD_MESSAGE, "bad message")
+                return None
+            b: Any = env.b if isinstance(env.b, dict) else {}
+            home, sig = b.get("home"), b.get("sig")
+            if env.t != Msg.DOOR_HELLO or not isinstance(home, str) or not isinstance(sig, bytes):
+                await ws.close(CLOSE_BAD_SIGNATURE, "door.hello expected")
+                return None
+            key = await self._home_key(home)
+            if key is None:
+                self.stats.uplinks_refused += 1
+                await ws.close(CLOSE_UNKNOWN_HOME, "unknown home")
+                return None
+            if not verify_door_signature(key, nonce, home, sig):
+                self.stats.uplinks_refused += 1
+                await ws.close(CLOSE_BAD_SIGNATURE, "bad signature")
+                return None
+            return home
+        await ws.close(CLOSE_BAD_SIGNATURE, "no door.hello in time")
+        return None
+
+    async def _read(self, uplink: _Uplink) -> None:
+        while not uplink.closed:
+            raw = await uplink.ws.receive()
+            try:
+                env = decode_door_message(raw)
+            except RemoteProtocolError:
+                await uplink.ws.close(CLOSE_BAD_MESSAGE, "bad message")
+                return
+            await self._dispatch(uplink, env, raw)
+
+    async def _dispatch(self, uplink: _Uplink, env: Envelope, raw: str | bytes) -> None:
+        if env.t == Msg.TUN:
+            try:
+                sid, d = tun_fields(env.b)
+            except RemoteProtocolError:
+                return
+            if not self._limits(uplink.home, outbound=False).allow(trio.current_time(), len(raw)):
+                self.stats.dropped_from_box += 1
+                return
+            t = uplink.tuns.get(sid)
+            if t is not None and not t._deliver(d):
+                self.stats.dropped_from_box += 1
+        elif env.t == Msg.TUN_END:
+            b = env.b if isinstance(env.b, dict) else {}
+            end_sid = b.get("sid")
+            t = uplink.tuns.pop(end_sid, None) if isinstance(end_sid, int) else None
+            if t is not None:
+                t._end(str(b.get("reason", TunEndReason.CLOSED.value)))
+        elif env.t == Msg.ROSTER:
+            b = env.b if isinstance(env.b, dict) else {}
+            signed = b.get("roster")
+            if not isinstance(signed, bytes):
+                return
+            ok, seq, code = await self.take_roster(uplink.home, signed)
+            reply = (
+                Envelope(Msg.ROSTER_OK, None, {"seq": seq})
+                if ok
+                else Envelope(Msg.ROSTER_REFUSED, None, {"seq": seq, "code": code})
+            )
+            await uplink.send_raw(reply.encode())

@@ -1,0 +1,160 @@
+"""Agent keys at rest (a JSON file, mode 0600) and the handshakes that use them.
+
+The keys part creates an agent's X25519 key, writes Noise message 1 and reads message 2 for a
+session, and hands back only the transport keys and handshake hash: a static private key never
+leaves it. A key is forgotten once a roster that listed its agent no longer does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from ftwbridge.proto.errors import ProtocolError
+from ftwbridge.proto.noise import Initiator, TransportKeys, generate_static
+
+MAX_PENDING_HANDSHAKES = 4096
+
+
+class KeysError(Exception):
+    """A keys-part request that cannot be served (unknown key or handshake, bad message 2)."""
+
+
+class KeysPort(Protocol):
+    """What the pool and OAuth need of the keys part, in-process or over its socket."""
+
+    async def create(self, home: str) -> bytes:
+        """Make a key for a new agent of `home`; returns its public key (32 bytes)."""
+
+    async def begin(self, agent_key: bytes, box_noise_key: bytes) -> tuple[int, bytes]:
+        """Start a handshake as `agent_key`; returns (handle, message 1)."""
+
+    async def finish(self, handle: int, message2: bytes) -> TransportKeys:
+        """Read message 2 of handshake `handle`; returns its transport keys."""
+
+    async def abort(self, handle: int) -> None:
+        """Drop an unfinished handshake."""
+
+    async def sync(self, home: str, listed: frozenset[bytes]) -> list[bytes]:
+        """Apply `home`'s newest roster's agent keys; returns the keys forgotten."""
+
+    async def has(self, agent_key: bytes) -> bool:
+        """Whether the keys part holds `agent_key`."""
+
+
+@dataclass(slots=True)
+class _Key:
+    home: str
+    private: bytes
+    listed: bool = False
+
+
+class KeysService:
+    """`KeysPort` in-process; keys persist in `path` (written 0600, replaced atomically).
+
+    Args:
+        path: the key file, or None to keep keys in memory only (tests).
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._keys: dict[bytes, _Key] = {}
+        self._pending: dict[int, Initiator] = {}
+        self._ids = itertools.count(1)
+        if path is not None and path.exists():
+            for pub, row in json.loads(path.read_text("utf-8")).items():
+                self._keys[bytes.fromhex(pub)] = _Key(
+                    row["home"], bytes.fromhex(row["private"]), row["listed"]
+                )
+
+    async def _save(self) -> None:
+        await trio.to_thread.run_sync(self._write)
+
+    def _write(self) -> None:
+        if self._path is None:
+            return
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        data = {
+            pub.hex(): {"home": k.home, "private": k.private.hex(), "listed": k.listed}
+            for pub, k in self._keys.items()
+        }
+        tmp = self._path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, self._path)
+
+    @property
+    def pending_handshakes(self) -> int:
+        """Handshakes begun and neither finished nor aborted."""
+        return len(self._pending)
+
+    async def create(self, home: str) -> bytes:
+        """See `KeysPort.create`."""
+        private, public = generate_static()
+        self._keys[public] = _Key(home, private)
+        await self._save()
+        return public
+
+    async def begin(self, agent_key: bytes, box_noise_key: bytes) -> tuple[int, bytes]:
+        """See `KeysPort.begin`.
+
+        Raises:
+            KeysError: unknown agent key, or too many unfinished handshakes.
+        """
+        key = self._keys.get(agent_key)
+        if key is None:
+            raise KeysError("the keys part holds no such agent key")
+        if len(self._pending) >= MAX_PENDING_HANDSHAKES:
+            raise KeysError("too many handshakes in progress")
+        initiator = Initiator(our_static=key.private, their_static=box_noise_key)
+        message1 = initiator.write_message1()
+        handle = next(self._ids)
+        self._pending[handle] = initiator
+        return handle, message1
+
+    async def finish(self, handle: int, message2: bytes) -> TransportKeys:
+        """See `KeysPort.finish`.
+
+        Raises:
+            KeysError: unknown handle, or a message 2 that fails the handshake.
+        """
+        initiator = self._pending.pop(handle, None)
+        if initiator is None:
+            raise KeysError("no such handshake")
+        try:
+            keys, _payload = initiator.read_message2(message2)
+        except ProtocolError as exc:
+            raise KeysError(str(exc)) from exc
+        return keys
+
+    async def abort(self, handle: int) -> None:
+        """See `KeysPort.abort`."""
+        self._pending.pop(handle, None)
+
+    async def sync(self, home: str, listed: frozenset[bytes]) -> list[bytes]:
+        """See `KeysPort.sync`: keys listed now are marked; keys listed before and not now go."""
+        gone: list[bytes] = []
+        changed = False
+        for pub, key in list(self._keys.items()):
+            if key.home != home:
+                continue
+            if pub in listed:
+                changed |= not key.listed
+                key.listed = True
+            elif key.listed:
+                del self._keys[pub]
+                gone.append(pub)
+        if gone or changed:
+            await self._save()
+        return gone
+
+    async def has(self, agent_key: bytes) -> bool:
+        """See `KeysPort.has`."""
+        return agent_key in self._keys

@@ -1,0 +1,405 @@
+"""One warm session per agent, opened through the keys part and the door (PROTOCOL.md B, C).
+
+`Pool.call(home, agent_key, read, body)` admits the agent against the home's newest roster by
+the bridge's own clock, opens its session if none is warm (Noise handshake via the keys part
+through a door tunnel, then `hello` and `hello_ok`), sends the read, and waits for the answer
+to that request's own id. Each session is owned by one task in the pool's nursery; callers
+only wait on it. Refusals are `CallRefused` with a registry code and args; the MCP layer owns
+the words.
+
+Resource handling: a session's task owns its tunnel and its keys-part handshake; whatever ends
+it (idle, roster drop, expiry, the box leaving, cancellation) runs one shielded `finally` that
+ends the tunnel (the box hears `tun.end {reason}`), removes the session, and answers a waiting
+caller with a refusal, so nothing is left behind and no call hangs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ftwbridge.config import Config
+from ftwbridge.door import Door, HomeOffline, Tun, TunEnded
+from ftwbridge.keys.service import KeysError, KeysPort
+from ftwbridge.proto.errors import ProtocolError
+from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
+from ftwbridge.proto.registry import Msg
+from ftwbridge.proto.roster import AgentGrant, Refused, Roster, admit
+from ftwbridge.proto.session import AgentSession, Push, Refusal, Reply, Terminated
+
+log = logging.getLogger("ftwbridge.pool")
+HELLO_BODY = {
+    "proto": {"min": 1, "max": 1},
+    "app": {"build": "ftwbridge", "ua": "agent"},
+    "locales": ["en"],
+}
+
+
+class CallRefused(Exception):
+    """A call that cannot be answered: a registry `code`, its `args`, and a retry hint in ms."""
+
+    def __init__(
+        self,
+        code: Code | str,
+        args: dict[str, Any] | None = None,
+        retry_after_ms: int | None = None,
+    ):
+        super().__init__(str(code))
+        self.code = str(code)
+        self.args_ = args or {}
+        self.retry_after_ms = retry_after_ms
+
+
+@dataclass(slots=True)
+class PoolStats:
+    """`Pool.statistics()`: warm and opening sessions, calls in flight and queued, and how many
+    sessions ended, by reason."""
+
+    sessions: int
+    opening: int
+    calls_in_flight: int
+    queued: int
+    drops: dict[str, int]
+
+
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    rid: int
+    done: trio.Event = field(default_factory=trio.Event)
+    reply: Reply | None = None
+    refusal: CallRefused | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Warm:
+    home: str
+    agent_key: bytes
+    grant: AgentGrant | None = None
+    agent: AgentSession | None = None
+    tun: Tun | None = None
+    ready: trio.Event = field(default_factory=trio.Event)
+    failure: CallRefused | None = None
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    idle: trio.CancelScope = field(default_factory=trio.CancelScope)
+    waiter: _Waiter | None = None
+    end_reason: str | None = None
+    hello_ok: dict[str, Any] = field(default_factory=dict)
+
+    def close(self, reason: str) -> None:
+        if self.end_reason is None:
+            self.end_reason = reason
+        self.scope.cancel()
+
+
+def _refusal_for_end(reason: str) -> CallRefused:
+    if reason == TunEndReason.REVOKED:
+        return CallRefused(Code.E_GRANT_REVOKED)
+    if reason == TunEndReason.EXPIRED:
+        return CallRefused(Code.E_GRANT_EXPIRED)
+    return CallRefused(Code.E_UNAVAILABLE, {"reason": reason})
+
+
+class Pool:
+    """Warm agent sessions for one bridge process.
+
+    Args:
+        door: where tunnels to homes open.
+        keys: the keys part (in-process or over its socket).
+        config: `idle_close_s`, `handshake_s`, `queue_per_home`, `warm_sessions`,
+            `sessions_per_home`, `calls_in_flight`, `clock_skew_max_ms`.
+        wall_ms: the bridge's wall clock, ms since the epoch (expiry is judged by it).
+    """
+
+    def __init__(self, *, door: Door, keys: KeysPort, config: Config, wall_ms: Callable[[], int]):
+        self._door = door
+        self._keys = keys
+        self._config = config
+        self._wall_ms = wall_ms
+        self._warm: OrderedDict[tuple[str, bytes], _Warm] = OrderedDict()
+        self._queued: dict[str, int] = {}
+        self._in_flight = 0
+        self._limiter = trio.CapacityLimiter(config.calls_in_flight)
+        self._drops: dict[str, int] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[Pool] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own every session task until cancelled; ends all sessions (`restarting`) on the way out."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+
+    def statistics(self) -> PoolStats:
+        """Counts at this moment (see `PoolStats`)."""
+        ready = sum(1 for w in self._warm.values() if w.ready.is_set() and w.failure is None)
+        return PoolStats(
+            sessions=ready,
+            opening=sum(1 for w in self._warm.values() if not w.ready.is_set()),
+            calls_in_flight=self._in_flight,
+            queued=sum(self._queued.values()),
+            drops=dict(self._drops),
+        )
+
+    def warm_grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
+        """The grant of a warm session, if any (for `homes_list`)."""
+        w = self._warm.get((home, agent_key))
+        return w.grant if w is not None else None
+
+    async def on_roster(self, home: str, roster: Roster) -> None:
+        """Close at once every session of `home` whose agent the new roster no longer lists."""
+        listed = roster.agents()
+        for (h, key), w in list(self._warm.items()):
+            if h == home and key not in listed:
+                w.close(TunEndReason.REVOKED.value)
+            elif h == home:
+                w.grant = listed[key]
+
+    # -- calls ------------------------------------------------------------------------------
+
+    async def call(self, home: str, agent_key: bytes, read: Read, body: Any = None) -> Reply:
+        """Ask `home`'s box one read as agent `agent_key` (32 bytes); returns its `Reply`.
+
+        The caller owns the deadline (a cancel scope); a cancelled call frees its place.
+
+        Raises:
+            CallRefused: admission, the queue, the box, or the session ending refused it.
+        """
+        if self._queued.get(home, 0) >= self._config.queue_per_home:
+            raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
+        self._queued[home] = self._queued.get(home, 0) + 1
+        queued = True
+        try:
+            w = await self._session(home, agent_key)
+            async with w.lock:
+                self._queued[home] -= 1
+                queued = False
+                return await self._exchange(w, read, body)
+        finally:
+            if queued:
+                self._queued[home] -= 1
+
+    async def _session(self, home: str, agent_key: bytes) -> _Warm:
+        await self._admit(home, agent_key)
+        key = (home, agent_key)
+        w = self._warm.get(key)
+        if w is None or w.end_reason is not None:
+            w = self._start(home, agent_key)
+        else:
+            self._warm.move_to_end(key)
+        await w.ready.wait()
+        if w.failure is not None:
+            raise w.failure
+        return w
+
+    async def _admit(self, home: str, agent_key: bytes) -> AgentGrant:
+        roster = await self._door.roster(home)
+        if roster is None:
+            raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "home"})
+        decision = admit(roster, agent_key, self._wall_ms())
+        if isinstance(decision, Refused):
+            w = self._warm.get((home, agent_key))
+            if w is not None:
+                w.close(
+                    TunEndReason.EXPIRED.value
+                    if decision.code is Code.E_GRANT_EXPIRED
+                    else TunEndReason.REVOKED.value
+                )
+            raise CallRefused(decision.code, decision.args)
+        return decision.grant
+
+    def _start(self, home: str, agent_key: bytes) -> _Warm:
+        if self._nursery is None:
+            raise CallRefused(Code.E_UNAVAILABLE, {"reason": "restarting"})
+        at_home = sum(1 for h, _ in self._warm if h == home)
+        top = self._config.sessions_per_home
+        if at_home >= top:
+            raise CallRefused(
+                Code.E_CAP_EXCEEDED, {"cap": Cap.SESSIONS.value, "max": top, "asked": at_home + 1}
+            )
+        self._evict_for_room()
+        w = _Warm(home, agent_key)
+        self._warm[(home, agent_key)] = w
+        self._nursery.start_soon(self._run_session, w)
+        return w
+
+    def _evict_for_room(self) -> None:
+        while len(self._warm) >= self._config.warm_sessions:
+            for w in self._warm.values():  # least recently used first
+                if not w.lock.locked() and w.end_reason is None:
+                    w.close(TunEndReason.IDLE.value)
+                    self._warm.pop((w.home, w.agent_key), None)
+                    break
+            else:
+                return
+
+    async def _exchange(self, w: _Warm, read: Read, body: Any) -> Reply:
+        if w.end_reason is not None or w.agent is None or w.tun is None:
+            raise _refusal_for_end(w.end_reason or "closed")
+        if w.grant is not None and self._wall_ms() >= w.grant.expires_at_ms:
+            w.close(TunEndReason.EXPIRED.value)
+            raise CallRefused(Code.E_GRANT_EXPIRED, {"expiresAtMs": w.grant.expires_at_ms})
+        async with self._limiter:
+            self._in_flight += 1
+            w.idle.deadline = math.inf
+            try:
+                rid, message = w.agent.request(read.value, body)
+                waiter = _Waiter(rid)
+                w.waiter = waiter
+                try:
+                    await w.tun.send(message)
+                except TunEnded as exc:
+                    raise _refusal_for_end(exc.reason) from None
+                await waiter.done.wait()
+            finally:
+                self._in_flight -= 1
+                if w.waiter is not None and not w.waiter.done.is_set():
+                    w.agent.abandon()
+                w.waiter = None
+                w.idle.deadline = trio.current_time() + self._config.idle_close_s
+        if waiter.refusal is not None:
+            raise waiter.refusal
+        assert waiter.reply is not None
+        return waiter.reply
+
+    # -- the session task -------------------------------------------------------------------
+
+    async def _run_session(self, w: _Warm) -> None:
+        try:
+            with w.scope:
+                try:
+                    await self._open(w)
+                except CallRefused as exc:
+                    w.failure = exc
+                    w.end_reason = w.end_reason or "refused"
+                    return
+                finally:
+                    w.ready.set()
+                w.idle.deadline = trio.current_time() + self._config.idle_close_s
+                with w.idle:
+                    await self._read(w)
+                if w.idle.cancelled_caught:
+                    w.end_reason = w.end_reason or TunEndReason.IDLE.value
+        except TunEnded as exc:
+            w.end_reason = w.end_reason or exc.reason
+        except ProtocolError:
+            w.end_reason = w.end_reason or "protocol_error"
+        finally:
+            reason = w.end_reason or TunEndReason.CLOSED.value
+            w.end_reason = reason
+            if w.failure is None and not w.ready.is_set():
+                w.failure = _refusal_for_end(reason)
+            w.ready.set()
+            if w.waiter is not None and not w.waiter.done.is_set():
+                w.waiter.refusal = _refusal_for_end(reason)
+                w.waiter.done.set()
+            if self._warm.get((w.home, w.agent_key)) is w:
+                del self._warm[(w.home, w.agent_key)]
+            self._drops[reason] = self._drops.get(reason, 0) + 1
+            if w.tun is not None:
+                with trio.CancelScope(shield=True):
+                    await w.tun.aclose(reason)
+            log.info("session end home=%s reason=%s", w.home, reason)
+
+    async def _open(self, w: _Warm) -> None:
+        grant = await self._admit(w.home, w.agent_key)
+        w.grant = grant
+        roster = await self._door.roster(w.home)
+        assert roster is not None and roster.noise is not None
+        try:
+            w.tun = await self._door.open_tun(w.home)
+        except HomeOffline:
+            raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "door"}) from None
+        handle: int | None = None
+        with trio.move_on_after(self._config.handshake_s) as deadline:
+            try:
+                handle, m1 = await self._keys.begin(w.agent_key, roster.noise)
+                await w.tun.send(m1)
+                m2 = await w.tun.receive()
+                keys = await self._keys.finish(handle, m2)
+                handle = None
+            except KeysError:
+                raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "keys"}) from None
+            except TunEnded as exc:
+                raise _refusal_for_end(exc.reason) from None
+            finally:
+                if handle is not None:
+                    with (
+                        trio.CancelScope(shield=True),
+                        trio.move_on_after(1),
+                        _ignore_keys_errors(),
+                    ):
+                        await self._keys.abort(handle)
+            w.agent = AgentSession(keys)
+            await w.tun.send(w.agent.notify(Msg.HELLO, HELLO_BODY))
+            await self._wait_hello_ok(w)
+        if deadline.cancelled_caught:
+            raise CallRefused(Code.E_UNAVAILABLE, {"reason": "no_answer"})
+
+    async def _wait_hello_ok(self, w: _Warm) -> None:
+        assert w.agent is not None and w.tun is not None
+        while True:
+            for ev in w.agent.receive(await w.tun.receive()):
+                if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
+                    self._check_clock(ev.body)
+                    w.hello_ok = ev.body
+                    return
+                if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
+                    args = ev.body.get("args")
+                    raise CallRefused(
+                        str(ev.body.get("code")), args if isinstance(args, dict) else {}
+                    )
+                if isinstance(ev, Terminated):
+                    raise _refusal_for_end(ev.reason)
+
+    def _check_clock(self, hello_ok: dict[str, Any]) -> None:
+        clock = hello_ok.get("clock")
+        now_ms = clock.get("nowMs") if isinstance(clock, dict) else None
+        if not isinstance(now_ms, int) or (
+            isinstance(clock, dict) and clock.get("source") == "none"
+        ):
+            raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "clock"})
+        skew = abs(now_ms - self._wall_ms())
+        top = self._config.clock_skew_max_ms
+        if skew > top:
+            raise CallRefused(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": top})
+
+    async def _read(self, w: _Warm) -> None:
+        assert w.agent is not None and w.tun is not None
+        while True:
+            message = await w.tun.receive()
+            events = w.agent.receive(message)
+            for out in w.agent.data_to_send():
+                await w.tun.send(out)
+            for ev in events:
+                waiter = w.waiter
+                if isinstance(ev, Terminated):
+                    w.end_reason = w.end_reason or ev.reason
+                    return
+                if waiter is None or isinstance(ev, Push) or ev.id != waiter.rid:
+                    continue
+                if isinstance(ev, Reply):
+                    waiter.reply = ev
+                else:
+                    waiter.refusal = CallRefused(ev.code, ev.args, ev.retry_after_ms)
+                waiter.done.set()
+
+
+class _ignore_keys_errors:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: object, exc: object, tb: object) -> bool:
+        return isinstance(exc, KeysError)
+
+
+__all__ = ["CallRefused", "Pool", "PoolStats", "Refusal"]

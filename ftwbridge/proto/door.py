@@ -1,0 +1,77 @@
+"""The door's messages (PROTOCOL.md part C): uplink authentication and their CBOR shapes.
+
+Every WebSocket message on `/v1/box` is one binary CBOR envelope (part A's `{t, id?, b?}`,
+neither framed nor encrypted), at most 64 KiB. The bridge sends `door.challenge {nonce, nowMs}`;
+the box answers `door.hello {home, build, sig}` with `sig` = Ed25519 over `"ftw.door.v1" 0x00 ||
+nonce || home`, then `roster {roster}`. Tunnels carry one Noise message each: `tun {sid, d}`;
+`tun.end {sid, reason}` ends one either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from nacl.exceptions import BadSignatureError, CryptoError
+from nacl.signing import SigningKey, VerifyKey
+
+from .envelope import Envelope, decode_envelope
+from .errors import RemoteProtocolError
+from .registry import DOOR_CONTEXT, Msg
+
+MAX_MESSAGE_BYTES: Final = 64 * 1024
+NONCE_BYTES: Final = 16
+CLOSE_BAD_MESSAGE: Final = 4400
+CLOSE_BAD_SIGNATURE: Final = 4401
+CLOSE_UNKNOWN_HOME: Final = 4403
+CLOSE_SUPERSEDED: Final = 4409
+
+
+def door_signature(home_key: SigningKey, nonce: bytes, home: str) -> bytes:
+    """The box's answer to a challenge: Ed25519 over context || nonce || home (64 bytes)."""
+    return bytes(home_key.sign(DOOR_CONTEXT + nonce + home.encode("utf-8")).signature)
+
+
+def verify_door_signature(home_public: bytes, nonce: bytes, home: str, sig: bytes) -> bool:
+    """Whether `sig` is the home's answer to `nonce` (part C)."""
+    try:
+        VerifyKey(home_public).verify(DOOR_CONTEXT + nonce + home.encode("utf-8"), sig)
+    except (BadSignatureError, CryptoError, ValueError, TypeError):
+        return False
+    return True
+
+
+def decode_door_message(data: bytes | str) -> Envelope:
+    """Decode one door WebSocket message.
+
+    Raises:
+        RemoteProtocolError: a text message, over 64 KiB, or not an envelope.
+    """
+    if not isinstance(data, bytes):
+        raise RemoteProtocolError("door messages are binary")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise RemoteProtocolError("door message over 64 KiB")
+    return decode_envelope(data)
+
+
+def tun_fields(body: Any) -> tuple[int, bytes]:
+    """(sid, d) of a `tun` body.
+
+    Raises:
+        RemoteProtocolError: missing or mistyped fields.
+    """
+    if not isinstance(body, dict):
+        raise RemoteProtocolError("tun body is not a map")
+    sid, d = body.get("sid"), body.get("d")
+    if isinstance(sid, bool) or not isinstance(sid, int) or sid < 0 or not isinstance(d, bytes):
+        raise RemoteProtocolError("tun needs an unsigned sid and bytes d")
+    return sid, d
+
+
+def tun(sid: int, d: bytes) -> bytes:
+    """A `tun {sid, d}` message."""
+    return Envelope(Msg.TUN, None, {"sid": sid, "d": d}).encode()
+
+
+def tun_end(sid: int, reason: str) -> bytes:
+    """A `tun.end {sid, reason}` message."""
+    return Envelope(Msg.TUN_END, None, {"sid": sid, "reason": reason}).encode()

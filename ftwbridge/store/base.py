@@ -1,0 +1,47 @@
+"""The store's interface: what the bridge keeps, whatever database keeps it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """An access token's binding (the token itself is never stored, only its SHA-256).
+
+    `agent_key` is the agent's Noise static public key (32 bytes); times in ms since the epoch.
+    """
+
+    home: str
+    agent_id: str
+    agent_key: bytes
+    scopes: tuple[str, ...]
+    resource: str
+    client: str
+    expires_at_ms: int
+
+
+class Store(Protocol):
+    """Async persistence for homes, rosters and tokens."""
+
+    async def enroll_home(self, home: str, public_key: bytes) -> None:
+        """Record (or replace) a home's Ed25519 public key (32 bytes)."""
+
+    async def home_key(self, home: str) -> bytes | None:
+        """A home's Ed25519 public key, or None for an unknown home."""
+
+    async def put_roster(self, home: str, seq: int, signed: bytes) -> None:
+        """Keep `signed` as the home's newest roster (the caller has verified it)."""
+
+    async def roster(self, home: str) -> tuple[int, bytes] | None:
+        """The home's newest (seq, SignedRoster bytes), or None."""
+
+    async def put_token(self, token_hash: bytes, record: TokenRecord) -> None:
+        """Keep a token's binding under its SHA-256 (32 bytes)."""
+
+    async def token(self, token_hash: bytes) -> TokenRecord | None:
+        """The binding of a token hash, or None."""
+
+    async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int:
+        """Delete every token of one agent at one home; returns how many."""

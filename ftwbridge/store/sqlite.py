@@ -1,0 +1,119 @@
+"""The default store: one SQLite file, every query run off the trio thread (`trio.to_thread`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from .base import TokenRecord
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS homes (home TEXT PRIMARY KEY, public_key BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS rosters (home TEXT PRIMARY KEY, seq INTEGER NOT NULL, signed BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash BLOB PRIMARY KEY, home TEXT NOT NULL, agent_id TEXT NOT NULL, agent_key BLOB NOT NULL,
+    scopes TEXT NOT NULL, resource TEXT NOT NULL, client TEXT NOT NULL, expires_at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tokens_agent ON tokens (home, agent_key);
+"""
+
+
+def hash_token(token: str) -> bytes:
+    """SHA-256 of a token's text (32 bytes): the only form in which tokens are stored."""
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class SqliteStore:
+    """`Store` on SQLite. One connection, serialised by a lock, used from worker threads.
+
+    Args:
+        path: the database file (created with its folder), or ":memory:".
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        if isinstance(path, Path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def work() -> T:
+            with self._lock:
+                return fn(self._db)
+
+        return await trio.to_thread.run_sync(work)
+
+    async def _exec(self, sql: str, args: tuple[Any, ...]) -> int:
+        return await self._run(lambda db: db.execute(sql, args).rowcount)
+
+    async def _one(self, sql: str, args: tuple[Any, ...]) -> Any:
+        return await self._run(lambda db: db.execute(sql, args).fetchone())
+
+    async def enroll_home(self, home: str, public_key: bytes) -> None:
+        """See `Store.enroll_home`."""
+        await self._exec("INSERT OR REPLACE INTO homes VALUES (?, ?)", (home, public_key))
+
+    async def home_key(self, home: str) -> bytes | None:
+        """See `Store.home_key`."""
+        row = await self._one("SELECT public_key FROM homes WHERE home = ?", (home,))
+        return None if row is None else bytes(row[0])
+
+    async def put_roster(self, home: str, seq: int, signed: bytes) -> None:
+        """See `Store.put_roster`."""
+        await self._exec("INSERT OR REPLACE INTO rosters VALUES (?, ?, ?)", (home, seq, signed))
+
+    async def roster(self, home: str) -> tuple[int, bytes] | None:
+        """See `Store.roster`."""
+        row = await self._one("SELECT seq, signed FROM rosters WHERE home = ?", (home,))
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    async def put_token(self, token_hash: bytes, record: TokenRecord) -> None:
+        """See `Store.put_token`."""
+        r = record
+        await self._exec(
+            "INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                token_hash,
+                r.home,
+                r.agent_id,
+                r.agent_key,
+                json.dumps(list(r.scopes)),
+                r.resource,
+                r.client,
+                r.expires_at_ms,
+            ),
+        )
+
+    async def token(self, token_hash: bytes) -> TokenRecord | None:
+        """See `Store.token`."""
+        row = await self._one(
+            "SELECT home, agent_id, agent_key, scopes, resource, client, expires_at_ms"
+            " FROM tokens WHERE hash = ?",
+            (token_hash,),
+        )
+        if row is None:
+            return None
+        home, agent_id, key, scopes, resource, client, exp = row
+        return TokenRecord(
+            home, agent_id, bytes(key), tuple(json.loads(scopes)), resource, client, exp
+        )
+
+    async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int:
+        """See `Store.drop_agent_tokens`."""
+        return await self._exec(
+            "DELETE FROM tokens WHERE home = ? AND agent_key = ?", (home, agent_key)
+        )

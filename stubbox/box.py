@@ -1,0 +1,261 @@
+"""The stub box's brain for agent sessions: a sans-I/O Noise responder that serves agent reads.
+
+`Box.handshake(sid, message1, now_ms)` answers Noise message 1 with message 2, or with nothing
+when the key is not admitted (a box that refuses a handshake sends nothing, PROTOCOL.md part
+A). `Box.receive(sid, message, now_ms, uptime_ms)` returns the transport messages to send back.
+`Box.set_roster(roster)` takes a newer roster and returns the `session.terminate {revoked}`
+messages for every session whose agent it drops. Times: `now_ms` is the box's own wall clock
+(ms since the epoch), `uptime_ms` its uptime; the shell passes both in.
+
+Per read the box enforces, in this order (PROTOCOL.md part B, agents.yaml): the clock (a box
+without one refuses agents, `E_UNAVAILABLE {subsystem: clock}`), expiry (`E_GRANT_EXPIRED` then
+`session.terminate {expired}`), refused types (`api.req`) and ops (`E_OP_NOT_GRANTED`), the
+scope (`E_SCOPE_DENIED {needScope}`), one request in flight and the rolling minute
+(`E_RATE_LIMITED {retryAfterMs}`), then the read's own arguments, caps and limits.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ftwbridge.proto.envelope import Envelope
+from ftwbridge.proto.errors import ProtocolError
+from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
+from ftwbridge.proto.names import Cap, Code, Read, Refused, Role, TerminateReason
+from ftwbridge.proto.noise import Responder
+from ftwbridge.proto.registry import CAPS, CODES, READS, Msg
+from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
+from ftwbridge.proto.session import Channel
+
+from . import reads
+from .home import Home
+
+ClockSource = Literal["ntp", "rtc", "none"]
+MINUTE_MS = 60_000
+BOX_SESSION_LIMIT = CAPS[Cap.SESSIONS].ceiling
+
+
+class Problem(Exception):
+    """A read refused with a registry code and args (becomes an `error` body)."""
+
+    def __init__(self, code: Code, retry_after_ms: int | None = None, **args: Any) -> None:
+        super().__init__(code)
+        self.code = code
+        self.args_ = args
+        self.retry_after_ms = retry_after_ms
+
+
+def error_body(
+    code: Code, args: dict[str, Any], retry_after_ms: int | None = None
+) -> dict[str, Any]:
+    """An upstream `error` body `{code, retryable, retryAfterMs?, args?}`."""
+    body: dict[str, Any] = {"code": code.value, "retryable": CODES[code].retryable}
+    if retry_after_ms is not None:
+        body["retryAfterMs"] = retry_after_ms
+    if args:
+        body["args"] = args
+    return body
+
+
+@dataclass(slots=True)
+class _Session:
+    sid: int
+    key: bytes
+    grant: AgentGrant
+    channel: Channel
+    said_hello: bool = False
+    busy_until_ms: int = 0
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class BoxStats:
+    """What the box counted: handshakes refused, reads served, refusals by code."""
+
+    handshakes_refused: int = 0
+    reads: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)
+
+
+class Box:
+    """A home box's agent-facing brain (sans-I/O).
+
+    Args:
+        home: the simulated home that answers reads.
+        roster: the box's current roster (its own, already trusted).
+        noise_private: the box's Noise static private key (32 bytes).
+        box_id: the id shown in `hello_ok.box.id`.
+        clock_source: `ntp`, `rtc` or `none` (no clock: agents are refused).
+        answer_delay_ms: how long each read takes; a second request inside it is refused.
+    """
+
+    def __init__(
+        self,
+        *,
+        home: Home,
+        roster: Roster,
+        noise_private: bytes,
+        box_id: str = "stub",
+        clock_source: ClockSource = "ntp",
+        answer_delay_ms: int = 0,
+    ) -> None:
+        self.home = home
+        self.roster = roster
+        self._noise_private = noise_private
+        self.box_id = box_id
+        self.clock_source: ClockSource = clock_source
+        self.answer_delay_ms = answer_delay_ms
+        self._sessions: dict[int, _Session] = {}
+        self._recent: dict[bytes, deque[int]] = {}
+        self.stats = BoxStats()
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def handshake(self, sid: int, message1: bytes, now_ms: int) -> bytes | None:
+        """Answer Noise message 1 for tunnel `sid`; returns message 2, or None when refused.
+
+        Refused (nothing sent): an undecodable message, a key the roster does not list as an
+        agent, or an agent whose grant has expired by the box's clock.
+        """
+        responder = Responder(our_static=self._noise_private)
+        try:
+            their_key, _payload = responder.read_message1(message1)
+        except ProtocolError:
+            self.stats.handshakes_refused += 1
+            return None
+        decision = admit(self.roster, their_key, now_ms)
+        grant: AgentGrant | None = None
+        if isinstance(decision, Admitted):
+            grant = decision.grant
+        elif self.clock_source == "none" and decision.code is Code.E_GRANT_EXPIRED:
+            row = self.roster.device(their_key)
+            grant = row.agent if row is not None else None  # refused at hello, in words
+        if grant is None:
+            self.stats.handshakes_refused += 1
+            return None
+        message2, keys = responder.write_message2()
+        self._sessions[sid] = _Session(sid, their_key, grant, Channel(keys))
+        return message2
+
+    def end(self, sid: int) -> None:
+        """Forget tunnel `sid` (the bridge sent `tun.end`, or the uplink closed)."""
+        self._sessions.pop(sid, None)
+
+    @property
+    def session_count(self) -> int:
+        """Open agent sessions."""
+        return len(self._sessions)
+
+    def set_roster(self, roster: Roster) -> list[tuple[int, bytes]]:
+        """Adopt a newer roster; returns (sid, `session.terminate {revoked}`) for dropped agents."""
+        self.roster = roster
+        out: list[tuple[int, bytes]] = []
+        agents = roster.agents()
+        for sid, sess in list(self._sessions.items()):
+            row = roster.device(sess.key)
+            if sess.key not in agents or row is None or row.role != Role.AGENT:
+                out.append((sid, self._terminate(sess, TerminateReason.REVOKED)))
+            else:
+                sess.grant = agents[sess.key]
+        return out
+
+    def _terminate(self, sess: _Session, reason: TerminateReason) -> bytes:
+        sess.closed = True
+        self._sessions.pop(sess.sid, None)
+        return sess.channel.wrap(Envelope(Msg.SESSION_TERMINATE, None, {"reason": reason.value}))
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def receive(self, sid: int, message: bytes, now_ms: int, uptime_ms: int) -> list[bytes]:
+        """Handle one transport message on tunnel `sid`; returns the messages to send back.
+
+        A message that fails authentication is dropped, and so is one on an unknown tunnel.
+        """
+        sess = self._sessions.get(sid)
+        if sess is None:
+            return []
+        try:
+            env = sess.channel.unwrap(message)
+        except ProtocolError:
+            return []
+        if env is None:
+            return []
+        if env.t == Msg.HELLO:
+            return self._hello(sess, now_ms, uptime_ms)
+        if env.id is None:
+            return []  # a request without an id is dropped, as upstream
+        try:
+            return self._request(sess, env, now_ms, uptime_ms)
+        except Problem as p:
+            self.stats.refusals[p.code] = self.stats.refusals.get(p.code, 0) + 1
+            out = [self._error(sess, env.id, p.code, p.args_, p.retry_after_ms)]
+            if p.code is Code.E_GRANT_EXPIRED:
+                out.append(self._terminate(sess, TerminateReason.EXPIRED))
+            return out
+
+    def _error(
+        self, sess: _Session, rid: int | None, code: Code, args: dict[str, Any], retry: int | None
+    ) -> bytes:
+        return sess.channel.wrap(Envelope(Msg.ERROR, rid, error_body(code, args, retry)))
+
+    def _hello(self, sess: _Session, now_ms: int, uptime_ms: int) -> list[bytes]:
+        sess.said_hello = True
+        if self.clock_source == "none":
+            return [self._error(sess, None, Code.E_UNAVAILABLE, {"subsystem": "clock"}, None)]
+        if len(self._sessions) > BOX_SESSION_LIMIT:
+            args = {
+                "cap": Cap.SESSIONS.value,
+                "max": BOX_SESSION_LIMIT,
+                "asked": self.session_count,
+            }
+            return [self._error(sess, None, Code.E_CAP_EXCEEDED, args, None)]
+        body = reads.hello_ok(self, sess.grant, now_ms, uptime_ms)
+        return [sess.channel.wrap(Envelope(Msg.HELLO_OK, None, body), bulk=True)]
+
+    def _request(self, sess: _Session, env: Envelope, now_ms: int, uptime_ms: int) -> list[bytes]:
+        assert env.id is not None
+        if self.clock_source == "none":
+            raise Problem(Code.E_UNAVAILABLE, subsystem="clock")
+        g = sess.grant
+        if now_ms >= g.expires_at_ms:
+            raise Problem(Code.E_GRANT_EXPIRED, expiresAtMs=g.expires_at_ms)
+        if env.t in set(Refused):
+            raise Problem(Code.E_OP_NOT_GRANTED, t=env.t)
+        if env.t == Msg.CMD:
+            op = env.b.get("op") if isinstance(env.b, dict) else None
+            if op not in g.ops:
+                raise Problem(Code.E_OP_NOT_GRANTED, op=str(op))
+            raise Problem(Code.E_NEEDS_OWNER, op=str(op), why="durable")
+        if env.t not in set(Read):
+            raise Problem(Code.E_UNKNOWN_OP, t=env.t)
+        need = READS[Read(env.t)].scope
+        if need not in g.scopes:
+            raise Problem(Code.E_SCOPE_DENIED, needScope=need.value)
+        if now_ms < sess.busy_until_ms:
+            wait = sess.busy_until_ms - now_ms
+            raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
+        self._count(sess, now_ms)
+        sess.busy_until_ms = now_ms + self.answer_delay_ms
+        answers = reads.answer(self, g, Read(env.t), env.b, now_ms, uptime_ms)
+        self.stats.reads += 1
+        out = []
+        for t, body in answers:
+            out.append(sess.channel.wrap(Envelope(t, env.id, body), bulk=True))
+        return out
+
+    def _count(self, sess: _Session, now_ms: int) -> None:
+        """The rolling minute: at most `reads_per_min` (default and ceiling 60) per agent."""
+        info = CAPS[Cap.READS_PER_MIN]
+        cap = min(sess.grant.caps.get(Cap.READS_PER_MIN, info.default), info.ceiling)
+        recent = self._recent.setdefault(sess.key, deque())
+        while recent and recent[0] <= now_ms - MINUTE_MS:
+            recent.popleft()
+        if len(recent) >= cap:
+            wait = recent[0] + MINUTE_MS - now_ms
+            raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
+        recent.append(now_ms)
+
+
+__all__ = ["MAX_ENVELOPE_BYTES", "Box", "BoxStats", "Problem", "error_body"]

@@ -1,0 +1,447 @@
+"""A deterministic simulated home for the stub box: the answer bodies of agent reads.
+
+Pure: every method takes the wall clock `now_ms` (ms since the Unix epoch) and, where ages
+matter, the box uptime `uptime_ms`; the only randomness is a `random.Random(seed)` made here,
+which keys the physics (`stubbox.physics`) and the cursors of events and logs
+(`stubbox.journal`). Hours are UTC hours.
+
+Devices: loadpoint "lp1" ("Garage charger") charges car "car1" ("Family car") from 01:00 to 05:00;
+"car1" is away 08:00-17:30; "car2" ("Second car") is never plugged in. Sources and drivers:
+"meter.p1", "inverter.sungrow", "battery.pylontech", "charger.easee"; the charger lags one minute
+in 47. Answer shapes: agents.yaml `answers`; `plan` and `price` as upstream.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Final
+
+from ftwbridge.proto.names import SourceState
+
+from .journal import HOSTILE_FRAGMENTS, Journal, hostile
+from .physics import (
+    BATTERY_MAX_W,
+    CAPACITY_WH,
+    CURRENCY,
+    DAY_MS,
+    ENERGY_TAX_MINOR,
+    EV_W,
+    GRID_FEE_MINOR,
+    HOUR_MS,
+    RESERVE_WH,
+    SERIES,
+    SLOT_MS,
+    VAT_PERMILLE,
+    ZONE,
+    Physics,
+)
+
+__all__ = ["HOSTILE_FRAGMENTS", "MODE", "SERIES", "Home"]
+
+PLAN_SLOT_MS: Final = 900_000
+PLAN_HOURS: Final = 48
+PRICE_WINDOW_MS: Final = 8 * DAY_MS
+MODE: Final = "planner_arbitrage"
+"""The dispatch mode the box runs (a key of registry.yaml `modes`, which has no enum)."""
+EXPENSIVE_MINOR: Final = 200
+_SOURCES: Final = (  # id, kind, readable name, base lag ms
+    ("meter.p1", "meter", "P1 meter", 400),
+    ("inverter.sungrow", "inverter", "Sungrow inverter", 900),
+    ("battery.pylontech", "battery", "Pylontech battery", 700),
+    ("charger.easee", "charger", "Easee charger", 600),
+)
+_STALE_AFTER_MS: Final = 10_000
+
+
+class Home:
+    """A simulated home; equal seeds and time arguments give equal answers.
+
+    `hostile=True` mixes `HOSTILE_FRAGMENTS` into device names, event texts and log texts.
+    """
+
+    def __init__(self, *, seed: int = 1, hostile: bool = False) -> None:
+        rng = random.Random(seed)
+        self.physics = Physics(rng.randbytes(32))
+        self.hostile = hostile
+        self._journal = Journal(rng.randbytes(32), hostile=hostile)
+
+    def _name(self, text: str, k: int) -> str:
+        return hostile(text, k) if self.hostile else text
+
+    def series_value(self, series: str, t_ms: int, step_ms: int) -> int | None:
+        """Mean of `series` over wall-clock [t_ms, t_ms + step_ms), or None (see `Physics`).
+
+        W for power series, permille for `battery_soc`; None for a name outside `SERIES` and
+        for the missing hour (one hour in every 9 days).
+        """
+        return self.physics.series_value(series, t_ms, step_ms)
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def _sources(self, now_ms: int, uptime_ms: int) -> list[tuple[str, str, str, int, SourceState]]:
+        """(id, kind, name, lastOkMs, state) per source; the charger lags one minute in 47."""
+        out = []
+        for i, (sid, kind, name, lag) in enumerate(_SOURCES):
+            if kind == "charger" and (now_ms // 60_000) % 47 == 0:
+                lag = 7_000
+            if uptime_ms < lag:
+                last, state = 0, SourceState.NEVER
+            else:
+                last = uptime_ms - lag
+                state = SourceState.LIVE if lag < _STALE_AFTER_MS // 2 else SourceState.LAGGING
+            out.append((sid, kind, self._name(name, i + 3), last, state))
+        return out
+
+    def live(self, now_ms: int, uptime_ms: int) -> dict[str, Any]:
+        """The `live` answer: fields in W (soc in permille), `lastOkMs` in box uptime ms."""
+        return {
+            "uptimeMs": uptime_ms,
+            "nowMs": now_ms,
+            "controlRev": now_ms // DAY_MS % 100_000,
+            "mode": MODE,
+            "fields": self.physics.at(now_ms),
+            "sources": {
+                sid: {
+                    "kind": kind,
+                    "name": name,
+                    "lastOkMs": last,
+                    "staleAfterMs": _STALE_AFTER_MS,
+                    "state": state.value,
+                }
+                for sid, kind, name, last, state in self._sources(now_ms, uptime_ms)
+            },
+            "dispatchBlockedBy": [],
+        }
+
+    def _car1_soc(self, h: float) -> int:
+        """Family car's state of charge at UTC hour `h`, permille (charged 01:00-05:00)."""
+        if h < 1:
+            return 400
+        if h < 5:
+            return round(400 + 395 * (h - 1) / 4)
+        if h < 8:
+            return 795
+        return round(795 - 395 * (h - 8) / 16)
+
+    def loadpoints(self, now_ms: int) -> dict[str, Any]:
+        """The `loadpoints` answer: one loadpoint "lp1"; W, Wh since 01:00, wall-clock `untilMs`."""
+        h = (now_ms % DAY_MS) / HOUR_MS
+        charging = 1 <= h < 5
+        away = 8 <= h < 17.5
+        state = "charging" if charging else "idle" if away else "connected"
+        day_start = now_ms - now_ms % DAY_MS
+        return {
+            "loadpoints": [
+                {
+                    "id": "lp1",
+                    "name": self._name("Garage charger", 0),
+                    "state": state,
+                    "power_w": EV_W if charging else 0,
+                    "session_wh": round(EV_W * min(max(h - 1, 0.0), 4.0)),
+                    "car": None if away else "car1",
+                    "mode": "pv",
+                    "hold": {"power_w": EV_W, "untilMs": day_start + 5 * HOUR_MS}
+                    if charging
+                    else None,
+                }
+            ]
+        }
+
+    def cars(self, now_ms: int) -> dict[str, Any]:
+        """The `cars` answer: permille, km; "car1" plugged unless away, "car2" never plugged."""
+        h = (now_ms % DAY_MS) / HOUR_MS
+        soc1 = self._car1_soc(h)
+        soc2 = 400 + 2 * self.physics.noise("car2", now_ms // DAY_MS)[0]
+        return {
+            "cars": [
+                {
+                    "id": "car1",
+                    "name": self._name("Family car", 1),
+                    "soc_permille": soc1,
+                    "range_km": round(soc1 * 75 / 180),
+                    "plugged": not 8 <= h < 17.5,
+                    "target_soc_permille": 800,
+                },
+                {
+                    "id": "car2",
+                    "name": self._name("Second car", 2),
+                    "soc_permille": soc2,
+                    "range_km": round(soc2 * 58 / 170),
+                    "plugged": False,
+                    "target_soc_permille": None,
+                },
+            ]
+        }
+
+    def _reason(self, bat: int, grid: int, soc: int, price: int, pv: int, use: int) -> str:
+        if bat > 50:
+            return "solar_surplus" if grid <= 50 else "cheap_import"
+        if bat < -50:
+            if grid < -50:
+                return "export_paid"
+            return "expensive_import" if price >= EXPENSIVE_MINOR else "peak_shaving"
+        if soc <= RESERVE_WH * 1000 // CAPACITY_WH + 10 and pv < use:
+            return "reserve_held"
+        return "idle"
+
+    def plan(self, now_ms: int, uptime_ms: int) -> dict[str, Any]:
+        """The upstream `plan` body: 192 slots of 15 min from the current quarter hour.
+
+        Slots: wall-clock `startMs`, `durationMs`, `batteryW` and `gridW` in W (site sign),
+        `priceMinor` import öre per kWh, `reason`. `uptimeMs` is box uptime.
+        """
+        start = now_ms - now_ms % PLAN_SLOT_MS
+        slots = []
+        for s in range(PLAN_HOURS * HOUR_MS // PLAN_SLOT_MS):
+            t = start + s * PLAN_SLOT_MS
+            parts = [self.physics.at(t + j * SLOT_MS) for j in range(PLAN_SLOT_MS // SLOT_MS)]
+            mean = {k: round(sum(p[k] for p in parts) / len(parts)) for k in parts[0]}
+            price = self.physics.total(t // HOUR_MS)
+            use = mean["load_w"] + mean["ev_w"]
+            reason = self._reason(
+                mean["battery_w"], mean["grid_w"], mean["battery_soc"], price, mean["pv_w"], use
+            )
+            slots.append(
+                {
+                    "startMs": t,
+                    "durationMs": PLAN_SLOT_MS,
+                    "batteryW": mean["battery_w"],
+                    "gridW": mean["grid_w"],
+                    "priceMinor": price,
+                    "reason": reason,
+                }
+            )
+        return {
+            "rev": now_ms // PLAN_SLOT_MS % 2**31,
+            "uptimeMs": uptime_ms,
+            "slots": slots,
+            "stale": False,
+            "ceilingW": None,
+        }
+
+    def price(self, from_ms: int, to_ms: int) -> dict[str, Any]:
+        """The upstream `price` body: hourly slots over wall-clock [from_ms, to_ms), at most 8 days.
+
+        Prices in öre per kWh; `totalMinor` adds grid fee, energy tax and VAT. `stale` is True
+        when the slots do not cover the window (clamped at 8 days, or an empty window).
+        """
+        end = min(to_ms, from_ms + PRICE_WINDOW_MS)
+        slots = []
+        t = from_ms - from_ms % HOUR_MS
+        while t < end:
+            hour = t // HOUR_MS
+            slots.append(
+                {
+                    "startMs": t,
+                    "durationMs": HOUR_MS,
+                    "spotMinor": self.physics.spot(hour),
+                    "totalMinor": self.physics.total(hour),
+                }
+            )
+            t += HOUR_MS
+        return {
+            "zone": ZONE,
+            "currency": CURRENCY,
+            "slots": slots,
+            "stale": not slots or end < to_ms,
+        }
+
+    def drivers(self, now_ms: int, uptime_ms: int) -> dict[str, Any]:
+        """The `drivers` answer: one driver per source, named by its id ("meter.p1", ...).
+
+        `lastOkMs` is box uptime ms; `errors24h` a count.
+        """
+        return {
+            "drivers": [
+                {
+                    "name": self._name(sid, i + 1),
+                    "kind": kind,
+                    "state": state.value,
+                    "lastOkMs": last,
+                    "errors24h": self.physics.noise("errors", now_ms // DAY_MS)[i] % 4 * i,
+                }
+                for i, (sid, kind, _name, last, state) in enumerate(
+                    self._sources(now_ms, uptime_ms)
+                )
+            ]
+        }
+
+    def health(self, now_ms: int, uptime_ms: int) -> dict[str, Any]:
+        """The `health` answer: status ok or degraded, checks clock, drivers, planner, storage."""
+        states = [s for *_, s in self._sources(now_ms, uptime_ms)]
+        live = sum(s is SourceState.LIVE for s in states)
+        checks = [
+            {"name": "clock", "state": "ok", "detail": "ntp synced"},
+            {
+                "name": "drivers",
+                "state": "ok" if live == len(states) else "warn",
+                "detail": f"{live} of {len(states)} drivers live",
+            },
+            {
+                "name": "planner",
+                "state": "ok",
+                "detail": f"plan rev {now_ms // PLAN_SLOT_MS % 2**31}",
+            },
+            {
+                "name": "storage",
+                "state": "ok",
+                "detail": "history kept 30 days at 5 min, 730 at 1 h",
+            },
+        ]
+        degraded = any(c["state"] != "ok" for c in checks)
+        return {"status": "degraded" if degraded else "ok", "uptimeMs": uptime_ms, "checks": checks}
+
+    def events(
+        self,
+        now_ms: int,
+        *,
+        limit: int,
+        before: str | None = None,
+        after: str | None = None,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any] | None:
+        """The `events` answer, newest first: one event every 37 min over the last 30 days.
+
+        `before` pages to older items, `after` to newer (the `limit` nearest the cursor); `more`
+        says whether more remain that way. `limit` is capped at the contract's maximum. With
+        `max_bytes`, items stop before the answer's CBOR would pass it (then `more` is True).
+        None when a cursor is not one this home gave.
+        """
+        return self._journal.events(
+            now_ms, limit_=limit, before=before, after=after, max_bytes=max_bytes
+        )
+
+    def logs(
+        self,
+        now_ms: int,
+        *,
+        lines: int,
+        level: str,
+        before: str | None = None,
+        after: str | None = None,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any] | None:
+        """The `logs` answer, newest first: one line every 3 min, at `level` and above.
+
+        Paging, `more` and `max_bytes` as `events`. None for an unknown cursor or a `level`
+        outside `stubbox.journal.LOG_LEVELS`.
+        """
+        return self._journal.logs(
+            now_ms, lines=lines, level=level, before=before, after=after, max_bytes=max_bytes
+        )
+
+    def config(self, section: str) -> dict[str, Any] | None:
+        """The `config` answer for `section` (site, battery, loadpoints, tariff, planner), or None.
+
+        Units in the key names; never a secret.
+        """
+        sections: dict[str, dict[str, Any]] = {
+            "site": {
+                "name": "Stub home",
+                "zone": ZONE,
+                "currency": CURRENCY,
+                "timezone": "UTC",
+                "fuse_a": 25,
+                "phases": 3,
+            },
+            "battery": {
+                "capacity_wh": CAPACITY_WH,
+                "max_charge_w": BATTERY_MAX_W,
+                "max_discharge_w": BATTERY_MAX_W,
+                "min_soc_permille": 100,
+                "reserve_soc_permille": RESERVE_WH * 1000 // CAPACITY_WH,
+                "max_soc_permille": 1000,
+                "driver": "battery.pylontech",
+            },
+            "loadpoints": {
+                "lp1": {
+                    "name": self._name("Garage charger", 0),
+                    "charger": "charger.easee",
+                    "max_power_w": 11_000,
+                    "min_current_a": 6,
+                    "max_current_a": 16,
+                    "phases": 3,
+                    "default_mode": "pv",
+                    "car": "car1",
+                }
+            },
+            "tariff": {
+                "zone": ZONE,
+                "currency": CURRENCY,
+                "grid_fee_minor_per_kwh": GRID_FEE_MINOR,
+                "energy_tax_minor_per_kwh": ENERGY_TAX_MINOR,
+                "vat_permille": VAT_PERMILLE,
+                "price_step_ms": HOUR_MS,
+            },
+            "planner": {
+                "mode": MODE,
+                "horizon_ms": PLAN_HOURS * HOUR_MS,
+                "slot_ms": PLAN_SLOT_MS,
+                "replan_every_ms": PLAN_SLOT_MS,
+                "ceiling_w": None,
+                "expensive_minor_per_kwh": EXPENSIVE_MINOR,
+            },
+        }
+        if section not in sections:
+            return None
+        return {"section": section, "config": sections[section]}
+
+    def diag(
+        self, check: str, src: str | None, now_ms: int, uptime_ms: int
+    ) -> dict[str, Any] | None:
+        """The `diag` answer for `check` (clock, link, meter, planner, driver), or None.
+
+        For `driver`, `src` must name a driver (its id such as "meter.p1", or the name
+        `drivers` shows), else None; other checks ignore `src` and leave it out. Times: `nowMs`
+        wall clock, `uptimeMs` and `lastOkMs` box uptime, other `*Ms` durations in ms.
+        """
+        sources = self._sources(now_ms, uptime_ms)
+        details: dict[str, Any]
+        result = "pass"
+        if check == "clock":
+            details = {
+                "source": "ntp",
+                "nowMs": now_ms,
+                "uptimeMs": uptime_ms,
+                "skewMs": 4,
+                "syncedAgoMs": 720_000,
+            }
+        elif check == "link":
+            details = {"relay": "connected", "rttMs": 30 + now_ms // 1000 % 20, "lossPermille": 0}
+        elif check == "meter":
+            sid, _kind, _name, last, state = sources[0]
+            result = "pass" if state is SourceState.LIVE else "warn"
+            details = {
+                "driver": sid,
+                "grid_w": self.physics.at(now_ms)["grid_w"],
+                "lastOkMs": last,
+                "state": state.value,
+            }
+        elif check == "planner":
+            details = {
+                "rev": now_ms // PLAN_SLOT_MS % 2**31,
+                "slots": PLAN_HOURS * 4,
+                "stale": False,
+                "horizonMs": PLAN_HOURS * HOUR_MS,
+            }
+        elif check == "driver":
+            found = [
+                row
+                for i, row in enumerate(sources)
+                if src is not None and src in (row[0], self._name(row[0], i + 1))
+            ]
+            if not found:
+                return None
+            sid, kind, _name, last, state = found[0]
+            details = {
+                "driver": sid,
+                "kind": kind,
+                "state": state.value,
+                "lastOkMs": last,
+                "staleAfterMs": _STALE_AFTER_MS,
+            }
+            result = "pass" if state is SourceState.LIVE else "warn"
+            return {"check": check, "src": src, "result": result, "details": details}
+        else:
+            return None
+        return {"check": check, "result": result, "details": details}

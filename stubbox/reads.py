@@ -1,0 +1,205 @@
+"""The stub box's answers to agent reads: argument checks, caps and limits, then the home.
+
+`answer(box, grant, read, body, now_ms, uptime_ms)` returns [(answer type, body), ...]; a
+refusal raises `box.Problem`. Request bodies and answer shapes: PROTOCOL.md part B and
+agents.yaml (`answers`, `limits`); `plan`, `price` and `hist.*` as upstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from ftwbridge.proto.envelope import dumps
+from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
+from ftwbridge.proto.names import Answer, Cap, Code, Read, Resolution, Role
+from ftwbridge.proto.registry import CAPS, LIMITS, RESOLUTIONS, limit
+from ftwbridge.proto.roster import AgentGrant
+
+from .history import build_tiles
+
+if TYPE_CHECKING:
+    from .box import Box
+
+DAY_MS = 86_400_000
+ANSWER_ROOM_BYTES = MAX_ENVELOPE_BYTES - 64
+"""Room for an answer body inside one frame, leaving space for the envelope's t and id."""
+BOX_BUILD = "stubbox-0.1"
+
+
+def _problem(code: Code, **args: Any) -> Exception:
+    from .box import Problem
+
+    return Problem(code, **args)
+
+
+def _body(body: Any) -> dict[str, Any]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise _problem(Code.E_UNKNOWN_OP, arg="b")
+    return body
+
+
+def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
+    v = body.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _problem(Code.E_UNKNOWN_OP, arg=key)
+    return v
+
+
+def _opt_text(body: dict[str, Any], key: str) -> str | None:
+    v = body.get(key)
+    if v is not None and not isinstance(v, str):
+        raise _problem(Code.E_UNKNOWN_OP, arg=key)
+    return v
+
+
+def _bounded(name: str, asked: int) -> int:
+    top = limit(name, "max")
+    if asked < 1:
+        raise _problem(Code.E_UNKNOWN_OP, arg=name)
+    if asked > top:
+        raise _problem(Code.E_CAP_EXCEEDED, cap=name, max=top, asked=asked)
+    return asked
+
+
+def cap_value(grant: AgentGrant, cap: Cap) -> int:
+    """The grant's value for `cap`, or the cap's default, never above its ceiling."""
+    info = CAPS[cap]
+    return min(grant.caps.get(cap.value, info.default), info.ceiling)
+
+
+def hello_ok(box: Box, grant: AgentGrant, now_ms: int, uptime_ms: int) -> dict[str, Any]:
+    """The `hello_ok` body for an agent: upstream fields plus part B's agent fields.
+
+    Upstream `caps` already names the box's capabilities, so the grant's caps travel as
+    `grantCaps` (our reading of an ambiguity in part B; docs/protocol.md).
+    """
+    caps = ["status.core", "history.5m", "history.1h", "plan.dispatch", "price.spot"]
+    digest = hashlib.sha256(b"".join(c.encode() + b"\0" for c in sorted(caps))).hexdigest()
+    return {
+        "proto": 1,
+        "mode": "readonly",
+        "box": {"id": box.box_id, "build": BOX_BUILD, "tz": "UTC"},
+        "clock": {
+            "source": box.clock_source,
+            "syncedAtMs": now_ms - 60_000,
+            "uptimeMs": uptime_ms,
+            "nowMs": now_ms,
+        },
+        "caps": caps,
+        "capsHash": digest[:16],
+        "modes": [],
+        "role": Role.AGENT.value,
+        "scopes": list(grant.scopes),
+        "ops": list(grant.ops),
+        "grantCaps": dict(grant.caps),
+        "expiresAtMs": grant.expires_at_ms,
+    }
+
+
+def _fit_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    slots = list(plan.get("slots", []))
+    while slots and len(dumps(plan | {"slots": slots})) > ANSWER_ROOM_BYTES:
+        slots = slots[: max(1, len(slots) * 3 // 4)] if len(slots) > 1 else []
+    return plan | {"slots": slots}
+
+
+def answer(
+    box: Box, grant: AgentGrant, read: Read, body: Any, now_ms: int, uptime_ms: int
+) -> list[tuple[str, Any]]:
+    """Serve one agent read; returns [(answer type, body), ...] (several for `hist.query`).
+
+    Raises:
+        box.Problem: the read's arguments, a cap or a limit refuse it.
+    """
+    home = box.home
+    b = _body(body)
+    if read is Read.LIVE_GET:
+        return [(Answer.LIVE, home.live(now_ms, uptime_ms))]
+    if read is Read.LOADPOINTS_GET:
+        return [(Answer.LOADPOINTS, home.loadpoints(now_ms))]
+    if read is Read.CARS_GET:
+        return [(Answer.CARS, home.cars(now_ms))]
+    if read is Read.PLAN_GET:
+        return [(Answer.PLAN, _fit_plan(home.plan(now_ms, uptime_ms)))]
+    if read is Read.PRICE_GET:
+        from_ms, to_ms = _int(b, "fromMs"), _int(b, "toMs")
+        if to_ms <= from_ms:
+            raise _problem(Code.E_UNKNOWN_OP, t=read.value)
+        return [(Answer.PRICE, home.price(from_ms, to_ms))]
+    if read is Read.HIST_QUERY:
+        return _history(home, grant, b, now_ms)
+    if read is Read.HEALTH_GET:
+        return [(Answer.HEALTH, home.health(now_ms, uptime_ms))]
+    if read is Read.DRIVERS_GET:
+        return [(Answer.DRIVERS, home.drivers(now_ms, uptime_ms))]
+    if read is Read.EVENTS_GET:
+        n = _bounded("events_limit", _int(b, "limit", limit("events_limit", "default")))
+        before, after = _opt_text(b, "before"), _opt_text(b, "after")
+        page = home.events(now_ms, limit=n, before=before, after=after, max_bytes=ANSWER_ROOM_BYTES)
+        if page is None:
+            raise _problem(Code.E_UNKNOWN_OP, arg="before" if before is not None else "after")
+        return [(Answer.EVENTS, page)]
+    if read is Read.LOGS_GET:
+        n = _bounded("logs_lines", _int(b, "lines", limit("logs_lines", "default")))
+        level = _opt_text(b, "level") or "info"
+        if level not in ("debug", "info", "warn", "error"):
+            raise _problem(Code.E_UNKNOWN_OP, arg="level")
+        before, after = _opt_text(b, "before"), _opt_text(b, "after")
+        page = home.logs(
+            now_ms, lines=n, level=level, before=before, after=after, max_bytes=ANSWER_ROOM_BYTES
+        )
+        if page is None:
+            raise _problem(Code.E_UNKNOWN_OP, arg="before" if before is not None else "after")
+        return [(Answer.LOGS, page)]
+    if read is Read.CONFIG_GET:
+        section = _opt_text(b, "section") or ""
+        config = home.config(section)
+        if config is None:
+            raise _problem(Code.E_NOT_FOUND, what="section", id=section)
+        return [(Answer.CONFIG, config)]
+    if read is Read.DIAG_RUN:
+        check, src = _opt_text(b, "check") or "", _opt_text(b, "src")
+        result = home.diag(check, src, now_ms, uptime_ms)
+        if result is None:
+            what, ident = ("src", src) if src is not None else ("check", check)
+            raise _problem(Code.E_NOT_FOUND, what=what, id=ident)
+        return [(Answer.DIAG, result)]
+    raise _problem(Code.E_UNKNOWN_OP, t=read.value)
+
+
+def _history(home: Any, grant: AgentGrant, b: dict[str, Any], now_ms: int) -> list[tuple[str, Any]]:
+    series = b.get("series")
+    if not isinstance(series, list) or not series or not all(isinstance(s, str) for s in series):
+        raise _problem(Code.E_UNKNOWN_OP, t=Read.HIST_QUERY.value, field="series")
+    top = LIMITS["history_series"]["max"]
+    if len(series) > top:
+        raise _problem(Code.E_CAP_EXCEEDED, cap="history_series", max=top, asked=len(series))
+    res = b.get("res")
+    if res not in {r.value for r in Resolution}:
+        raise _problem(Code.E_UNKNOWN_OP, t=Read.HIST_QUERY.value, field="res")
+    from_ms, to_ms = _int(b, "fromMs"), _int(b, "toMs")
+    if from_ms < 0 or to_ms <= from_ms or from_ms >= now_ms:
+        raise _problem(Code.E_UNKNOWN_OP, t=Read.HIST_QUERY.value)
+    days = cap_value(grant, Cap.HISTORY_DAYS)
+    if from_ms < now_ms - days * DAY_MS:
+        asked = -(-(now_ms - from_ms) // DAY_MS)
+        raise _problem(Code.E_CAP_EXCEEDED, cap=Cap.HISTORY_DAYS.value, max=days, asked=asked)
+    retention = RESOLUTIONS[Resolution(res)].retention_days
+    if from_ms < now_ms - retention * DAY_MS and res == Resolution.R_5M:
+        raise _problem(Code.E_RANGE_TOO_LARGE, maxMs=retention * DAY_MS)
+    max_points = _int(b, "maxPoints", limit("history_points", "default"))
+    max_points = min(max(max_points, 1), limit("history_points", "max"))
+    chunks, end = build_tiles(
+        home,
+        series=list(series),
+        res=res,
+        from_ms=from_ms,
+        to_ms=min(to_ms, now_ms),
+        now_ms=now_ms,
+        max_points=max_points,
+        history_days=days,
+    )
+    return [*((Answer.HIST_CHUNK, c) for c in chunks), (Answer.HIST_END, end)]
