@@ -107,6 +107,8 @@ class Box:
         self.box_id = box_id
         self.clock_source: ClockSource = clock_source
         self.answer_delay_ms = answer_delay_ms
+        self.frozen_ms: int | None = None
+        """When set, the simulated home answers as at this time (tests compare exact values)."""
         self._sessions: dict[int, _Session] = {}
         self._recent: dict[bytes, deque[int]] = {}
         self.stats = BoxStats()
@@ -142,6 +144,10 @@ class Box:
     def end(self, sid: int) -> None:
         """Forget tunnel `sid` (the bridge sent `tun.end`, or the uplink closed)."""
         self._sessions.pop(sid, None)
+
+    def has_session(self, sid: int) -> bool:
+        """Whether tunnel `sid` carries an open session."""
+        return sid in self._sessions
 
     @property
     def session_count(self) -> int:
@@ -238,7 +244,8 @@ class Box:
             raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
         self._count(sess, now_ms)
         sess.busy_until_ms = now_ms + self.answer_delay_ms
-        answers = reads.answer(self, g, Read(env.t), env.b, now_ms, uptime_ms)
+        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
+        answers = reads.answer(self, g, Read(env.t), env.b, home_ms, uptime_ms)
         self.stats.reads += 1
         out = []
         for t, body in answers:

@@ -124,7 +124,7 @@ class Home:
         return round(795 - 395 * (h - 8) / 16)
 
     def loadpoints(self, now_ms: int) -> dict[str, Any]:
-        """The `loadpoints` answer: one loadpoint "lp1"; W, Wh since 01:00, wall-clock `untilMs`."""
+        """The `loadpoints` answer: "lp1"; W, Wh charged since 01:00, wall-clock `untilMs`."""
         h = (now_ms % DAY_MS) / HOUR_MS
         charging = 1 <= h < 5
         away = 8 <= h < 17.5
@@ -137,7 +137,7 @@ class Home:
                     "name": self._name("Garage charger", 0),
                     "state": state,
                     "power_w": EV_W if charging else 0,
-                    "session_wh": round(EV_W * min(max(h - 1, 0.0), 4.0)),
+                    "session_wh": 0 if away else round(EV_W * min(max(h - 1, 0.0), 4.0)),
                     "car": None if away else "car1",
                     "mode": "pv",
                     "hold": {"power_w": EV_W, "untilMs": day_start + 5 * HOUR_MS}
@@ -226,7 +226,9 @@ class Home:
         when the slots do not cover the window (clamped at 8 days, or an empty window).
         """
         end = min(to_ms, from_ms + PRICE_WINDOW_MS)
-        slots = []
+        slots: list[dict[str, int]] = []
+        if to_ms <= from_ms:
+            return {"zone": ZONE, "currency": CURRENCY, "slots": slots, "stale": True}
         t = from_ms - from_ms % HOUR_MS
         while t < end:
             hour = t // HOUR_MS
@@ -302,8 +304,8 @@ class Home:
     ) -> dict[str, Any] | None:
         """The `events` answer, newest first: one event every 37 min over the last 30 days.
 
-        `before` pages to older items, `after` to newer (the `limit` nearest the cursor); `more`
-        says whether more remain that way. `limit` is capped at the contract's maximum. With
+        `before` pages to older items, `after` to newer (the `limit` nearest the cursor; with
+        both, the items between, nearest `before`); `more` says whether more remain that way. `limit` is capped at the contract's maximum. With
         `max_bytes`, items stop before the answer's CBOR would pass it (then `more` is True).
         None when a cursor is not one this home gave.
         """

@@ -57,7 +57,7 @@ _EVENTS: Final = (
     ("info", "driver_reconnected", "Sungrow inverter reconnected"),
 )
 _LOG_SRCS: Final = ("meter.p1", "inverter.sungrow", "battery.pylontech", "charger.easee", "planner")
-_LOG_PATTERN: Final = "ddidwdiddiddiedidwdi"  # 20 lines: 10 debug, 6 info, 2 warn, 1 error...
+_LOG_PATTERN: Final = "ddidwdiddiddiedidwdi"  # per 20 lines: 11 debug, 6 info, 2 warn, 1 error
 _LOG_TEXT: Final = {
     "d": "poll done: {n} registers in {ms} ms",
     "i": "state published, rev {n}",
@@ -172,7 +172,8 @@ class Journal:
 
         def item(i: int) -> dict[str, Any]:
             code = _LOG_PATTERN[i % 20]
-            text = _LOG_TEXT[code].format(n=i % 97 + 1, ms=40 + (i * 31) % 900)
+            ms = (40 if code == "d" else 500) + (i * 31) % 900
+            text = _LOG_TEXT[code].format(n=i % 97 + 1, ms=ms)
             text = hostile(text, i) if self._hostile else text
             src = _LOG_SRCS[(i // 20) % len(_LOG_SRCS)]
             at_ms = i * LOG_PERIOD_MS + 7_000

@@ -208,6 +208,7 @@ class Door:
     _rosters: dict[str, Roster] = field(default_factory=dict)
     _home_keys: dict[str, bytes] = field(default_factory=dict)
     _buckets: dict[tuple[str, bool], _Limits] = field(default_factory=dict)
+    _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
 
     def _limits(self, home: str, *, outbound: bool) -> _Limits:
         lim = self._buckets.get((home, outbound))
@@ -248,6 +249,14 @@ class Door:
         self._rosters[home] = roster
         return roster
 
+    async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
+        """Wait until `home`'s newest roster satisfies `accept`; returns it (caller bounds time)."""
+        while True:
+            roster = await self.roster(home)
+            if roster is not None and accept(roster):
+                return roster
+            await self._roster_changed.setdefault(home, trio.Event()).wait()
+
     async def open_tun(self, home: str) -> Tun:
         """A new tunnel to `home`'s box.
 
@@ -276,6 +285,7 @@ class Door:
             return False, held.seq if held else 0, exc.problem.value
         await self.store.put_roster(home, roster.seq, signed)
         self._rosters[home] = roster
+        self._roster_changed.pop(home, trio.Event()).set()
         if self.on_roster is not None:
             await self.on_roster(home, roster)
         return True, roster.seq, ""

@@ -1,0 +1,5 @@
+"""`python -m ftwbridge` runs the command line."""
+
+from ftwbridge.cli import main
+
+main()

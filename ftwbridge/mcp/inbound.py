@@ -1,0 +1,223 @@
+"""Classify one POST to `/mcp` into a route or a rejection, without I/O (PROTOCOL.md part D).
+
+`classify(headers, body)` runs numbered checks and returns a `Route` (what to answer) or a
+`Rejection` (HTTP status, JSON-RPC error, id); it raises nothing. Eras: a request whose
+`MCP-Protocol-Version` header is absent or names a 2025 revision is legacy (absent means
+2025-03-26, per the 2025-03-26 transport rules); any other value is checked as 2026-07-28.
+
+Modern checks, in order (MCP 2026-07-28 transport, as the official SDK applies them):
+  1. the body is JSON (-32700), one object (batches refused, -32600), `jsonrpc: "2.0"` with a
+     text `method` and an id that is text or an integer (-32600, answered with `"id": null`);
+  2. a notification is accepted (202) if its header names a supported version;
+  3. `params._meta` carries the protocol version and client capabilities (-32602);
+  4. each of `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` appears at most once and matches
+     the body; values may use the `=?base64?...?=` form (-32020);
+  5. the version is one we serve (-32022 with the supported list).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from mcp_types import jsonrpc
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+MODERN: Final = tuple(MODERN_PROTOCOL_VERSIONS)
+LEGACY: Final = tuple(v for v in HANDSHAKE_PROTOCOL_VERSIONS if v >= "2025-03-26")
+LEGACY_DEFAULT: Final = "2025-03-26"
+META_VERSION: Final = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
+H_VERSION: Final = "mcp-protocol-version"
+H_METHOD: Final = "mcp-method"
+H_NAME: Final = "mcp-name"
+NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+MAX_ID_CHARS: Final = 256
+_B64: Final = re.compile(r"^=\?base64\?(?P<p>.*)\?=$")
+
+HTTP_STATUS: Final = {
+    jsonrpc.PARSE_ERROR: 400,
+    jsonrpc.INVALID_REQUEST: 400,
+    jsonrpc.INVALID_PARAMS: 400,
+    jsonrpc.HEADER_MISMATCH: 400,
+    jsonrpc.UNSUPPORTED_PROTOCOL_VERSION: 400,
+    jsonrpc.METHOD_NOT_FOUND: 404,
+}
+"""JSON-RPC code -> HTTP status for protocol faults (the SDK's table); others answer 200."""
+
+Headers = dict[str, list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Answer with HTTP `status` and a JSON-RPC error (`code`, `message`, `data`) for `id`."""
+
+    status: int
+    code: int
+    message: str
+    id: str | int | None = None
+    data: Any = None
+
+    def body(self) -> dict[str, Any]:
+        """The JSON-RPC error response object."""
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            err["data"] = self.data
+        return {"jsonrpc": "2.0", "id": self.id, "error": err}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A request to dispatch: era (`modern`/`legacy`), version, method, params, id.
+
+    `id` is None for a notification (answer 202 with no body)."""
+
+    era: str
+    version: str
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+    id: str | int | None = None
+
+    @property
+    def is_notification(self) -> bool:
+        """True when the message has no id."""
+        return self.id is None
+
+
+def decode_header(value: str) -> str | None:
+    """A mirrored header's value, decoding the `=?base64?...?=` form; None when malformed."""
+    m = _B64.match(value)
+    if m is None:
+        return value
+    payload = m.group("p")
+    try:
+        raw = base64.b64decode(payload, validate=True)
+        if base64.b64encode(raw).decode("ascii") != payload:
+            return None
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _parse(body: bytes) -> Any | Rejection:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return Rejection(400, jsonrpc.PARSE_ERROR, "Parse error")
+
+
+def _valid_id(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return -(2**53) < v < 2**53
+    return isinstance(v, str) and len(v) <= MAX_ID_CHARS
+
+
+def _message(msg: Any) -> tuple[str, dict[str, Any], str | int | None] | Rejection:
+    if not isinstance(msg, dict):
+        text = "Batches are not supported" if isinstance(msg, list) else "Invalid request"
+        return Rejection(400, jsonrpc.INVALID_REQUEST, text)
+    rid = msg.get("id")
+    has_id = "id" in msg
+    good_id = _valid_id(rid) if has_id else True
+    echo = rid if has_id and good_id else None
+    method = msg.get("method")
+    params = msg.get("params", {})
+    if msg.get("jsonrpc") != "2.0" or not isinstance(method, str) or not good_id:
+        return Rejection(400, jsonrpc.INVALID_REQUEST, "Invalid request", echo)
+    if not isinstance(params, dict):
+        return Rejection(400, jsonrpc.INVALID_PARAMS, "params must be an object", echo)
+    return method, params, rid if has_id else None
+
+
+def _one(headers: Headers, name: str) -> tuple[str | None, bool]:
+    values = headers.get(name, [])
+    return (values[0] if values else None), len(values) > 1
+
+
+def classify(headers: Headers, body: bytes) -> Route | Rejection:
+    """Classify one POST body with its headers (lower-case names, every value kept)."""
+    parsed = _parse(body)
+    if isinstance(parsed, Rejection):
+        return parsed
+    shape = _message(parsed)
+    if isinstance(shape, Rejection):
+        return shape
+    method, params, rid = shape
+    version, repeated = _one(headers, H_VERSION)
+    if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+        version = version or LEGACY_DEFAULT
+        if version not in LEGACY:
+            data = {"supported": [*LEGACY, *MODERN], "requested": version}
+            return Rejection(
+                400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", rid, data
+            )
+        return Route("legacy", version, method, params, rid)
+    return _modern(headers, method, params, rid, version, repeated)
+
+
+def _modern(
+    headers: Headers,
+    method: str,
+    params: dict[str, Any],
+    rid: str | int | None,
+    version: str,
+    repeated: bool,
+) -> Route | Rejection:
+    if rid is None:  # a notification: only the version header is checked
+        if version not in MODERN:
+            data = {"supported": list(MODERN), "requested": version}
+            return Rejection(
+                400,
+                jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
+                "Unsupported protocol version",
+                None,
+                data,
+            )
+        return Route("modern", version, method, params, None)
+    for name in (H_VERSION, H_METHOD, H_NAME):
+        if len(headers.get(name, [])) > 1 or (name == H_VERSION and repeated):
+            return Rejection(
+                400, jsonrpc.HEADER_MISMATCH, f"{name} header appears more than once", rid
+            )
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or META_VERSION not in meta or META_CAPABILITIES not in meta:
+        return Rejection(
+            400,
+            jsonrpc.INVALID_PARAMS,
+            f"params._meta must carry {META_VERSION!r} and {META_CAPABILITIES!r}",
+            rid,
+        )
+    body_version = meta[META_VERSION]
+    if decode_header(version) != body_version:
+        return Rejection(
+            400, jsonrpc.HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta", rid
+        )
+    header_method, _ = _one(headers, H_METHOD)
+    if header_method is None or decode_header(header_method) != method:
+        return Rejection(
+            400, jsonrpc.HEADER_MISMATCH, "Mcp-Method header does not match the body's method", rid
+        )
+    name_key = NAME_PARAMS.get(method)
+    if name_key is not None and name_key in params:
+        header_name, _ = _one(headers, H_NAME)
+        if header_name is None or decode_header(header_name) != params[name_key]:
+            return Rejection(
+                400,
+                jsonrpc.HEADER_MISMATCH,
+                f"Mcp-Name header does not match params.{name_key}",
+                rid,
+            )
+    if not isinstance(body_version, str):
+        return Rejection(400, jsonrpc.INVALID_PARAMS, "protocol version must be text", rid)
+    if body_version not in MODERN:
+        data = {"supported": list(MODERN), "requested": body_version}
+        return Rejection(
+            400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", rid, data
+        )
+    return Route("modern", body_version, method, params, rid)

@@ -1,0 +1,418 @@
+"""The 13 read tools of PROTOCOL.md part D: arguments, the box reads each makes, result shapes.
+
+Each `ToolSpec` names its typed arguments (pydantic, unknown fields refused), the box reads it
+makes (so its scopes come from the contract's read table, never typed here), an output schema,
+and `requests(args, now_ms)` / `shape(args, replies, ctx)` that build the box requests and turn
+the answers into JSON-safe, cleaned `structuredContent`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ftwbridge.proto.clean import to_json
+from ftwbridge.proto.history import unpack_history
+from ftwbridge.proto.names import Read, Resolution, Scope
+from ftwbridge.proto.registry import FROZEN_FIELDS, READS, RESOLUTIONS, limit
+from ftwbridge.proto.session import Reply
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+SERIES_NAMES = tuple(FROZEN_FIELDS[i] for i in (2, 3, 4, 5, 6, 10))
+_RANGE = re.compile(r"^([1-9][0-9]{0,3})([hd])$")
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoArgs(_Args):
+    """A tool without arguments."""
+
+
+class PlanArgs(_Args):
+    hours: int = Field(
+        default=limit("plan_hours", "default"),
+        ge=1,
+        le=limit("plan_hours", "max"),
+        description="How many hours ahead",
+    )
+
+
+class HistoryArgs(_Args):
+    range: str = Field(
+        default="24h", description="How far back: a number and h or d, e.g. 6h, 24h, 7d, 30d"
+    )
+    series: list[str] = Field(
+        default_factory=lambda: ["grid_w", "pv_w", "battery_w", "load_w"],
+        min_length=1,
+        max_length=limit("history_series", "max"),
+        description=f"Series among {', '.join(SERIES_NAMES)}",
+    )
+    points: int = Field(
+        default=limit("history_points", "default"),
+        ge=1,
+        le=limit("history_points", "max"),
+        description="Most points per series",
+    )
+
+    @field_validator("range")
+    @classmethod
+    def _range(cls, v: str) -> str:
+        m = _RANGE.match(v)
+        if (
+            m is None
+            or int(m.group(1)) * (DAY_MS if m.group(2) == "d" else HOUR_MS)
+            > RESOLUTIONS[Resolution.R_1H].retention_days * DAY_MS
+        ):
+            raise ValueError("range must be like 24h or 7d, at most 730d")
+        return v
+
+    @field_validator("series")
+    @classmethod
+    def _series(cls, v: list[str]) -> list[str]:
+        bad = [s for s in v if s not in SERIES_NAMES]
+        if bad or len(set(v)) != len(v):
+            raise ValueError(f"series must be distinct names among {', '.join(SERIES_NAMES)}")
+        return v
+
+    def span_ms(self) -> int:
+        m = _RANGE.match(self.range)
+        assert m is not None
+        return int(m.group(1)) * (DAY_MS if m.group(2) == "d" else HOUR_MS)
+
+
+class EventsArgs(_Args):
+    limit: int = Field(
+        default=limit("events_limit", "default"), ge=1, le=limit("events_limit", "max")
+    )
+    before: str | None = Field(
+        default=None, max_length=128, description="Cursor: page to older events"
+    )
+    after: str | None = Field(
+        default=None, max_length=128, description="Cursor: page to newer events"
+    )
+
+
+class LogsArgs(_Args):
+    lines: int = Field(default=limit("logs_lines", "default"), ge=1, le=limit("logs_lines", "max"))
+    level: Literal["debug", "info", "warn", "error"] = "info"
+    before: str | None = Field(default=None, max_length=128)
+    after: str | None = Field(default=None, max_length=128)
+
+
+class ConfigArgs(_Args):
+    section: Literal["site", "battery", "loadpoints", "tariff", "planner"]
+
+
+class DiagArgs(_Args):
+    check: Literal["clock", "link", "meter", "planner", "driver"]
+    src: str | None = Field(
+        default=None, max_length=64, description="The driver or device to check"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool's shape may use besides the answers: the bridge's wall clock (ms)."""
+
+    now_ms: int
+
+
+Requests = Callable[[Any, int], list[tuple[Read, Any]]]
+Shape = Callable[[Any, list[Reply], ToolContext], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One MCP tool: name, title, description, argument model, reads, and result building."""
+
+    name: str
+    title: str
+    description: str
+    args: type[_Args]
+    reads: tuple[Read, ...]
+    output: dict[str, Any]
+    requests: Requests
+    shape: Shape
+
+    @property
+    def scopes(self) -> tuple[Scope, ...]:
+        """The scopes a token needs for this tool (from the contract's read table)."""
+        return tuple(dict.fromkeys(READS[r].scope for r in self.reads))
+
+    def definition(self) -> dict[str, Any]:
+        """The tool as listed by `tools/list`."""
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        schema.setdefault("properties", {})
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": schema,
+            "outputSchema": self.output,
+            "annotations": {
+                "title": self.title,
+                "readOnlyHint": True,
+                "destructiveHint": False,
+                "idempotentHint": True,
+                "openWorldHint": False,
+            },
+        }
+
+
+def _obj(*required: str, **props: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {k: {"type": v} for k, v in props.items()},
+        "required": list(required),
+    }
+
+
+def _body(replies: list[Reply]) -> dict[str, Any]:
+    value = to_json(replies[0].body)
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _single(read: Read, body: Callable[[Any], Any] | None = None) -> Requests:
+    return lambda args, now_ms: [(read, None if body is None else body(args))]
+
+
+def _plan_slots(plan: dict[str, Any], hours: int, now_ms: int) -> list[Any]:
+    end = now_ms + hours * HOUR_MS
+    slots = plan.get("slots")
+    if not isinstance(slots, list):
+        return []
+    return [
+        s
+        for s in slots
+        if isinstance(s, dict)
+        and isinstance(s.get("startMs"), int)
+        and s["startMs"] < end
+        and s["startMs"] + int(s.get("durationMs", 0) or 0) > now_ms
+    ]
+
+
+def _plan_get(args: PlanArgs, replies: list[Reply], ctx: ToolContext) -> dict[str, Any]:
+    plan = _body(replies)
+    return plan | {"slots": _plan_slots(plan, args.hours, ctx.now_ms), "hours": args.hours}
+
+
+REASON_WORDS = {
+    "cheap_import": "Power from the grid is cheap now, so the battery charges from it.",
+    "expensive_import": "Power from the grid is expensive now, so the battery covers the house.",
+    "solar_surplus": "The panels make more than the house uses; the surplus charges the battery.",
+    "peak_shaving": "The battery keeps the grid draw under the import ceiling.",
+    "reserve_held": "The battery keeps a reserve for later.",
+    "export_paid": "Selling to the grid pays well now, so the battery exports.",
+    "idle": "Nothing to gain now; the battery rests.",
+}
+
+
+def _plan_explain(args: PlanArgs, replies: list[Reply], ctx: ToolContext) -> dict[str, Any]:
+    plan, price = _body(replies[:1]), _body(replies[1:])
+    slots = []
+    for s in _plan_slots(plan, args.hours, ctx.now_ms):
+        reason = s.get("reason")
+        slots.append(
+            s
+            | {
+                "why": REASON_WORDS.get(reason, "The plan gives no reason.")
+                if isinstance(reason, str)
+                else "The plan gives no reason."
+            }
+        )
+    reasons: dict[str, int] = {}
+    for s in slots:
+        reasons[str(s.get("reason"))] = reasons.get(str(s.get("reason")), 0) + 1
+    return {
+        "hours": args.hours,
+        "slots": slots,
+        "reasons": reasons,
+        "prices": price,
+        "stale": bool(plan.get("stale")),
+    }
+
+
+def _history_requests(args: HistoryArgs, now_ms: int) -> list[tuple[Read, Any]]:
+    span = args.span_ms()
+    res = (
+        Resolution.R_5M
+        if span <= RESOLUTIONS[Resolution.R_5M].retention_days * DAY_MS
+        else Resolution.R_1H
+    )
+    body = {
+        "series": list(args.series),
+        "res": res.value,
+        "fromMs": now_ms - span,
+        "toMs": now_ms,
+        "maxPoints": args.points,
+    }
+    return [(Read.HIST_QUERY, body)]
+
+
+def _history(args: HistoryArgs, replies: list[Reply], ctx: ToolContext) -> dict[str, Any]:
+    reply = replies[0]
+    end = to_json(reply.body) if isinstance(reply.body, dict) else {}
+    from_ms = ctx.now_ms - args.span_ms()
+    series = unpack_history(
+        list(reply.chunks), from_ms=from_ms, to_ms=ctx.now_ms, points=args.points
+    )
+    return {
+        "range": args.range,
+        "fromMs": from_ms,
+        "toMs": ctx.now_ms,
+        "res": end.get("resActual"),
+        "series": series,
+        "gaps": end.get("gaps", []),
+        "unit": "W (battery_soc in permille)",
+    }
+
+
+def _opt(args: _Args, *keys: str) -> dict[str, Any]:
+    data = args.model_dump()
+    return {k: data[k] for k in keys if data.get(k) is not None}
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "homes_list",
+        "Homes",
+        "The home this assistant may read: its id, this agent, the scopes, operations and caps the owner granted, and when access ends (ms since the epoch).",
+        NoArgs,
+        (),
+        _obj("homes", homes="array"),
+        lambda a, n: [],
+        lambda a, r, c: {},
+    ),
+    ToolSpec(
+        "status",
+        "Live status",
+        "Live power flows now: grid (positive = import), solar, battery (positive = charging), house load and EV charging in W, battery state of charge in permille, and each source's freshness.",
+        NoArgs,
+        (Read.LIVE_GET,),
+        _obj("fields", fields="object", sources="object"),
+        _single(Read.LIVE_GET),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "chargers_list",
+        "EV chargers",
+        "The home's EV chargers: state, power in W, energy this session in Wh, the connected car and charging mode.",
+        NoArgs,
+        (Read.LOADPOINTS_GET,),
+        _obj("loadpoints", loadpoints="array"),
+        _single(Read.LOADPOINTS_GET),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "cars_list",
+        "Cars",
+        "The home's cars: state of charge in permille, range in km, whether plugged in, and the charge target.",
+        NoArgs,
+        (Read.CARS_GET,),
+        _obj("cars", cars="array"),
+        _single(Read.CARS_GET),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "plan_get",
+        "Battery plan",
+        "The battery and grid plan for the next hours, in slots (start ms since the epoch, duration ms, battery W, grid W, import price in minor units per kWh, reason).",
+        PlanArgs,
+        (Read.PLAN_GET,),
+        _obj("slots", slots="array", hours="integer"),
+        _single(Read.PLAN_GET),
+        _plan_get,
+    ),
+    ToolSpec(
+        "plan_explain",
+        "Why this plan",
+        "The plan for the next hours with a plain-language reason per slot, a count of reasons, and the prices it follows.",
+        PlanArgs,
+        (Read.PLAN_GET, Read.PRICE_GET),
+        _obj("slots", slots="array", reasons="object", prices="object"),
+        lambda a, n: [
+            (Read.PLAN_GET, None),
+            (Read.PRICE_GET, {"fromMs": n, "toMs": n + a.hours * HOUR_MS}),
+        ],
+        _plan_explain,
+    ),
+    ToolSpec(
+        "history_query",
+        "History",
+        "Stored history of power series (W; battery_soc in permille) over a range back from now, as [time ms, value or null] points, at most `points` per series.",
+        HistoryArgs,
+        (Read.HIST_QUERY,),
+        _obj("series", series="object", gaps="array"),
+        _history_requests,
+        _history,
+    ),
+    ToolSpec(
+        "health_get",
+        "Health",
+        "The box's health: overall status, uptime in ms, and each check.",
+        NoArgs,
+        (Read.HEALTH_GET,),
+        _obj("status", status="string", checks="array"),
+        _single(Read.HEALTH_GET),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "events_list",
+        "Events",
+        "Recent events at the home, newest first, with cursors to page older (before) or newer (after).",
+        EventsArgs,
+        (Read.EVENTS_GET,),
+        _obj("events", events="array", more="boolean"),
+        _single(Read.EVENTS_GET, lambda a: _opt(a, "limit", "before", "after")),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "logs_tail",
+        "Logs",
+        "The box's latest log lines at a level and above, newest first, with cursors to page.",
+        LogsArgs,
+        (Read.LOGS_GET,),
+        _obj("lines", lines="array", more="boolean"),
+        _single(Read.LOGS_GET, lambda a: _opt(a, "lines", "level", "before", "after")),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "drivers_status",
+        "Drivers",
+        "Each device driver's state, last good reading and errors in the last 24 h.",
+        NoArgs,
+        (Read.DRIVERS_GET,),
+        _obj("drivers", drivers="array"),
+        _single(Read.DRIVERS_GET),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "config_get",
+        "Configuration",
+        "One section of the home's configuration (never secrets).",
+        ConfigArgs,
+        (Read.CONFIG_GET,),
+        _obj("section", section="string", config="object"),
+        _single(Read.CONFIG_GET, lambda a: {"section": a.section}),
+        lambda a, r, c: _body(r),
+    ),
+    ToolSpec(
+        "diag_run",
+        "Diagnostics",
+        "Run one read-only diagnostic check at the box (clock, link, meter, planner, driver).",
+        DiagArgs,
+        (Read.DIAG_RUN,),
+        _obj("result", check="string", result="string", details="object"),
+        _single(Read.DIAG_RUN, lambda a: _opt(a, "check", "src")),
+        lambda a, r, c: _body(r),
+    ),
+)
+TOOLS_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in TOOLS}

@@ -1,0 +1,174 @@
+"""The composition root: one nursery that owns the store, keys part, door, pool and HTTP server.
+
+`Bridge.serve(task_status=...)` binds the listener first (so port 0 works and the public URL
+is known), starts the pool, then hypercorn's trio worker, and reports the `Bridge` as started.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from ftwbridge.app import Site, create_app
+from ftwbridge.config import Config
+from ftwbridge.door import Door
+from ftwbridge.keys import KeysClient, KeysPort, KeysService
+from ftwbridge.mcp.server import McpService, Refused
+from ftwbridge.pool import CallRefused, Pool
+from ftwbridge.proto.names import Read
+from ftwbridge.proto.registry import READ_SCOPES
+from ftwbridge.proto.roster import AgentGrant, Roster
+from ftwbridge.proto.session import Reply
+from ftwbridge.store import SqliteStore, TokenRecord, hash_token
+
+log = logging.getLogger("ftwbridge")
+
+
+def wall_ms() -> int:
+    """The bridge's wall clock: ms since the Unix epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class _Homes:
+    """`HomePort` for `/mcp`: calls through the pool, grants from the door's rosters."""
+
+    def __init__(self, pool: Pool, door: Door) -> None:
+        self._pool = pool
+        self._door = door
+
+    async def call(self, home: str, agent_key: bytes, read: Read, body: Any) -> Reply:
+        try:
+            return await self._pool.call(home, agent_key, read, body)
+        except CallRefused as exc:
+            raise Refused(exc.code, exc.args_, exc.retry_after_ms) from None
+
+    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
+        roster = await self._door.roster(home)
+        return None if roster is None else roster.agents().get(agent_key)
+
+
+def _bind(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Bridge:
+    """One bridge process's parts. After `serve` reports started: `site`, `store`, `keys`,
+    `door`, `pool` are live, and `issue_token` mints development tokens.
+
+    Args:
+        config: the validated configuration.
+        clock: the wall clock in ms since the epoch (tests inject one).
+    """
+
+    def __init__(self, config: Config, *, clock: Callable[[], int] = wall_ms) -> None:
+        self.config = config
+        self.clock = clock
+        self.site = Site(config.public_url)
+        self.store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
+        self.keys: KeysPort = (
+            KeysService(Path(config.state_dir) / "agent-keys.json")
+            if config.keys_socket is None
+            else KeysClient(config.keys_socket)
+        )
+        self.door = Door(config=config, store=self.store, on_roster=self._on_roster, wall_ms=clock)
+        self.pool = Pool(door=self.door, keys=self.keys, config=config, wall_ms=clock)
+
+    async def _on_roster(self, home: str, roster: Roster) -> None:
+        await self.pool.on_roster(home, roster)
+        gone = await self.keys.sync(home, frozenset(roster.agents()))
+        for key in gone:
+            await self.store.drop_agent_tokens(home, key)
+
+    async def issue_token(
+        self,
+        home: str,
+        agent_key: bytes,
+        agent_id: str,
+        scopes: tuple[str, ...],
+        *,
+        client: str = "dev",
+    ) -> str:
+        """Mint an access token for `/mcp` bound to home, agent, scopes and this resource.
+
+        Returns the token text; only its SHA-256 is stored. Lifetime: `token_ttl_s`.
+        """
+        token = secrets.token_urlsafe(32)
+        record = TokenRecord(
+            home=home,
+            agent_id=agent_id,
+            agent_key=agent_key,
+            scopes=tuple(s for s in scopes if s in {r.value for r in READ_SCOPES}),
+            resource=self.site.resource,
+            client=client,
+            expires_at_ms=self.clock() + self.config.token_ttl_s * 1000,
+        )
+        await self.store.put_token(hash_token(token), record)
+        return token
+
+    async def _verify(self, token: str) -> TokenRecord | None:
+        return await self.store.token(hash_token(token))
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run until cancelled; reports `self` once the listener accepts connections."""
+        c = self.config
+        sock = _bind(c.bind)
+        host, port = sock.getsockname()[:2]
+        fd = sock.detach()  # hypercorn owns the listening socket from here on
+        if self.site.public_url.endswith(":0"):
+            self.site.public_url = self.site.public_url[:-2] + f":{port}"
+        self.site.allow_url(self.site.public_url)
+        for h in (host, "127.0.0.1", "localhost"):
+            self.site.allowed_hosts.add(f"{h}:{port}")
+        self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
+        self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
+        service = McpService(
+            homes=_Homes(self.pool, self.door),
+            verify_token=self._verify,
+            resource=self.site.resource,
+            resource_metadata=self.site.metadata_url,
+            max_body_bytes=c.max_body_bytes,
+            call_deadline_s=c.call_deadline_s,
+            wall_ms=self.clock,
+        )
+        app = create_app(
+            site=self.site,
+            service=service,
+            door=self.door,
+            max_body_bytes=c.max_body_bytes,
+            body_timeout_s=c.body_timeout_s,
+        )
+        hc = HypercornConfig()
+        hc.bind = [f"fd://{fd}"]
+        hc.websocket_ping_interval = c.door_ping_s
+        hc.read_timeout = int(c.door_silence_s)
+        hc.accesslog = None
+        hc.errorlog = logging.getLogger("hypercorn.error")
+        hc.websocket_max_message_size = 64 * 1024 + 1024
+        hc.graceful_timeout = 1.0
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.pool.run)
+                await nursery.start(hypercorn_serve, app, hc)
+                log.info("bridge up at %s", self.site.public_url)
+                task_status.started(self)
+        finally:
+            self.store.close()

@@ -1,0 +1,68 @@
+"""`python -m stubbox`: a simulated home that dials a bridge's door and serves its console.
+
+On start it prints one JSON line: `{"home", "homeKey" (hex Ed25519 public key), "console"
+(port)}`, so a parent process (the demo, tests) can enroll the home and drive its owner.
+`--print-key` prints that line and exits without dialing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+
+import trio
+
+from .console import serve_console
+from .uplink import StubHome, run_uplink
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m stubbox", description=__doc__)
+    p.add_argument("--bridge", default="ws://127.0.0.1:8780/v1/box", help="the door URL")
+    p.add_argument("--home", default="demo-home")
+    p.add_argument("--seed", default="demo", help="text the home's keys derive from")
+    p.add_argument("--sim-seed", type=int, default=1, help="seed of the simulated site")
+    p.add_argument("--console", type=int, default=0, help="console port on 127.0.0.1 (0 picks)")
+    p.add_argument("--clock", choices=["ntp", "rtc", "none"], default="ntp")
+    p.add_argument("--no-noise", action="store_true", help="a box that takes no assistants yet")
+    p.add_argument("--hostile", action="store_true", help="hidden characters in names and logs")
+    p.add_argument("--delay-ms", type=int, default=0, help="how long each read takes")
+    p.add_argument("--frozen-ms", type=int, default=None, help="answer as at this time (tests)")
+    p.add_argument("--print-key", action="store_true", help="print the home key line and exit")
+    return p
+
+
+async def _main(args: argparse.Namespace) -> None:
+    stub = StubHome(
+        args.home,
+        seed=args.seed,
+        sim_seed=args.sim_seed,
+        noise=not args.no_noise,
+        clock_source=args.clock,
+        hostile=args.hostile,
+        answer_delay_ms=args.delay_ms,
+    )
+    stub.box.frozen_ms = args.frozen_ms
+    line = {"home": stub.home, "homeKey": stub.owner.home_public_key.hex()}
+    if args.print_key:
+        print(json.dumps(line), flush=True)
+        return
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_console, stub, args.console)
+        print(json.dumps(line | {"console": port}), flush=True)
+        nursery.start_soon(run_uplink, stub, args.bridge)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `python -m stubbox`."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(_main, args)
+
+
+if __name__ == "__main__":
+    main()

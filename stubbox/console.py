@@ -1,0 +1,102 @@
+"""The owner console of a stub home: JSON lines over TCP on loopback.
+
+Each line is one command object; each answer one JSON line, `{"ok": ...}` or `{"error": ...}`.
+Commands: `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
+`drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
+`drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from ftwbridge.proto.roster import AgentGrant
+
+from .uplink import StubHome
+
+MAX_LINE_BYTES = 64 * 1024
+
+
+async def _command(stub: StubHome, cmd: dict[str, Any]) -> Any:
+    op = cmd.get("op")
+    if op == "put_agent":
+        grant = AgentGrant(
+            id=str(cmd["id"]),
+            client=str(cmd.get("client", "")),
+            name=str(cmd.get("name", "")),
+            scopes=tuple(cmd.get("scopes", ())),
+            ops=tuple(cmd.get("ops", ())),
+            caps={str(k): int(v) for k, v in dict(cmd.get("caps", {})).items()},
+            granted_at_ms=stub.wall_ms(),
+            expires_at_ms=int(cmd["expiresAtMs"]),
+        )
+        return {"seq": await stub.put_agent(bytes.fromhex(cmd["key"]), grant)}
+    if op == "drop_agent":
+        return {"seq": await stub.drop_agent(bytes.fromhex(cmd["key"]))}
+    if op == "set_noise":
+        return {"seq": await stub.set_noise(bool(cmd["enabled"]))}
+    if op == "hold":
+        stub.hold = bool(cmd["on"])
+        return {"hold": stub.hold}
+    if op == "drop_uplink":
+        await stub.drop_uplink()
+        return {}
+    if op == "clock":
+        if "source" in cmd:
+            stub.box.clock_source = cmd["source"]
+        if "offsetMs" in cmd:
+            stub.clock_offset_ms = int(cmd["offsetMs"])
+        if "frozenMs" in cmd:
+            stub.box.frozen_ms = None if cmd["frozenMs"] is None else int(cmd["frozenMs"])
+        return {"nowMs": stub.wall_ms()}
+    if op == "status":
+        return {
+            "home": stub.home,
+            "connected": stub.ws is not None,
+            "uplinks": stub.uplinks,
+            "seq": stub.owner.roster.seq,
+            "sessions": stub.box.session_count,
+            "reads": stub.box.stats.reads,
+            "refusals": stub.box.stats.refusals,
+            "handshakesRefused": stub.box.stats.handshakes_refused,
+            "lastRosterReply": stub.last_roster_reply,
+            "nowMs": stub.wall_ms(),
+        }
+    raise ValueError(f"unknown op {op!r}")
+
+
+async def _serve_one(stub: StubHome, stream: trio.SocketStream) -> None:
+    buf = b""
+    async with stream:
+        while True:
+            data = await stream.receive_some(4096)
+            if not data:
+                return
+            buf += data
+            if len(buf) > MAX_LINE_BYTES:
+                return
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    answer: Any = {"ok": await _command(stub, json.loads(line))}
+                except (ValueError, KeyError, TypeError) as exc:
+                    answer = {"error": f"{type(exc).__name__}: {exc}"}
+                await stream.send_all(json.dumps(answer).encode() + b"\n")
+
+
+async def serve_console(
+    stub: StubHome, port: int = 0, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve the console on 127.0.0.1:`port` (0 picks one); reports the bound port."""
+    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    bound = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        task_status.started(bound)
+
+        async def handler(stream: trio.SocketStream) -> None:
+            await _serve_one(stub, stream)
+
+        await trio.serve_listeners(handler, listeners, handler_nursery=nursery)

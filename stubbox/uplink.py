@@ -1,0 +1,187 @@
+"""The stub box on the wire: dial the bridge's door, authenticate, publish rosters, carry tuns.
+
+`StubHome` bundles a home's owner (keys and roster), its box brain and its clocks;
+`run_uplink(stub, url)` keeps an uplink to `url` (ws://.../v1/box) and reconnects with
+jittered exponential backoff (0.5 s doubling to 30 s). The door protocol is PROTOCOL.md part C.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import trio
+from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, open_websocket_url
+
+from ftwbridge.proto.door import door_signature, tun, tun_fields
+from ftwbridge.proto.envelope import Envelope, decode_envelope
+from ftwbridge.proto.errors import ProtocolError
+from ftwbridge.proto.registry import Msg
+from ftwbridge.proto.roster import AgentGrant, verify_roster
+
+from .box import Box, ClockSource
+from .home import Home
+from .owner import Owner
+
+log = logging.getLogger("stubbox")
+BUILD = "stubbox-0.1"
+
+
+class StubHome:
+    """One simulated home: owner, box brain, clocks, and the current uplink.
+
+    Args:
+        home: the home id.
+        seed: text seed of its keys; `sim_seed` seeds the simulated site.
+        noise: whether its roster names a Noise key (takes assistants).
+        clock_source: `ntp`, `rtc` or `none`.
+        hostile: put hidden characters into names, events and logs.
+        answer_delay_ms: how long each read takes at the box.
+    """
+
+    def __init__(
+        self,
+        home: str,
+        *,
+        seed: str,
+        sim_seed: int = 1,
+        noise: bool = True,
+        clock_source: ClockSource = "ntp",
+        hostile: bool = False,
+        answer_delay_ms: int = 0,
+    ) -> None:
+        self.started = time.monotonic()
+        self.clock_offset_ms = 0
+        self.owner = Owner(home, seed=seed, noise=noise, issued_at_ms=self.wall_ms())
+        self.box = Box(
+            home=Home(seed=sim_seed, hostile=hostile),
+            roster=self.owner.roster,
+            noise_private=self.owner.noise_private,
+            box_id=f"stub-{home}",
+            clock_source=clock_source,
+            answer_delay_ms=answer_delay_ms,
+        )
+        self.hold = False
+        self.connected = trio.Event()
+        self.ws: WebSocketConnection | None = None
+        self._send_lock = trio.Lock()
+        self.last_roster_reply: dict[str, Any] = {}
+        self.uplinks = 0
+
+    @property
+    def home(self) -> str:
+        """The home id."""
+        return self.owner.home
+
+    def wall_ms(self) -> int:
+        """The box's wall clock (ms since the epoch), shifted by `clock_offset_ms`."""
+        return time.time_ns() // 1_000_000 + self.clock_offset_ms
+
+    def uptime_ms(self) -> int:
+        """Ms since this stub started."""
+        return int((time.monotonic() - self.started) * 1000)
+
+    async def send(self, data: bytes) -> None:
+        """Send one door message on the current uplink (dropped while there is none)."""
+        ws = self.ws
+        if ws is None:
+            return
+        async with self._send_lock:
+            try:
+                await ws.send_message(data)
+            except ConnectionClosed:
+                return
+
+    async def publish(self, signed: bytes) -> None:
+        """Adopt a newly signed roster at the box, then send it to the bridge."""
+        roster = verify_roster(signed, home_key=self.owner.home_public_key, home=self.home)
+        for sid, message in self.box.set_roster(roster):
+            await self.send(tun(sid, message))
+        await self.send(Envelope(Msg.ROSTER, None, {"roster": signed}).encode())
+
+    async def put_agent(self, key: bytes, grant: AgentGrant) -> int:
+        """Add or change an agent row (the owner approves at home); returns the roster seq."""
+        await self.publish(self.owner.put_agent(key, grant, now_ms=self.wall_ms()))
+        return self.owner.roster.seq
+
+    async def drop_agent(self, key: bytes) -> int:
+        """Drop an agent row; its sessions end `revoked`; returns the roster seq."""
+        await self.publish(self.owner.drop_agent(key, now_ms=self.wall_ms()))
+        return self.owner.roster.seq
+
+    async def set_noise(self, enabled: bool) -> int:
+        """Publish (or withdraw) the box's Noise key; returns the roster seq."""
+        await self.publish(self.owner.set_noise(enabled, now_ms=self.wall_ms()))
+        return self.owner.roster.seq
+
+    async def drop_uplink(self) -> None:
+        """Close the current uplink abruptly (a box that vanishes); it reconnects later."""
+        ws = self.ws
+        if ws is not None:
+            with trio.move_on_after(1):
+                await ws.aclose(code=1001)
+
+    async def _session(self, ws: WebSocketConnection) -> None:
+        challenge = decode_envelope(_binary(await ws.get_message()))
+        nonce = challenge.b.get("nonce") if isinstance(challenge.b, dict) else None
+        if challenge.t != Msg.DOOR_CHALLENGE or not isinstance(nonce, bytes):
+            raise ProtocolError("expected door.challenge")
+        sig = door_signature(self.owner.signing_key, nonce, self.home)
+        hello = Envelope(Msg.DOOR_HELLO, None, {"home": self.home, "build": BUILD, "sig": sig})
+        await ws.send_message(hello.encode())
+        await ws.send_message(Envelope(Msg.ROSTER, None, {"roster": self.owner.signed}).encode())
+        self.ws = ws
+        self.uplinks += 1
+        self.connected.set()
+        try:
+            while True:
+                await self._handle(decode_envelope(_binary(await ws.get_message())))
+        finally:
+            self.ws = None
+            self.connected = trio.Event()
+            for sid in list(self.box._sessions):
+                self.box.end(sid)
+
+    async def _handle(self, env: Envelope) -> None:
+        if env.t == Msg.TUN:
+            sid, d = tun_fields(env.b)
+            if self.hold:
+                return
+            if not self.box.has_session(sid):
+                m2 = self.box.handshake(sid, d, self.wall_ms())
+                if m2 is not None:
+                    await self.send(tun(sid, m2))
+                return
+            out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
+            if out and self.box.answer_delay_ms:
+                await trio.sleep(self.box.answer_delay_ms / 1000)
+            for message in out:
+                await self.send(tun(sid, message))
+        elif env.t == Msg.TUN_END:
+            b = env.b if isinstance(env.b, dict) else {}
+            if isinstance(b.get("sid"), int):
+                self.box.end(b["sid"])
+        elif env.t in (Msg.ROSTER_OK, Msg.ROSTER_REFUSED):
+            self.last_roster_reply = {"t": env.t, **(env.b if isinstance(env.b, dict) else {})}
+
+
+def _binary(message: str | bytes) -> bytes:
+    if not isinstance(message, bytes):
+        raise ProtocolError("door messages are binary")
+    return message
+
+
+async def run_uplink(stub: StubHome, url: str) -> None:
+    """Keep `stub`'s uplink to `url` up until cancelled, reconnecting with jittered backoff."""
+    backoff_s = 0.5
+    while True:
+        try:
+            async with open_websocket_url(url, message_queue_size=64, max_message_size=65536) as ws:
+                backoff_s = 0.5
+                await stub._session(ws)
+        except (HandshakeError, ConnectionClosed, OSError, ProtocolError) as exc:
+            log.info("uplink for %s lost: %s", stub.home, type(exc).__name__)
+        await trio.sleep(backoff_s * random.uniform(0.5, 1.5))
+        backoff_s = min(backoff_s * 2, 30.0)
