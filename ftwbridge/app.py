@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from quart import Response, request, websocket
@@ -113,6 +113,7 @@ def create_app(
     @app.websocket("/v1/box")
     async def box() -> None:
         await websocket.accept()
-        await door.serve_uplink(websocket._get_current_object())  # the proxy is task-local
+        ws = cast(Any, websocket)._get_current_object()  # the proxy is task-local
+        await door.serve_uplink(ws)
 
     return app
