@@ -145,6 +145,10 @@ class Box:
         """Forget tunnel `sid` (the bridge sent `tun.end`, or the uplink closed)."""
         self._sessions.pop(sid, None)
 
+    def end_all(self) -> None:
+        """Forget every tunnel (the uplink closed)."""
+        self._sessions.clear()
+
     def has_session(self, sid: int) -> bool:
         """Whether tunnel `sid` carries an open session."""
         return sid in self._sessions

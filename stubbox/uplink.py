@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -39,6 +40,7 @@ class StubHome:
         clock_source: `ntp`, `rtc` or `none`.
         hostile: put hidden characters into names, events and logs.
         answer_delay_ms: how long each read takes at the box.
+        clock: the box's wall clock in ms since the epoch (tests inject one).
     """
 
     def __init__(
@@ -51,8 +53,10 @@ class StubHome:
         clock_source: ClockSource = "ntp",
         hostile: bool = False,
         answer_delay_ms: int = 0,
+        clock: Callable[[], int] | None = None,
     ) -> None:
-        self.started = time.monotonic()
+        self._clock = clock
+        self.started = time.monotonic() if clock is None else clock() / 1000
         self.clock_offset_ms = 0
         self.owner = Owner(home, seed=seed, noise=noise, issued_at_ms=self.wall_ms())
         self.box = Box(
@@ -77,11 +81,13 @@ class StubHome:
 
     def wall_ms(self) -> int:
         """The box's wall clock (ms since the epoch), shifted by `clock_offset_ms`."""
-        return time.time_ns() // 1_000_000 + self.clock_offset_ms
+        now = time.time_ns() // 1_000_000 if self._clock is None else self._clock()
+        return now + self.clock_offset_ms
 
     def uptime_ms(self) -> int:
         """Ms since this stub started."""
-        return int((time.monotonic() - self.started) * 1000)
+        now_s = time.monotonic() if self._clock is None else self._clock() / 1000
+        return int((now_s - self.started) * 1000)
 
     async def send(self, data: bytes) -> None:
         """Send one door message on the current uplink (dropped while there is none)."""
@@ -123,7 +129,8 @@ class StubHome:
             with trio.move_on_after(1):
                 await ws.aclose(code=1001)
 
-    async def _session(self, ws: WebSocketConnection) -> None:
+    async def run_session(self, ws: WebSocketConnection) -> None:
+        """Serve one uplink connection until it closes (authenticate, publish, carry tuns)."""
         challenge = decode_envelope(_binary(await ws.get_message()))
         nonce = challenge.b.get("nonce") if isinstance(challenge.b, dict) else None
         if challenge.t != Msg.DOOR_CHALLENGE or not isinstance(nonce, bytes):
@@ -132,6 +139,7 @@ class StubHome:
         hello = Envelope(Msg.DOOR_HELLO, None, {"home": self.home, "build": BUILD, "sig": sig})
         await ws.send_message(hello.encode())
         await ws.send_message(Envelope(Msg.ROSTER, None, {"roster": self.owner.signed}).encode())
+        self.box.end_all()  # tunnels belong to one uplink; a new uplink starts afresh
         self.ws = ws
         self.uplinks += 1
         self.connected.set()
@@ -139,10 +147,10 @@ class StubHome:
             while True:
                 await self._handle(decode_envelope(_binary(await ws.get_message())))
         finally:
-            self.ws = None
-            self.connected = trio.Event()
-            for sid in list(self.box._sessions):
-                self.box.end(sid)
+            if self.ws is ws:
+                self.ws = None
+                self.connected = trio.Event()
+                self.box.end_all()
 
     async def _handle(self, env: Envelope) -> None:
         if env.t == Msg.TUN:
@@ -180,7 +188,7 @@ async def run_uplink(stub: StubHome, url: str) -> None:
         try:
             async with open_websocket_url(url, message_queue_size=64, max_message_size=65536) as ws:
                 backoff_s = 0.5
-                await stub._session(ws)
+                await stub.run_session(ws)
         except (HandshakeError, ConnectionClosed, OSError, ProtocolError) as exc:
             log.info("uplink for %s lost: %s", stub.home, type(exc).__name__)
         await trio.sleep(backoff_s * random.uniform(0.5, 1.5))

@@ -74,7 +74,8 @@ class KeysService:
                 )
 
     async def _save(self) -> None:
-        await trio.to_thread.run_sync(self._write)
+        if self._path is not None:
+            await trio.to_thread.run_sync(self._write)
 
     def _write(self) -> None:
         if self._path is None:
