@@ -200,6 +200,11 @@ class AgentSession:
             return [Terminated(str(body.get("reason", "")))]
         if env.id is None:
             return [Push(env.t, env.b)]
+        if env.t != Msg.ERROR and env.t != Answer.HIST_CHUNK and not _is_known_answer(env.t):
+            # An unknown type with an id: answer E_UNKNOWN_OP {t} (part A).
+            err = {"code": Code.E_UNKNOWN_OP.value, "retryable": False, "args": {"t": env.t}}
+            self._outbox.append(self._channel.wrap(Envelope(Msg.ERROR, env.id, err)))
+            return []
         pending = self._pending
         if pending is None or env.id != pending.id:
             self.stray_answers += 1
@@ -213,13 +218,8 @@ class AgentSession:
                 return [Refusal(env.id, Code.E_RESPONSE_TOO_LARGE, {}, None)]
             pending.chunks.append(env.b)
             return []
-        if _is_known_answer(env.t):
-            self._pending = None
-            return [Reply(env.id, env.t, env.b, tuple(pending.chunks))]
-        # An unknown type with an id: answer E_UNKNOWN_OP {t} (part A); the request still waits.
-        err = {"code": Code.E_UNKNOWN_OP.value, "retryable": False, "args": {"t": env.t}}
-        self._outbox.append(self._channel.wrap(Envelope(Msg.ERROR, env.id, err)))
-        return []
+        self._pending = None
+        return [Reply(env.id, env.t, env.b, tuple(pending.chunks))]
 
 
 _KNOWN_ANSWERS = frozenset({*Answer, Msg.HELLO_OK})
