@@ -252,7 +252,9 @@ def _history_requests(args: HistoryArgs, now_ms: int) -> list[tuple[Read, Any]]:
         "res": res.value,
         "fromMs": now_ms - span,
         "toMs": now_ms,
-        "maxPoints": args.points,
+        # The box plans strides over whole aligned tiles (upstream planQuery), so asking for
+        # `points` would return fewer inside the range; ask for the most and thin here.
+        "maxPoints": limit("history_points", "max"),
     }
     return [(Read.HIST_QUERY, body)]
 
@@ -264,14 +266,17 @@ def _history(args: HistoryArgs, replies: list[Reply], ctx: ToolContext) -> dict[
     series = unpack_history(
         list(reply.chunks), from_ms=from_ms, to_ms=ctx.now_ms, points=args.points
     )
+    first = reply.chunks[0] if reply.chunks and isinstance(reply.chunks[0], dict) else {}
+    step = first.get("stepMs")
     return {
         "range": args.range,
         "fromMs": from_ms,
         "toMs": ctx.now_ms,
         "res": end.get("resActual"),
+        "stepMs": step if isinstance(step, int) else None,
         "series": series,
         "gaps": end.get("gaps", []),
-        "unit": "W (battery_soc in permille)",
+        "unit": "W (battery_soc in permille); each value is the mean over stepMs from its time",
     }
 
 

@@ -22,18 +22,36 @@ from stubbox.home import Home
 from stubbox.owner import Owner
 
 NOW = 1_790_000_000_000
-READ_SCOPES = tuple(s.value for s in Scope if s.value.endswith(".read") and "members" not in s.value)
+READ_SCOPES = tuple(
+    s.value for s in Scope if s.value.endswith(".read") and "members" not in s.value
+)
 
 
 class Pair:
     """A bridge-side session joined to a stub box by plain function calls."""
 
-    def __init__(self, *, scopes: tuple[str, ...] = READ_SCOPES, ops: tuple[str, ...] = (), caps: dict[str, int] | None = None, ttl_ms: int = 3_600_000, clock: str = "ntp", delay_ms: int = 0, hostile: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        scopes: tuple[str, ...] = READ_SCOPES,
+        ops: tuple[str, ...] = (),
+        caps: dict[str, int] | None = None,
+        ttl_ms: int = 3_600_000,
+        clock: str = "ntp",
+        delay_ms: int = 0,
+        hostile: bool = False,
+    ) -> None:
         self.owner = Owner("h1", seed="h1", issued_at_ms=NOW)
         self.private, self.key = generate_static()
         self.grant = AgentGrant("a1", "c1", "Assistant", scopes, ops, caps or {}, NOW, NOW + ttl_ms)
         self.owner.put_agent(self.key, self.grant, now_ms=NOW)
-        self.box = Box(home=Home(seed=1, hostile=hostile), roster=self.owner.roster, noise_private=self.owner.noise_private, clock_source=clock, answer_delay_ms=delay_ms)  # type: ignore[arg-type]
+        self.box = Box(
+            home=Home(seed=1, hostile=hostile),
+            roster=self.owner.roster,
+            noise_private=self.owner.noise_private,
+            clock_source=clock,
+            answer_delay_ms=delay_ms,
+        )  # type: ignore[arg-type]
         self.now = NOW
         self.session = self.open()
 
@@ -101,7 +119,13 @@ def test_each_read_answers_on_its_own_id(read: Read, body: Any, answer: str) -> 
 
 def test_history_arrives_as_chunks_then_end() -> None:
     p = Pair()
-    body = {"series": ["pv_w", "load_w"], "res": "5m", "fromMs": NOW - 86_400_000, "toMs": NOW, "maxPoints": 2000}
+    body = {
+        "series": ["pv_w", "load_w"],
+        "res": "5m",
+        "fromMs": NOW - 86_400_000,
+        "toMs": NOW,
+        "maxPoints": 2000,
+    }
     ev = p.ask(Read.HIST_QUERY, body)
     assert isinstance(ev, Reply) and ev.t == "hist.end" and len(ev.chunks) >= 2
     assert all(c["series"] == ["pv_w", "load_w"] for c in ev.chunks)
@@ -110,16 +134,54 @@ def test_history_arrives_as_chunks_then_end() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "read", "body", "code", "args"),
     [
-        ({"scopes": ("ftw.live.read",)}, Read.PLAN_GET, None, Code.E_SCOPE_DENIED, {"needScope": "ftw.plan.read"}),
-        ({}, Read.CONFIG_GET, {"section": "secrets"}, Code.E_NOT_FOUND, {"what": "section", "id": "secrets"}),
-        ({}, Read.DIAG_RUN, {"check": "driver", "src": "nope"}, Code.E_NOT_FOUND, {"what": "src", "id": "nope"}),
-        ({}, Read.EVENTS_GET, {"limit": 5, "before": "forged"}, Code.E_UNKNOWN_OP, {"arg": "before"}),
-        ({}, Read.EVENTS_GET, {"limit": 101}, Code.E_CAP_EXCEEDED, {"cap": "events_limit", "max": 100, "asked": 101}),
-        ({"caps": {"history_days": 2}}, Read.HIST_QUERY, {"series": ["pv_w"], "res": "1h", "fromMs": NOW - 5 * 86_400_000, "toMs": NOW}, Code.E_CAP_EXCEEDED, {"cap": "history_days", "max": 2, "asked": 5}),
+        (
+            {"scopes": ("ftw.live.read",)},
+            Read.PLAN_GET,
+            None,
+            Code.E_SCOPE_DENIED,
+            {"needScope": "ftw.plan.read"},
+        ),
+        (
+            {},
+            Read.CONFIG_GET,
+            {"section": "secrets"},
+            Code.E_NOT_FOUND,
+            {"what": "section", "id": "secrets"},
+        ),
+        (
+            {},
+            Read.DIAG_RUN,
+            {"check": "driver", "src": "nope"},
+            Code.E_NOT_FOUND,
+            {"what": "src", "id": "nope"},
+        ),
+        (
+            {},
+            Read.EVENTS_GET,
+            {"limit": 5, "before": "forged"},
+            Code.E_UNKNOWN_OP,
+            {"arg": "before"},
+        ),
+        (
+            {},
+            Read.EVENTS_GET,
+            {"limit": 101},
+            Code.E_CAP_EXCEEDED,
+            {"cap": "events_limit", "max": 100, "asked": 101},
+        ),
+        (
+            {"caps": {"history_days": 2}},
+            Read.HIST_QUERY,
+            {"series": ["pv_w"], "res": "1h", "fromMs": NOW - 5 * 86_400_000, "toMs": NOW},
+            Code.E_CAP_EXCEEDED,
+            {"cap": "history_days", "max": 2, "asked": 5},
+        ),
         ({"clock": "none"}, Read.LIVE_GET, None, Code.E_UNAVAILABLE, {"subsystem": "clock"}),
     ],
 )
-def test_refusals(kwargs: dict[str, Any], read: Read, body: Any, code: Code, args: dict[str, Any]) -> None:
+def test_refusals(
+    kwargs: dict[str, Any], read: Read, body: Any, code: Code, args: dict[str, Any]
+) -> None:
     p = Pair(**kwargs)
     assert refusal(p.ask(read, body)) == (code, args)
 
@@ -225,7 +287,9 @@ def test_unknown_type_with_id_is_answered() -> None:
     assert p.session.receive(box_side.wrap(Envelope("box.future", 99, {}))) == []
     [out] = p.session.data_to_send()
     env = box_side.unwrap(out)
-    assert env == Envelope("error", 99, {"code": "E_UNKNOWN_OP", "retryable": False, "args": {"t": "box.future"}})
+    assert env == Envelope(
+        "error", 99, {"code": "E_UNKNOWN_OP", "retryable": False, "args": {"t": "box.future"}}
+    )
 
 
 @pytest.mark.parametrize("split", ["whole", "bytewise", "trailing"])

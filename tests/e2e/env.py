@@ -1,0 +1,84 @@
+"""Real sockets on 127.0.0.1 port 0: the bridge in-process, stub homes in their own processes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from ftwbridge.config import Config
+from ftwbridge.demo import console, grant_agent, start_stub
+from ftwbridge.run import Bridge
+
+
+@dataclass
+class Home:
+    """A stub home process and what the test needs of it."""
+
+    name: str
+    proc: trio.Process
+    console_port: int
+    home_key: bytes
+
+    async def console(self, **command: Any) -> Any:
+        return await console(self.console_port, command)
+
+
+@dataclass
+class Env:
+    """One bridge and its homes."""
+
+    bridge: Bridge
+    nursery: trio.Nursery
+
+    @property
+    def url(self) -> str:
+        return self.bridge.site.resource
+
+    @property
+    def door_url(self) -> str:
+        return self.url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+
+    async def add_home(self, name: str, *args: str) -> Home:
+        proc, line = await start_stub(self.nursery, self.door_url, *args, home=name)
+        home = Home(name, proc, line["console"], bytes.fromhex(line["homeKey"]))
+        await self.bridge.store.enroll_home(name, home.home_key)
+        with trio.fail_after(20):
+            await self.bridge.door.wait_roster(name, lambda r: True)
+        return home
+
+    async def agent(
+        self, home: Home, *, scopes: list[str] | None = None, ttl_ms: int = 3_600_000
+    ) -> tuple[bytes, str, str]:
+        """Grant a new agent at `home`; returns (agent key, agent id, bearer token)."""
+        key, agent_id = await grant_agent(
+            self.bridge, home.console_port, home.name, scopes=scopes, ttl_ms=ttl_ms
+        )
+        roster = await self.bridge.door.roster(home.name)
+        assert roster is not None
+        token = await self.bridge.issue_token(home.name, key, agent_id, roster.agents()[key].scopes)
+        return key, agent_id, token
+
+    def http(self, token: str | None = None) -> httpx2.AsyncClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
+
+    def client(self, http: httpx2.AsyncClient, mode: str) -> Client:
+        return Client(streamable_http_client(self.url, http_client=http), mode=mode)
+
+
+async def start_env(nursery: trio.Nursery, tmp: Path, **config: Any) -> Env:
+    cfg = Config(bind="127.0.0.1:0", public_url="http://127.0.0.1:0", state_dir=tmp, **config)
+    bridge = Bridge(cfg)
+    await nursery.start(bridge.serve)
+    return Env(bridge, nursery)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
