@@ -99,6 +99,13 @@ def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> Htt
     return HttpResponse(status, {"content-type": "application/json", **(headers or {})}, body)
 
 
+def _refuse_body(status: int, message: str) -> HttpResponse:
+    """413 or 408 before the body is read whole: the connection closes, so a client still
+    sending stops and reads the answer instead of filling the socket."""
+    rej = inbound.Rejection(status, jsonrpc.INVALID_REQUEST, message)
+    return _json(status, rej.body(), {"connection": "close"})
+
+
 def _accepts_json(values: list[str]) -> bool:
     if not values:
         return True
@@ -169,24 +176,16 @@ class McpService:
                 ).body(),
             )
         if req.content_length is not None and req.content_length > self._max_body:
-            return _json(
-                413,
-                inbound.Rejection(413, jsonrpc.INVALID_REQUEST, "Request body too large").body(),
-            )
+            return _refuse_body(413, "Request body too large")
         token = await self._authenticate(req.headers.get("authorization", []))
         if isinstance(token, HttpResponse):
             return token
         try:
             body = await req.read_body()
         except BodyTooLarge:
-            return _json(
-                413,
-                inbound.Rejection(413, jsonrpc.INVALID_REQUEST, "Request body too large").body(),
-            )
+            return _refuse_body(413, "Request body too large")
         except BodyTooSlow:
-            return _json(
-                408, inbound.Rejection(408, jsonrpc.INVALID_REQUEST, "Request body too slow").body()
-            )
+            return _refuse_body(408, "Request body not received in time")
         route = inbound.classify(req.headers, body)
         if isinstance(route, inbound.Rejection):
             return _json(route.status, route.body())

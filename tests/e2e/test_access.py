@@ -1,0 +1,151 @@
+"""Who may read what, over real sockets: tokens, homes, rosters, scopes, boxes that refuse."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from ftwbridge.store import TokenRecord, hash_token
+
+from .env import Env
+
+MODERN = {
+    "content-type": "application/json",
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2026-07-28",
+}
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def call_body(name: str, arguments: dict[str, Any] | None = None, rid: int = 1) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments or {}, "_meta": META},
+    }
+
+
+async def post_call(
+    env: Env, token: str | None, name: str, arguments: dict[str, Any] | None = None
+) -> Any:
+    headers = MODERN | {"mcp-method": "tools/call", "mcp-name": name}
+    async with env.http(token) as http:
+        return await http.post(
+            env.url, content=json.dumps(call_body(name, arguments)), headers=headers
+        )
+
+
+async def test_missing_and_unknown_tokens_get_401_with_metadata(env: Env) -> None:
+    for token in (None, "not-a-token"):
+        r = await post_call(env, token, "status")
+        assert r.status_code == 401
+        challenge = r.headers["www-authenticate"]
+        assert (
+            challenge.startswith("Bearer ")
+            and f'resource_metadata="{env.bridge.site.metadata_url}"' in challenge
+        )
+    async with env.http() as http:
+        meta = (await http.get(env.bridge.site.metadata_url)).json()
+    assert meta["resource"] == env.url and "ftw.live.read" in meta["scopes_supported"]
+
+
+async def test_token_for_one_home_is_refused_at_another(env: Env) -> None:
+    h1 = await env.add_home("h1")
+    await env.add_home("h2")
+    key, agent_id, _token = await env.agent(h1)
+    # A token naming home h2 with h1's agent key: h2's roster does not list it.
+    forged = "forged-token"
+    record = TokenRecord(
+        "h2", agent_id, key, ("ftw.live.read",), env.url, "test", env.bridge.clock() + 60_000
+    )
+    await env.bridge.store.put_token(hash_token(forged), record)
+    r = await post_call(env, forged, "status")
+    assert r.status_code == 401
+
+
+async def test_roster_drop_gives_401_and_keys_part_forgets(env: Env) -> None:
+    home = await env.add_home("h1")
+    key, _agent, token = await env.agent(home)
+    r = await post_call(env, token, "status")
+    assert r.status_code == 200 and not r.json()["result"]["isError"]
+    await home.console(op="drop_agent", key=key.hex())
+    with trio.fail_after(10):
+        await env.bridge.door.wait_roster("h1", lambda ro: key not in ro.agents())
+    r = await post_call(env, token, "status")
+    assert r.status_code == 401
+    assert not await env.bridge.keys.has(key)
+    assert await env.bridge.store.token(hash_token(token)) is None
+    assert env.bridge.pool.statistics().sessions == 0
+
+
+async def test_missing_scope_is_403_insufficient_scope(env: Env) -> None:
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home, scopes=["ftw.live.read"])
+    r = await post_call(env, token, "history_query", {"range": "6h"})
+    assert r.status_code == 403
+    assert 'error="insufficient_scope"' in r.headers["www-authenticate"]
+    assert 'scope="ftw.history.read"' in r.headers["www-authenticate"]
+    assert r.json()["id"] == 1 and "ftw.history.read" in r.json()["error"]["message"]
+    assert (await post_call(env, token, "status")).status_code == 200
+
+
+async def test_box_without_noise_says_it_takes_no_assistants(env: Env) -> None:
+    home = await env.add_home("h1", "--no-noise")
+    _key, _agent, token = await env.agent(home)
+    r = await post_call(env, token, "status")
+    result = r.json()["result"]
+    assert result["isError"] and result["structuredContent"]["error"]["code"] == "E_UNAVAILABLE"
+    assert "does not take assistants yet" in result["content"][0]["text"]
+
+
+async def test_box_without_clock_says_so_at_once(env: Env) -> None:
+    home = await env.add_home("h1", "--clock", "none")
+    _key, _agent, token = await env.agent(home)
+    start = trio.current_time()
+    r = await post_call(env, token, "status")
+    assert trio.current_time() - start < env.bridge.config.handshake_s
+    text = r.json()["result"]["content"][0]["text"]
+    assert text.startswith("E_UNAVAILABLE") and "no clock" in text
+
+
+async def test_refusal_in_words_with_retry(env: Env) -> None:
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home)
+    r = await post_call(env, token, "config_get", {"section": "site", "extra": 1})
+    result = r.json()["result"]
+    assert (
+        result["isError"] and "not valid" in result["content"][0]["text"]
+    )  # unknown field refused
+    r = await post_call(env, token, "diag_run", {"check": "driver", "src": "nope"})
+    result = r.json()["result"]
+    assert (
+        result["isError"]
+        and result["content"][0]["text"] == "E_NOT_FOUND: The home has no src called 'nope'."
+    )
+
+
+async def test_box_disconnect_mid_call_ends_in_words(env: Env) -> None:
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home)
+    assert (await post_call(env, token, "status")).status_code == 200
+    await home.console(op="hold", on=True)
+    async with trio.open_nursery() as inner:
+        got: list[Any] = []
+
+        async def caller() -> None:
+            got.append(await post_call(env, token, "status"))
+
+        inner.start_soon(caller)
+        with trio.fail_after(10):
+            while env.bridge.pool.statistics().calls_in_flight == 0:  # noqa: ASYNC110 - real sockets, bounded
+                await trio.sleep(0.01)
+        await home.console(op="drop_uplink")
+    result = got[0].json()["result"]
+    assert result["isError"] and "went away during the call" in result["content"][0]["text"]
+    assert env.bridge.pool.statistics().calls_in_flight == 0
