@@ -149,3 +149,37 @@ async def test_box_disconnect_mid_call_ends_in_words(env: Env) -> None:
     result = got[0].json()["result"]
     assert result["isError"] and "went away during the call" in result["content"][0]["text"]
     assert env.bridge.pool.statistics().calls_in_flight == 0
+
+
+async def test_cli_token_issue_mints_a_working_token(env: Env) -> None:
+    import os
+    import subprocess
+    import sys
+
+    home = await env.add_home("h1")
+    _key, agent_id, _token = await env.agent(home)
+    cfg = env.bridge.config
+    run_env = os.environ | {
+        "FTWBRIDGE_STATE_DIR": str(cfg.state_dir),
+        "FTWBRIDGE_PUBLIC_URL": env.bridge.site.public_url,
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "ftwbridge",
+        "token",
+        "issue",
+        "--home",
+        "h1",
+        "--agent",
+        agent_id,
+    ]
+    done = await trio.run_process(argv, capture_stdout=True, env=run_env, check=True)
+    token = done.stdout.decode().strip()
+    r = await post_call(env, token, "status")
+    assert r.status_code == 200 and not r.json()["result"]["isError"]
+    argv[-1] = "nobody"
+    done = await trio.run_process(
+        argv, capture_stdout=True, capture_stderr=True, env=run_env, check=False
+    )
+    assert done.returncode == 1 and b"lists no agent" in done.stderr

@@ -1,0 +1,135 @@
+"""The keys part in both modes, the SQLite store, the CLI, and the project's import rules."""
+
+from __future__ import annotations
+
+import ast
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
+from ftwbridge.keys.service import KeysError
+from ftwbridge.proto.noise import Responder, generate_static
+from ftwbridge.store import SqliteStore, TokenRecord, hash_token
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("mode", ["in-process", "socket"])
+async def test_keys_part(mode: str, tmp_path: Path, nursery: trio.Nursery) -> None:
+    service = KeysService(tmp_path / "keys.json")
+    port: KeysPort = service
+    if mode == "socket":
+        sock = tmp_path / "keys.sock"
+        await nursery.start(serve_keys, sock, service)
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        port = KeysClient(sock)
+    box_private, box_public = generate_static()
+    key = await port.create("h1")
+    assert stat.S_IMODE((tmp_path / "keys.json").stat().st_mode) == 0o600
+    assert await port.has(key)
+    handle, m1 = await port.begin(key, box_public)
+    responder = Responder(our_static=box_private)
+    their, _ = responder.read_message1(m1)
+    assert their == key
+    m2, box_keys = responder.write_message2()
+    keys = await port.finish(handle, m2)
+    assert keys.send_key == box_keys.recv_key and keys.handshake_hash == box_keys.handshake_hash
+    with pytest.raises(KeysError):
+        await port.finish(handle, m2)  # a handshake is used once
+    handle, _ = await port.begin(key, box_public)
+    await port.abort(handle)
+    assert service.pending_handshakes == 0
+    # a key not yet listed stays (consent pending); once listed and then dropped, it goes
+    assert await port.sync("h1", frozenset()) == []
+    assert await port.sync("h1", frozenset({key})) == []
+    assert await port.sync("h1", frozenset()) == [key]
+    assert not await port.has(key)
+    assert KeysService(tmp_path / "keys.json")._keys == {}  # forgotten at rest too
+
+
+async def test_sqlite_store(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite")
+    await store.enroll_home("h1", b"k" * 32)
+    assert await store.home_key("h1") == b"k" * 32 and await store.home_key("h2") is None
+    await store.put_roster("h1", 3, b"roster")
+    assert await store.roster("h1") == (3, b"roster")
+    rec = TokenRecord("h1", "a1", b"a" * 32, ("ftw.live.read",), "http://x/mcp", "c", 123)
+    await store.put_token(hash_token("t"), rec)
+    assert await store.token(hash_token("t")) == rec
+    assert await store.drop_agent_tokens("h1", b"a" * 32) == 1
+    assert await store.token(hash_token("t")) is None
+    store.close()
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_import_rules() -> None:
+    stdlib = set(sys.stdlib_module_names)
+    for path in (ROOT / "ftwbridge" / "proto").glob("*.py"):
+        for name in _imports(path):
+            top = name.split(".")[0]
+            assert top in stdlib | {
+                "cbor2",
+                "nacl",
+                "noise",
+                "cryptography",
+                "yaml",
+                "ftwbridge",
+            }, (path, name)
+            assert top not in {"trio", "quart", "hypercorn", "pydantic", "time", "os"} or (
+                path.name,
+                top,
+            ) == ("noise.py", "os"), (path, name)
+    for part in ("keys", "door", "pool"):
+        for path in (ROOT / "ftwbridge" / part).glob("*.py"):
+            assert not any(
+                n.startswith(("ftwbridge.mcp", "ftwbridge.oauth")) for n in _imports(path)
+            ), path
+    for path in (ROOT / "ftwbridge").rglob("*.py"):
+        assert not any(n.startswith("stubbox") for n in _imports(path)), path
+
+
+def test_cli_demo_once_reads_every_tool(tmp_path: Path) -> None:
+    env = os.environ | {"FTWBRIDGE_STATE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "ftwbridge", "demo", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for name in (
+        "homes_list",
+        "status",
+        "chargers_list",
+        "cars_list",
+        "plan_get",
+        "plan_explain",
+        "history_query",
+        "health_get",
+        "events_list",
+        "logs_tail",
+        "drivers_status",
+        "config_get",
+        "diag_run",
+    ):
+        lines = [line for line in out.stdout.splitlines() if line.strip().startswith(name + " ")]
+        assert len(lines) == 2, name  # once per era
+        assert not any("E_" in line[:40] for line in lines), lines
