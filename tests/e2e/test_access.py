@@ -153,7 +153,6 @@ async def test_box_disconnect_mid_call_ends_in_words(env: Env) -> None:
 
 async def test_cli_token_issue_mints_a_working_token(env: Env) -> None:
     import os
-    import subprocess
     import sys
 
     home = await env.add_home("h1")
