@@ -152,7 +152,8 @@ class AgentSession:
             raise LocalProtocolError("a request is already in flight on this session")
         rid = self._next_id
         self._next_id = 1 if rid >= MAX_ID else rid + 1
-        message = self._channel.wrap(Envelope(t, rid, body), bulk=True)  # reads ride lane 1, as upstream
+        # reads ride lane 1, as upstream
+        message = self._channel.wrap(Envelope(t, rid, body), bulk=True)
         self._pending = _Pending(rid, t)
         return rid, message
 
