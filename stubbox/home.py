@@ -18,32 +18,25 @@ from typing import Any, Final
 
 from ftwbridge.proto.names import SourceState
 
+from . import settings
 from .journal import HOSTILE_FRAGMENTS, Journal, hostile
 from .physics import (
-    BATTERY_MAX_W,
     CAPACITY_WH,
     CURRENCY,
     DAY_MS,
-    ENERGY_TAX_MINOR,
     EV_W,
-    GRID_FEE_MINOR,
     HOUR_MS,
     RESERVE_WH,
     SERIES,
     SLOT_MS,
-    VAT_PERMILLE,
     ZONE,
     Physics,
 )
+from .settings import EXPENSIVE_MINOR, MODE, PLAN_HOURS, PLAN_SLOT_MS
 
 __all__ = ["HOSTILE_FRAGMENTS", "MODE", "SERIES", "Home"]
 
-PLAN_SLOT_MS: Final = 900_000
-PLAN_HOURS: Final = 48
 PRICE_WINDOW_MS: Final = 8 * DAY_MS
-MODE: Final = "planner_arbitrage"
-"""The dispatch mode the box runs (a key of registry.yaml `modes`, which has no enum)."""
-EXPENSIVE_MINOR: Final = 200
 _SOURCES: Final = (  # id, kind, readable name, base lag ms
     ("meter.p1", "meter", "P1 meter", 400),
     ("inverter.sungrow", "inverter", "Sungrow inverter", 900),
@@ -337,53 +330,7 @@ class Home:
 
         Units in the key names; never a secret.
         """
-        sections: dict[str, dict[str, Any]] = {
-            "site": {
-                "name": "Stub home",
-                "zone": ZONE,
-                "currency": CURRENCY,
-                "timezone": "UTC",
-                "fuse_a": 25,
-                "phases": 3,
-            },
-            "battery": {
-                "capacity_wh": CAPACITY_WH,
-                "max_charge_w": BATTERY_MAX_W,
-                "max_discharge_w": BATTERY_MAX_W,
-                "min_soc_permille": 100,
-                "reserve_soc_permille": RESERVE_WH * 1000 // CAPACITY_WH,
-                "max_soc_permille": 1000,
-                "driver": "battery.pylontech",
-            },
-            "loadpoints": {
-                "lp1": {
-                    "name": self._name("Garage charger", 0),
-                    "charger": "charger.easee",
-                    "max_power_w": 11_000,
-                    "min_current_a": 6,
-                    "max_current_a": 16,
-                    "phases": 3,
-                    "default_mode": "pv",
-                    "car": "car1",
-                }
-            },
-            "tariff": {
-                "zone": ZONE,
-                "currency": CURRENCY,
-                "grid_fee_minor_per_kwh": GRID_FEE_MINOR,
-                "energy_tax_minor_per_kwh": ENERGY_TAX_MINOR,
-                "vat_permille": VAT_PERMILLE,
-                "price_step_ms": HOUR_MS,
-            },
-            "planner": {
-                "mode": MODE,
-                "horizon_ms": PLAN_HOURS * HOUR_MS,
-                "slot_ms": PLAN_SLOT_MS,
-                "replan_every_ms": PLAN_SLOT_MS,
-                "ceiling_w": None,
-                "expensive_minor_per_kwh": EXPENSIVE_MINOR,
-            },
-        }
+        sections = settings.sections(self._name("Garage charger", 0))
         if section not in sections:
             return None
         return {"section": section, "config": sections[section]}

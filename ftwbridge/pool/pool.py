@@ -19,13 +19,12 @@ import logging
 import math
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.door import Door, HomeOffline, Tun, TunEnded
+from ftwbridge.door import Door, HomeOffline, TunEnded
 from ftwbridge.keys.service import KeysError, KeysPort
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
@@ -33,77 +32,14 @@ from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import AgentGrant, Refused, Roster, admit
 from ftwbridge.proto.session import AgentSession, Push, Refusal, Reply, Terminated
 
+from .warm import CallRefused, PoolStats, Waiter, Warm, refusal_for_end
+
 log = logging.getLogger("ftwbridge.pool")
 HELLO_BODY = {
     "proto": {"min": 1, "max": 1},
     "app": {"build": "ftwbridge", "ua": "agent"},
     "locales": ["en"],
 }
-
-
-class CallRefused(Exception):
-    """A call that cannot be answered: a registry `code`, its `args`, and a retry hint in ms."""
-
-    def __init__(
-        self,
-        code: Code | str,
-        args: dict[str, Any] | None = None,
-        retry_after_ms: int | None = None,
-    ):
-        super().__init__(str(code))
-        self.code = str(code)
-        self.args_ = args or {}
-        self.retry_after_ms = retry_after_ms
-
-
-@dataclass(slots=True)
-class PoolStats:
-    """`Pool.statistics()`: warm and opening sessions, calls in flight and queued, and how many
-    sessions ended, by reason."""
-
-    sessions: int
-    opening: int
-    calls_in_flight: int
-    queued: int
-    drops: dict[str, int]
-
-
-@dataclass(slots=True, eq=False)
-class _Waiter:
-    rid: int
-    done: trio.Event = field(default_factory=trio.Event)
-    reply: Reply | None = None
-    refusal: CallRefused | None = None
-
-
-@dataclass(slots=True, eq=False)
-class _Warm:
-    home: str
-    agent_key: bytes
-    grant: AgentGrant | None = None
-    agent: AgentSession | None = None
-    tun: Tun | None = None
-    ready: trio.Event = field(default_factory=trio.Event)
-    failure: CallRefused | None = None
-    lock: trio.Lock = field(default_factory=trio.Lock)
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    idle: trio.CancelScope = field(default_factory=trio.CancelScope)
-    waiter: _Waiter | None = None
-    end_reason: str | None = None
-    hello_ok: dict[str, Any] = field(default_factory=dict)
-
-    def close(self, reason: str) -> None:
-        if self.end_reason is None:
-            self.end_reason = reason
-        self.scope.cancel()
-
-
-def _refusal_for_end(reason: str) -> CallRefused:
-    if reason == TunEndReason.REVOKED:
-        return CallRefused(Code.E_GRANT_REVOKED)
-    if reason == TunEndReason.EXPIRED:
-        return CallRefused(Code.E_GRANT_EXPIRED)
-    return CallRefused(Code.E_UNAVAILABLE, {"reason": reason})
 
 
 class Pool:
@@ -122,7 +58,7 @@ class Pool:
         self._keys = keys
         self._config = config
         self._wall_ms = wall_ms
-        self._warm: OrderedDict[tuple[str, bytes], _Warm] = OrderedDict()
+        self._warm: OrderedDict[tuple[str, bytes], Warm] = OrderedDict()
         self._queued: dict[str, int] = {}
         self._in_flight = 0
         self._limiter = trio.CapacityLimiter(config.calls_in_flight)
@@ -188,7 +124,7 @@ class Pool:
             if queued:
                 self._queued[home] -= 1
 
-    async def _session(self, home: str, agent_key: bytes) -> _Warm:
+    async def _session(self, home: str, agent_key: bytes) -> Warm:
         await self._admit(home, agent_key)
         key = (home, agent_key)
         w = self._warm.get(key)
@@ -217,7 +153,7 @@ class Pool:
             raise CallRefused(decision.code, decision.args)
         return decision.grant
 
-    def _start(self, home: str, agent_key: bytes) -> _Warm:
+    def _start(self, home: str, agent_key: bytes) -> Warm:
         if self._nursery is None:
             raise CallRefused(Code.E_UNAVAILABLE, {"reason": "restarting"})
         at_home = sum(1 for h, _ in self._warm if h == home)
@@ -227,7 +163,7 @@ class Pool:
                 Code.E_CAP_EXCEEDED, {"cap": Cap.SESSIONS.value, "max": top, "asked": at_home + 1}
             )
         self._evict_for_room()
-        w = _Warm(home, agent_key)
+        w = Warm(home, agent_key)
         self._warm[(home, agent_key)] = w
         self._nursery.start_soon(self._run_session, w)
         return w
@@ -242,9 +178,9 @@ class Pool:
             else:
                 return
 
-    async def _exchange(self, w: _Warm, read: Read, body: Any) -> Reply:
+    async def _exchange(self, w: Warm, read: Read, body: Any) -> Reply:
         if w.end_reason is not None or w.agent is None or w.tun is None:
-            raise _refusal_for_end(w.end_reason or "closed")
+            raise refusal_for_end(w.end_reason or "closed")
         if w.grant is not None and self._wall_ms() >= w.grant.expires_at_ms:
             w.close(TunEndReason.EXPIRED.value)
             raise CallRefused(Code.E_GRANT_EXPIRED, {"expiresAtMs": w.grant.expires_at_ms})
@@ -253,12 +189,12 @@ class Pool:
             w.idle.deadline = math.inf
             try:
                 rid, message = w.agent.request(read.value, body)
-                waiter = _Waiter(rid)
+                waiter = Waiter(rid)
                 w.waiter = waiter
                 try:
                     await w.tun.send(message)
                 except TunEnded as exc:
-                    raise _refusal_for_end(exc.reason) from None
+                    raise refusal_for_end(exc.reason) from None
                 await waiter.done.wait()
             finally:
                 self._in_flight -= 1
@@ -273,7 +209,7 @@ class Pool:
 
     # -- the session task -------------------------------------------------------------------
 
-    async def _run_session(self, w: _Warm) -> None:
+    async def _run_session(self, w: Warm) -> None:
         try:
             with w.scope:
                 try:
@@ -297,10 +233,10 @@ class Pool:
             reason = w.end_reason or TunEndReason.CLOSED.value
             w.end_reason = reason
             if w.failure is None and not w.ready.is_set():
-                w.failure = _refusal_for_end(reason)
+                w.failure = refusal_for_end(reason)
             w.ready.set()
             if w.waiter is not None and not w.waiter.done.is_set():
-                w.waiter.refusal = _refusal_for_end(reason)
+                w.waiter.refusal = refusal_for_end(reason)
                 w.waiter.done.set()
             if self._warm.get((w.home, w.agent_key)) is w:
                 del self._warm[(w.home, w.agent_key)]
@@ -310,7 +246,7 @@ class Pool:
                     await w.tun.aclose(reason)
             log.info("session end home=%s reason=%s", w.home, reason)
 
-    async def _open(self, w: _Warm) -> None:
+    async def _open(self, w: Warm) -> None:
         grant = await self._admit(w.home, w.agent_key)
         w.grant = grant
         roster = await self._door.roster(w.home)
@@ -330,7 +266,7 @@ class Pool:
             except KeysError:
                 raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "keys"}) from None
             except TunEnded as exc:
-                raise _refusal_for_end(exc.reason) from None
+                raise refusal_for_end(exc.reason) from None
             finally:
                 if handle is not None:
                     with (
@@ -345,7 +281,7 @@ class Pool:
         if deadline.cancelled_caught:
             raise CallRefused(Code.E_UNAVAILABLE, {"reason": "no_answer"})
 
-    async def _wait_hello_ok(self, w: _Warm) -> None:
+    async def _wait_hello_ok(self, w: Warm) -> None:
         assert w.agent is not None and w.tun is not None
         while True:
             for ev in w.agent.receive(await w.tun.receive()):
@@ -359,7 +295,7 @@ class Pool:
                         str(ev.body.get("code")), args if isinstance(args, dict) else {}
                     )
                 if isinstance(ev, Terminated):
-                    raise _refusal_for_end(ev.reason)
+                    raise refusal_for_end(ev.reason)
 
     def _check_clock(self, hello_ok: dict[str, Any]) -> None:
         clock = hello_ok.get("clock")
@@ -373,7 +309,7 @@ class Pool:
         if skew > top:
             raise CallRefused(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": top})
 
-    async def _read(self, w: _Warm) -> None:
+    async def _read(self, w: Warm) -> None:
         assert w.agent is not None and w.tun is not None
         while True:
             message = await w.tun.receive()

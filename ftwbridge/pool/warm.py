@@ -1,0 +1,83 @@
+"""A warm session's record, the pool's refusal and statistics types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ftwbridge.door import Tun
+from ftwbridge.proto.names import Code, TunEndReason
+from ftwbridge.proto.roster import AgentGrant
+from ftwbridge.proto.session import AgentSession, Reply
+
+
+class CallRefused(Exception):
+    """A call that cannot be answered: a registry `code`, its `args`, and a retry hint in ms."""
+
+    def __init__(
+        self,
+        code: Code | str,
+        args: dict[str, Any] | None = None,
+        retry_after_ms: int | None = None,
+    ):
+        super().__init__(str(code))
+        self.code = str(code)
+        self.args_ = args or {}
+        self.retry_after_ms = retry_after_ms
+
+
+@dataclass(slots=True)
+class PoolStats:
+    """`Pool.statistics()`: warm and opening sessions, calls in flight and queued, and how many
+    sessions ended, by reason."""
+
+    sessions: int
+    opening: int
+    calls_in_flight: int
+    queued: int
+    drops: dict[str, int]
+
+
+@dataclass(slots=True, eq=False)
+class Waiter:
+    """A call waiting for the answer to request `rid`: set `reply` or `refusal`, then `done`."""
+
+    rid: int
+    done: trio.Event = field(default_factory=trio.Event)
+    reply: Reply | None = None
+    refusal: CallRefused | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Warm:
+    """One agent's session at one home, owned by its task in the pool's nursery."""
+
+    home: str
+    agent_key: bytes
+    grant: AgentGrant | None = None
+    agent: AgentSession | None = None
+    tun: Tun | None = None
+    ready: trio.Event = field(default_factory=trio.Event)
+    failure: CallRefused | None = None
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    idle: trio.CancelScope = field(default_factory=trio.CancelScope)
+    waiter: Waiter | None = None
+    end_reason: str | None = None
+    hello_ok: dict[str, Any] = field(default_factory=dict)
+
+    def close(self, reason: str) -> None:
+        if self.end_reason is None:
+            self.end_reason = reason
+        self.scope.cancel()
+
+
+def refusal_for_end(reason: str) -> CallRefused:
+    """The refusal a waiting call gets when its session ends with `reason`."""
+    if reason == TunEndReason.REVOKED:
+        return CallRefused(Code.E_GRANT_REVOKED)
+    if reason == TunEndReason.EXPIRED:
+        return CallRefused(Code.E_GRANT_EXPIRED)
+    return CallRefused(Code.E_UNAVAILABLE, {"reason": reason})
