@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -52,11 +53,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config) -> int:
+    """Serve until SIGTERM or SIGINT: the first drains and exits 0, a second exits at once (1)."""
     bridge = Bridge(config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(bridge.serve)
-        print(f"ftwbridge serving {bridge.site.resource}", flush=True)
+    status = 0
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bridge.serve)
+            print(f"ftwbridge serving {bridge.site.resource}", flush=True)
+
+            async def watch() -> None:
+                nonlocal status
+                draining = False
+                async for _sig in signals:
+                    if draining:
+                        status = 1
+                        nursery.cancel_scope.cancel()
+                        return
+                    draining = True
+                    nursery.start_soon(drain_then_stop)
+
+            async def drain_then_stop() -> None:
+                await bridge.drain()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+    return status
 
 
 async def _keys(config: Config, socket: Path) -> None:
@@ -115,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     status = 0
     with contextlib.suppress(KeyboardInterrupt):
         if args.command == "serve":
-            trio.run(_serve, config)
+            status = trio.run(_serve, config)
         elif args.command == "keys":
             trio.run(_keys, config, args.socket)
         elif args.command == "home":

@@ -62,6 +62,10 @@ class Config(BaseModel):
     door_silence_s: float = 45.0
 
     token_ttl_s: int = Field(default=3600, gt=0)
+    drain_s: float = 10.0
+    """How long calls in flight may finish after SIGTERM before sessions are closed."""
+    admin_bind: str | None = "127.0.0.1:8781"
+    """host:port of the admin listener (/metrics, /healthz, /readyz); None turns it off."""
 
 
 def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> Config:

@@ -188,6 +188,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             print("\nConnect another MCP client (Streamable HTTP):")
             print(f"  URL:    {url}")
             print(f"  header: Authorization: Bearer {token}")
+            print(f"Metrics: {bridge.admin_url}/metrics")
             print("Ctrl-C stops the demo.", flush=True)
             await trio.sleep_forever()
     return 0

@@ -22,7 +22,9 @@ from ftwbridge.app import Site, create_app
 from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
+from ftwbridge.keys.service import KeysError
 from ftwbridge.mcp.server import McpService, Refused
+from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.pool import CallRefused, Pool
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.registry import READ_SCOPES
@@ -87,8 +89,14 @@ class Bridge:
             if config.keys_socket is None
             else KeysClient(config.keys_socket)
         )
+        self.metrics = Metrics()
         self.door = Door(config=config, store=self.store, on_roster=self._on_roster, wall_ms=clock)
-        self.pool = Pool(door=self.door, keys=self.keys, config=config, wall_ms=clock)
+        self.pool = Pool(
+            door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
+        )
+        self.metrics.watch(self.pool, self.door)
+        self.admin_url: str | None = None
+        self._nursery: trio.Nursery | None = None
 
     async def _on_roster(self, home: str, roster: Roster) -> None:
         await self.pool.on_roster(home, roster)
@@ -122,6 +130,26 @@ class Bridge:
         await self.store.put_token(hash_token(token), record)
         return token
 
+    async def ready(self) -> bool:
+        """Ready once the store and the keys part answer, and not while draining."""
+        if self.pool.draining:
+            return False
+        try:
+            with trio.fail_after(2):
+                await self.store.home_key("")
+                await self.keys.has(bytes(32))
+        except (trio.TooSlowError, KeysError, OSError):
+            return False
+        return True
+
+    async def drain(self) -> None:
+        """Stop taking calls, let calls in flight finish (`drain_s`), end every session with
+        `tun.end {restarting}`, then stop serving."""
+        log.info("draining")
+        await self.pool.drain(self.config.drain_s)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
     async def _verify(self, token: str) -> TokenRecord | None:
         return await self.store.token(hash_token(token))
 
@@ -148,6 +176,9 @@ class Bridge:
             max_body_bytes=c.max_body_bytes,
             call_deadline_s=c.call_deadline_s,
             wall_ms=self.clock,
+            http_burst=c.http_burst,
+            http_per_s=c.http_per_s,
+            on_call=self.metrics.on_call,
         )
         app = create_app(
             site=self.site,
@@ -164,10 +195,24 @@ class Bridge:
         hc.errorlog = logging.getLogger("hypercorn.error")
         hc.websocket_max_message_size = 64 * 1024 + 1024
         hc.graceful_timeout = 1.0
+        admin_fd = None
+        if c.admin_bind is not None:
+            admin_sock = _bind(c.admin_bind)
+            ahost, aport = admin_sock.getsockname()[:2]
+            self.admin_url = f"http://{ahost}:{aport}"
+            admin_fd = admin_sock.detach()
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await nursery.start(self.pool.run)
                 await nursery.start(hypercorn_serve, app, hc)
+                if admin_fd is not None:
+                    ac = HypercornConfig()
+                    ac.bind = [f"fd://{admin_fd}"]
+                    ac.accesslog = None
+                    ac.graceful_timeout = 1.0
+                    admin = create_admin_app(self.metrics, self.ready)
+                    await nursery.start(hypercorn_serve, admin, ac)
                 log.info("bridge up at %s", self.site.public_url)
                 task_status.started(self)
         finally:

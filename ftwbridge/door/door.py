@@ -221,6 +221,11 @@ class Door:
             self._buckets[(home, outbound)] = lim
         return lim
 
+    @property
+    def uplink_count(self) -> int:
+        """Boxes connected now."""
+        return len(self._uplinks)
+
     def online(self, home: str) -> bool:
         """Whether `home` has an uplink now."""
         return home in self._uplinks

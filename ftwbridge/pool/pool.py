@@ -19,7 +19,7 @@ import logging
 import math
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -32,6 +32,7 @@ from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import AgentGrant, Refused, Roster, admit
 from ftwbridge.proto.session import AgentSession, Push, Refusal, Reply, Terminated
 
+from .pacing import HomePacer
 from .warm import CallRefused, PoolStats, Waiter, Warm, refusal_for_end
 
 log = logging.getLogger("ftwbridge.pool")
@@ -40,6 +41,13 @@ HELLO_BODY = {
     "app": {"build": "ftwbridge", "ua": "agent"},
     "locales": ["en"],
 }
+
+
+class PoolObserver(Protocol):
+    """Where the pool reports timings (the bridge's metrics fit)."""
+
+    def on_queue_wait(self, seconds: float) -> None: ...
+    def on_open(self, outcome: str, seconds: float) -> None: ...
 
 
 class Pool:
@@ -51,9 +59,18 @@ class Pool:
         config: `idle_close_s`, `handshake_s`, `queue_per_home`, `warm_sessions`,
             `sessions_per_home`, `calls_in_flight`, `clock_skew_max_ms`.
         wall_ms: the bridge's wall clock, ms since the epoch (expiry is judged by it).
+        observer: told queue waits and session openings (metrics), if given.
     """
 
-    def __init__(self, *, door: Door, keys: KeysPort, config: Config, wall_ms: Callable[[], int]):
+    def __init__(
+        self,
+        *,
+        door: Door,
+        keys: KeysPort,
+        config: Config,
+        wall_ms: Callable[[], int],
+        observer: PoolObserver | None = None,
+    ):
         self._door = door
         self._keys = keys
         self._config = config
@@ -63,6 +80,10 @@ class Pool:
         self._in_flight = 0
         self._limiter = trio.CapacityLimiter(config.calls_in_flight)
         self._drops: dict[str, int] = {}
+        self._draining = False
+        self._observer = observer
+        self._changed = trio.Event()
+        self.pacer = HomePacer(config)
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[Pool] = trio.TASK_STATUS_IGNORED) -> None:
@@ -85,6 +106,33 @@ class Pool:
             queued=sum(self._queued.values()),
             drops=dict(self._drops),
         )
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _wait_until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            await self._changed.wait()
+
+    @property
+    def draining(self) -> bool:
+        """True once `drain` has begun: no new calls are taken."""
+        return self._draining
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking calls, let calls in flight finish within `grace_s` seconds, then end every
+        session (`tun.end {restarting}`) and wait (1 s at most) until they are gone.
+
+        Later calls are refused `E_UNAVAILABLE {reason: restarting}`.
+        """
+        self._draining = True
+        with trio.move_on_after(grace_s):
+            await self._wait_until(lambda: self._in_flight == 0 and not any(self._queued.values()))
+        for w in list(self._warm.values()):
+            w.close(TunEndReason.RESTARTING.value)
+        with trio.move_on_after(1):
+            await self._wait_until(lambda: not self._warm)
 
     def warm_grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
         """The grant of a warm session, if any (for `homes_list`)."""
@@ -110,22 +158,34 @@ class Pool:
         Raises:
             CallRefused: admission, the queue, the box, or the session ending refused it.
         """
+        if self._draining:
+            raise CallRefused(Code.E_UNAVAILABLE, {"reason": "restarting"})
         if self._queued.get(home, 0) >= self._config.queue_per_home:
-            raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
+            retry_ms = math.ceil(
+                1000 * max(self.pacer.wait_s(home), 1 / self._config.pace_calls_per_s)
+            )
+            raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
         self._queued[home] = self._queued.get(home, 0) + 1
         queued = True
+        arrived = trio.current_time()
         try:
+            await self._admit(home, agent_key)
+            await self.pacer.turn(home)
             w = await self._session(home, agent_key)
             async with w.lock:
                 self._queued[home] -= 1
                 queued = False
-                return await self._exchange(w, read, body)
+                if self._observer is not None:
+                    self._observer.on_queue_wait(trio.current_time() - arrived)
+                reply = await self._exchange(w, read, body)
+            self.pacer.charge_bytes(home, reply.size)
+            return reply
         finally:
             if queued:
                 self._queued[home] -= 1
+                self._notify()
 
     async def _session(self, home: str, agent_key: bytes) -> Warm:
-        await self._admit(home, agent_key)
         key = (home, agent_key)
         w = self._warm.get(key)
         if w is None or w.end_reason is not None:
@@ -198,6 +258,7 @@ class Pool:
                 await waiter.done.wait()
             finally:
                 self._in_flight -= 1
+                self._notify()
                 if w.waiter is not None and not w.waiter.done.is_set():
                     w.agent.abandon()
                 w.waiter = None
@@ -212,9 +273,12 @@ class Pool:
     async def _run_session(self, w: Warm) -> None:
         try:
             with w.scope:
+                started = trio.current_time()
                 try:
                     await self._open(w)
+                    self._observed_open("ok", started)
                 except CallRefused as exc:
+                    self._observed_open(exc.code, started)
                     w.failure = exc
                     w.end_reason = w.end_reason or "refused"
                     return
@@ -240,11 +304,16 @@ class Pool:
                 w.waiter.done.set()
             if self._warm.get((w.home, w.agent_key)) is w:
                 del self._warm[(w.home, w.agent_key)]
+            self._notify()
             self._drops[reason] = self._drops.get(reason, 0) + 1
             if w.tun is not None:
                 with trio.CancelScope(shield=True):
                     await w.tun.aclose(reason)
             log.info("session end home=%s reason=%s", w.home, reason)
+
+    def _observed_open(self, outcome: str, started: float) -> None:
+        if self._observer is not None:
+            self._observer.on_open(outcome, trio.current_time() - started)
 
     async def _open(self, w: Warm) -> None:
         grant = await self._admit(w.home, w.agent_key)

@@ -76,6 +76,8 @@ class Reply:
     t: str
     body: Any
     chunks: tuple[Any, ...] = ()
+    size: int = 0
+    """Bytes of the transport messages that brought this answer (for byte pacing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,7 @@ class _Pending:
     id: int
     t: str
     chunks: list[Any] = field(default_factory=list)
+    nbytes: int = 0
 
 
 class AgentSession:
@@ -191,6 +194,8 @@ class AgentSession:
             raise
         if env is None:
             return []
+        if self._pending is not None and env.id == self._pending.id:
+            self._pending.nbytes += len(message)
         return self._dispatch(env)
 
     def _dispatch(self, env: Envelope) -> list[SessionEvent]:
@@ -220,7 +225,7 @@ class AgentSession:
             pending.chunks.append(env.b)
             return []
         self._pending = None
-        return [Reply(env.id, env.t, env.b, tuple(pending.chunks))]
+        return [Reply(env.id, env.t, env.b, tuple(pending.chunks), pending.nbytes)]
 
 
 _KNOWN_ANSWERS = frozenset({*Answer, Msg.HELLO_OK})

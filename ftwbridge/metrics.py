@@ -1,0 +1,149 @@
+"""Prometheus metrics and the admin listener's app (`/metrics`, `/healthz`, `/readyz`).
+
+One `Metrics` per bridge, on its own registry (never the global one). Counters and histograms
+are observed as things happen; the pool's and door's gauges are read at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from quart import Response
+from quart_trio import QuartTrio
+
+from ftwbridge.door import Door
+from ftwbridge.pool import Pool
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
+
+
+class _Gauges(Collector):
+    def __init__(self, pool: Pool, door: Door) -> None:
+        self._pool = pool
+        self._door = door
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        s = self._pool.statistics()
+        sessions = GaugeMetricFamily(
+            "ftwbridge_sessions", "Agent sessions by state", labels=["state"]
+        )
+        sessions.add_metric(["warm"], s.sessions)
+        sessions.add_metric(["opening"], s.opening)
+        yield sessions
+        yield GaugeMetricFamily(
+            "ftwbridge_calls_in_flight", "Box calls in flight", value=s.calls_in_flight
+        )
+        yield GaugeMetricFamily(
+            "ftwbridge_calls_queued", "Calls waiting per process", value=s.queued
+        )
+        drops = GaugeMetricFamily(
+            "ftwbridge_door_dropped_tun",
+            "Tun messages the door dropped past a home's limit",
+            labels=["direction"],
+        )
+        drops.add_metric(["to_box"], self._door.stats.dropped_to_box)
+        drops.add_metric(["from_box"], self._door.stats.dropped_from_box)
+        yield drops
+        ended = GaugeMetricFamily(
+            "ftwbridge_sessions_ended", "Sessions ended, by reason", labels=["reason"]
+        )
+        for reason, n in sorted(s.drops.items()):
+            ended.add_metric([reason], n)
+        yield ended
+        yield GaugeMetricFamily(
+            "ftwbridge_pacing_refusals",
+            "Calls refused by per-home pacing",
+            value=self._pool.pacer.refusals,
+        )
+        yield GaugeMetricFamily(
+            "ftwbridge_uplinks", "Boxes connected", value=self._door.uplink_count
+        )
+
+
+class Metrics:
+    """The bridge's metrics (names start `ftwbridge_`; durations in seconds)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.calls = Counter(
+            "ftwbridge_tool_calls",
+            "Tool calls by tool and outcome (ok or a registry code)",
+            ["tool", "outcome"],
+            registry=self.registry,
+        )
+        self.call_seconds = Histogram(
+            "ftwbridge_tool_call_seconds",
+            "Tool call duration",
+            ["tool"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_seconds = Histogram(
+            "ftwbridge_queue_wait_seconds",
+            "Time a call waited for pacing and its session",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.handshakes = Counter(
+            "ftwbridge_handshakes",
+            "Session openings by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.handshake_seconds = Histogram(
+            "ftwbridge_handshake_seconds",
+            "Handshake to hello_ok",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def watch(self, pool: Pool, door: Door) -> None:
+        """Add the pool's and door's gauges (read at scrape time)."""
+        self.registry.register(_Gauges(pool, door))
+
+    def on_call(self, tool: str, outcome: str, seconds: float) -> None:
+        """Record one tool call."""
+        self.calls.labels(tool, outcome).inc()
+        self.call_seconds.labels(tool).observe(seconds)
+
+    def on_queue_wait(self, seconds: float) -> None:
+        """Record how long a call waited before reaching its session."""
+        self.queue_seconds.observe(seconds)
+
+    def on_open(self, outcome: str, seconds: float) -> None:
+        """Record one session opening (`ok` or the refusal's code)."""
+        self.handshakes.labels(outcome).inc()
+        if outcome == "ok":
+            self.handshake_seconds.observe(seconds)
+
+    def text(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)
+
+
+def create_admin_app(metrics: Metrics, ready: Callable[[], Awaitable[bool]]) -> QuartTrio:
+    """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (`ready()`)."""
+    app = QuartTrio("ftwbridge-admin")
+
+    @app.route("/metrics")
+    async def metrics_route() -> Response:
+        return Response(metrics.text(), 200, {"content-type": "text/plain; version=0.0.4"})
+
+    @app.route("/healthz")
+    async def healthz() -> Response:
+        return Response(b"ok\n", 200, {"content-type": "text/plain"})
+
+    @app.route("/readyz")
+    async def readyz() -> Response:
+        ok = await ready()
+        return Response(
+            b"ready\n" if ok else b"not ready\n", 200 if ok else 503, {"content-type": "text/plain"}
+        )
+
+    return app
+
+
+__all__ = ["Metrics", "create_admin_app"]
