@@ -1,48 +1,64 @@
 """`ftwbridge` command line: the only reader of argv and the environment.
 
-ftwbridge serve [--config FILE]             run the bridge
-ftwbridge keys --socket PATH [--config FILE] run the keys part as its own process
-ftwbridge home enroll --home H --key HEX     enroll a home's Ed25519 public key
-ftwbridge token issue --home H --agent A     mint a development token for a listed agent
-ftwbridge demo [--once] [--port N]          a home, the bridge and an assistant reading it
+  ftwbridge serve [--config FILE]                run the bridge (SIGTERM drains, a second exits)
+  ftwbridge keys --socket PATH [--config FILE]   run the keys part as its own process
+  ftwbridge home enroll --home H --key HEX       enroll a home's Ed25519 public key
+  ftwbridge agent create --home H                have the keys part make a new agent key
+  ftwbridge token issue --home H --agent A       mint a development token for a listed agent
+  ftwbridge demo [--once] [--port N]             a home, the bridge and an assistant reading it
+
+`--config` may stand before or after the command; without it, settings come from the
+environment (`FTWBRIDGE_*`) and defaults (state in ./state).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from ftwbridge.config import Config, load_config
-from ftwbridge.keys import KeysService, serve_keys
+from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
+from ftwbridge.lifecycle import until_signalled
 from ftwbridge.proto.roster import RosterRefused, verify_roster
-from ftwbridge.run import Bridge, wall_ms
-from ftwbridge.store import SqliteStore, TokenRecord, hash_token
+from ftwbridge.run import Bridge
+from ftwbridge.store import SqliteStore
 
 
 def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file")
     p = argparse.ArgumentParser(
         prog="ftwbridge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--config", type=Path, default=None, help="TOML config file")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run the bridge")
-    keys = sub.add_parser("keys", help="run the keys part on a Unix socket")
+    sub.add_parser("serve", help="run the bridge", parents=[common])
+    keys = sub.add_parser("keys", help="run the keys part on a Unix socket", parents=[common])
     keys.add_argument("--socket", type=Path, required=True)
     home = sub.add_parser("home", help="homes").add_subparsers(dest="action", required=True)
-    enroll = home.add_parser("enroll", help="enroll a home's Ed25519 public key")
+    enroll = home.add_parser("enroll", help="enroll a home's Ed25519 public key", parents=[common])
     enroll.add_argument("--home", required=True)
     enroll.add_argument("--key", required=True, help="32-byte public key, hex")
+    agent = sub.add_parser("agent", help="agents").add_subparsers(dest="action", required=True)
+    create = agent.add_parser(
+        "create", help="make a new agent key (prints it, hex)", parents=[common]
+    )
+    create.add_argument("--home", required=True)
     token = sub.add_parser("token", help="tokens").add_subparsers(dest="action", required=True)
-    issue = token.add_parser("issue", help="mint a development token for an agent the roster lists")
+    issue = token.add_parser(
+        "issue", help="mint a token for an agent the roster lists", parents=[common]
+    )
     issue.add_argument("--home", required=True)
     issue.add_argument("--agent", required=True, help="the agent's id in the home's roster")
-    demo = sub.add_parser("demo", help="a home, the bridge and an assistant reading it")
+    demo = sub.add_parser(
+        "demo", help="a home, the bridge and an assistant reading it", parents=[common]
+    )
     demo.add_argument("--once", action="store_true", help="stop after the scripted session")
     demo.add_argument(
         "--port", type=int, default=None, help="HTTP port (default 8780, 0 with --once)"
@@ -54,49 +70,51 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(config: Config) -> int:
-    """Serve until SIGTERM or SIGINT: the first drains and exits 0, a second exits at once (1)."""
     bridge = Bridge(config)
-    status = 0
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(bridge.serve)
-            print(f"ftwbridge serving {bridge.site.resource}", flush=True)
 
-            async def watch() -> None:
-                nonlocal status
-                draining = False
-                async for _sig in signals:
-                    if draining:
-                        status = 1
-                        nursery.cancel_scope.cancel()
-                        return
-                    draining = True
-                    nursery.start_soon(drain_then_stop)
+    async def run(nursery: trio.Nursery) -> None:
+        await nursery.start(bridge.serve)
+        print(f"ftwbridge serving {bridge.site.resource}", flush=True)
+        await trio.sleep_forever()
 
-            async def drain_then_stop() -> None:
-                await bridge.drain()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
-    return status
+    return await until_signalled(run, drain=bridge.drain)
 
 
-async def _keys(config: Config, socket: Path) -> None:
+async def _keys(config: Config, socket: Path) -> int:
     service = KeysService(Path(config.state_dir) / "agent-keys.json")
-    async with trio.open_nursery() as nursery:
+
+    async def run(nursery: trio.Nursery) -> None:
         await nursery.start(serve_keys, socket, service)
         print(f"keys part on {socket}", flush=True)
+        await trio.sleep_forever()
+
+    return await until_signalled(run)
 
 
 async def _enroll(config: Config, home: str, key_hex: str) -> int:
-    key = bytes.fromhex(key_hex)
+    try:
+        key = bytes.fromhex(key_hex)
+    except ValueError:
+        key = b""
     if len(key) != 32:
         print("the key must be 32 bytes of hex", file=sys.stderr)
         return 2
     store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
-    await store.enroll_home(home, key)
-    store.close()
+    try:
+        await store.enroll_home(home, key)
+    finally:
+        store.close()
     print(f"enrolled {home}")
+    return 0
+
+
+async def _agent_create(config: Config, home: str) -> int:
+    keys: KeysPort = (
+        KeysService(Path(config.state_dir) / "agent-keys.json")
+        if config.keys_socket is None
+        else KeysClient(config.keys_socket)
+    )
+    print((await keys.create(home)).hex())
     return 0
 
 
@@ -115,8 +133,10 @@ async def _issue(config: Config, home: str, agent: str) -> int:
         for agent_key, grant in roster.agents().items():
             if grant.id == agent:
                 bridge = Bridge(config)
-                token = await bridge.issue_token(home, agent_key, agent, grant.scopes)
-                bridge.store.close()
+                try:
+                    token = await bridge.issue_token(home, agent_key, agent, grant.scopes)
+                finally:
+                    bridge.store.close()
                 print(token)
                 return 0
         print(f"the roster of {home} lists no agent {agent}", file=sys.stderr)
@@ -125,31 +145,35 @@ async def _issue(config: Config, home: str, agent: str) -> int:
         store.close()
 
 
+def _only_interrupts(exc: BaseException) -> bool:
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and all(_only_interrupts(e) for e in exc.exceptions)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `ftwbridge` command."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.command == "serve" else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(message)s",
-    )
+    level = logging.INFO if args.command == "serve" else logging.WARNING
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     config = load_config(args.config)
-    status = 0
-    with contextlib.suppress(KeyboardInterrupt):
-        if args.command == "serve":
-            status = trio.run(_serve, config)
-        elif args.command == "keys":
-            trio.run(_keys, config, args.socket)
-        elif args.command == "home":
-            status = trio.run(_enroll, config, args.home, args.key)
-        elif args.command == "token":
-            status = trio.run(_issue, config, args.home, args.agent)
-        elif args.command == "demo":
-            from ftwbridge.demo import run_demo
+    jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
+        ("serve", None): lambda: _serve(config),
+        ("keys", None): lambda: _keys(config, args.socket),
+        ("home", "enroll"): lambda: _enroll(config, args.home, args.key),
+        ("agent", "create"): lambda: _agent_create(config, args.home),
+        ("token", "issue"): lambda: _issue(config, args.home, args.agent),
+    }
+    if args.command == "demo":
+        from ftwbridge.demo import run_demo
 
-            port = args.port if args.port is not None else (0 if args.once else 8780)
-            status = trio.run(lambda: run_demo(once=args.once, port=port, state_dir=args.state_dir))
+        port = args.port if args.port is not None else (0 if args.once else 8780)
+        jobs[("demo", None)] = lambda: run_demo(once=args.once, port=port, state_dir=args.state_dir)
+    job = jobs[(args.command, getattr(args, "action", None))]
+    try:
+        status = trio.run(job)
+    except BaseException as exc:
+        if not _only_interrupts(exc):
+            raise
+        status = 130
     sys.exit(status)
-
-
-__all__ = ["TokenRecord", "hash_token", "main", "wall_ms"]

@@ -22,6 +22,7 @@ from typing import Any
 import trio
 
 from ftwbridge.config import Config
+from ftwbridge.lifecycle import until_signalled
 from ftwbridge.proto.registry import READ_SCOPES
 from ftwbridge.run import Bridge
 
@@ -158,22 +159,28 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ftwbridge-demo-") as tmp:
         state = state_dir or Path(tmp)
+        # The scripted session makes 28 reads of one home at once; a larger pacing burst lets
+        # it run without waiting (every other limit keeps its default).
         config = Config(
-            bind=f"127.0.0.1:{port}", public_url=f"http://127.0.0.1:{port}", state_dir=state
+            bind=f"127.0.0.1:{port}",
+            public_url=f"http://127.0.0.1:{port}",
+            state_dir=state,
+            admin_bind="127.0.0.1:0",
+            pace_calls_burst=40,
         )
         bridge = Bridge(config)
-        async with trio.open_nursery() as nursery:
+
+        async def run(nursery: trio.Nursery) -> None:
             await nursery.start(bridge.serve)
             url = bridge.site.resource
             door_url = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
-            proc, line = await start_stub(nursery, door_url)
+            _proc, line = await start_stub(nursery, door_url)
             await bridge.store.enroll_home(DEMO_HOME, bytes.fromhex(line["homeKey"]))
             with trio.fail_after(15):
                 await bridge.door.wait_roster(DEMO_HOME, lambda r: True)
             key, agent_id = await grant_agent(bridge, line["console"], DEMO_HOME)
-            token = await bridge.issue_token(
-                DEMO_HOME, key, agent_id, tuple(s.value for s in READ_SCOPES), client="demo"
-            )
+            scopes = tuple(s.value for s in READ_SCOPES)
+            token = await bridge.issue_token(DEMO_HOME, key, agent_id, scopes, client="demo")
             print(
                 f"bridge at {url}; home {DEMO_HOME} online; agent {agent_id} granted by the home's owner"
             )
@@ -182,13 +189,14 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
                     print(text, flush=True)
             print(f"demo session done in {time.monotonic() - started:.1f} s")
             if once:
-                proc.terminate()
-                nursery.cancel_scope.cancel()
-                return 0
+                return  # cancelling the nursery stops the bridge and the stub home's process
             print("\nConnect another MCP client (Streamable HTTP):")
             print(f"  URL:    {url}")
             print(f"  header: Authorization: Bearer {token}")
-            print(f"Metrics: {bridge.admin_url}/metrics")
+            print(f"  owner console of the home: 127.0.0.1:{line['console']} (JSON lines)")
+            print(f"  metrics: {bridge.admin_url}/metrics")
             print("Ctrl-C stops the demo.", flush=True)
             await trio.sleep_forever()
+
+        await until_signalled(run)
     return 0

@@ -1,16 +1,17 @@
 """`python -m stubbox`: a simulated home that dials a bridge's door and serves its console.
 
 On start it prints one JSON line: `{"home", "homeKey" (hex Ed25519 public key), "console"
-(port)}`, so a parent process (the demo, tests) can enroll the home and drive its owner.
+(port)}`, or with `--fleet N`, `{"fleet": [{"home", "homeKey"}, ...], "console"}`, so a parent
+process (the demo, tests, benchmarks) can enroll the homes and drive their owners.
 `--print-key` prints that line and exits without dialing.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
+import signal
 import sys
 
 import trio
@@ -31,37 +32,47 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hostile", action="store_true", help="hidden characters in names and logs")
     p.add_argument("--delay-ms", type=int, default=0, help="how long each read takes")
     p.add_argument("--frozen-ms", type=int, default=None, help="answer as at this time (tests)")
+    p.add_argument("--fleet", type=int, default=1, help="run N homes named HOME-0 .. HOME-(N-1)")
     p.add_argument("--print-key", action="store_true", help="print the home key line and exit")
     return p
 
 
 async def _main(args: argparse.Namespace) -> None:
-    stub = StubHome(
-        args.home,
-        seed=args.seed,
-        sim_seed=args.sim_seed,
-        noise=not args.no_noise,
-        clock_source=args.clock,
-        hostile=args.hostile,
-        answer_delay_ms=args.delay_ms,
-    )
-    stub.box.frozen_ms = args.frozen_ms
-    line = {"home": stub.home, "homeKey": stub.owner.home_public_key.hex()}
+    names = [args.home] if args.fleet <= 1 else [f"{args.home}-{i}" for i in range(args.fleet)]
+    stubs: dict[str, StubHome] = {}
+    for name in names:
+        stub = StubHome(
+            name,
+            seed=args.seed if len(names) == 1 else name,
+            sim_seed=args.sim_seed,
+            noise=not args.no_noise,
+            clock_source=args.clock,
+            hostile=args.hostile,
+            answer_delay_ms=args.delay_ms,
+        )
+        stub.box.frozen_ms = args.frozen_ms
+        stubs[name] = stub
+    keys = [{"home": s.home, "homeKey": s.owner.home_public_key.hex()} for s in stubs.values()]
+    line: dict[str, object] = dict(keys[0]) if len(keys) == 1 else {"fleet": keys}
     if args.print_key:
         print(json.dumps(line), flush=True)
         return
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(serve_console, stub, args.console)
-        print(json.dumps(line | {"console": port}), flush=True)
-        nursery.start_soon(run_uplink, stub, args.bridge)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(serve_console, stubs, args.console)
+            print(json.dumps(line | {"console": port}), flush=True)
+            for stub in stubs.values():
+                nursery.start_soon(run_uplink, stub, args.bridge)
+            async for _sig in signals:  # SIGTERM or SIGINT: stop quietly
+                nursery.cancel_scope.cancel()
+                break
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `python -m stubbox`."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    with contextlib.suppress(KeyboardInterrupt):
-        trio.run(_main, args)
+    trio.run(_main, args)
 
 
 if __name__ == "__main__":

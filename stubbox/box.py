@@ -111,6 +111,8 @@ class Box:
         """When set, the simulated home answers as at this time (tests compare exact values)."""
         self._sessions: dict[int, _Session] = {}
         self._recent: dict[bytes, deque[int]] = {}
+        self.last_delay_ms = 0
+        """How long the shell should hold the answers of the last `receive` (reads only)."""
         self.stats = BoxStats()
 
     # -- sessions ---------------------------------------------------------------------------
@@ -183,6 +185,7 @@ class Box:
 
         A message that fails authentication is dropped, and so is one on an unknown tunnel.
         """
+        self.last_delay_ms = 0
         sess = self._sessions.get(sid)
         if sess is None:
             return []
@@ -248,6 +251,7 @@ class Box:
             raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
         self._count(sess, now_ms)
         sess.busy_until_ms = now_ms + self.answer_delay_ms
+        self.last_delay_ms = self.answer_delay_ms
         home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
         answers = reads.answer(self, g, Read(env.t), env.b, home_ms, uptime_ms)
         self.stats.reads += 1

@@ -1,7 +1,7 @@
 """The owner console of a stub home: JSON lines over TCP on loopback.
 
 Each line is one command object; each answer one JSON line, `{"ok": ...}` or `{"error": ...}`.
-Commands: `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
+Commands (each may name its `home`; the default is the first): `homes`, `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
 `drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
 `drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`.
 """
@@ -20,8 +20,12 @@ from .uplink import StubHome
 MAX_LINE_BYTES = 64 * 1024
 
 
-async def _command(stub: StubHome, cmd: dict[str, Any]) -> Any:
+async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
     op = cmd.get("op")
+    if op == "homes":
+        return sorted(stubs)
+    name = cmd.get("home")
+    stub = stubs[name] if name is not None else next(iter(stubs.values()))
     if op == "put_agent":
         grant = AgentGrant(
             id=str(cmd["id"]),
@@ -68,7 +72,7 @@ async def _command(stub: StubHome, cmd: dict[str, Any]) -> Any:
     raise ValueError(f"unknown op {op!r}")
 
 
-async def _serve_one(stub: StubHome, stream: trio.SocketStream) -> None:
+async def _serve_one(stubs: dict[str, StubHome], stream: trio.SocketStream) -> None:
     buf = b""
     async with stream:
         while True:
@@ -81,22 +85,26 @@ async def _serve_one(stub: StubHome, stream: trio.SocketStream) -> None:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 try:
-                    answer: Any = {"ok": await _command(stub, json.loads(line))}
+                    answer: Any = {"ok": await _command(stubs, json.loads(line))}
                 except (ValueError, KeyError, TypeError) as exc:
                     answer = {"error": f"{type(exc).__name__}: {exc}"}
                 await stream.send_all(json.dumps(answer).encode() + b"\n")
 
 
 async def serve_console(
-    stub: StubHome, port: int = 0, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    stubs: dict[str, StubHome],
+    port: int = 0,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the console on 127.0.0.1:`port` (0 picks one); reports the bound port."""
+    """Serve the console of `stubs` (home id -> stub) on 127.0.0.1:`port` (0 picks one);
+    reports the bound port. A command's `home` picks the stub (default: the first)."""
     listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
     bound = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         task_status.started(bound)
 
         async def handler(stream: trio.SocketStream) -> None:
-            await _serve_one(stub, stream)
+            await _serve_one(stubs, stream)
 
         await trio.serve_listeners(handler, listeners, handler_nursery=nursery)

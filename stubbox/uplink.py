@@ -163,8 +163,8 @@ class StubHome:
                     await self.send(tun(sid, m2))
                 return
             out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
-            if out and self.box.answer_delay_ms:
-                await trio.sleep(self.box.answer_delay_ms / 1000)
+            if out and self.box.last_delay_ms:
+                await trio.sleep(self.box.last_delay_ms / 1000)
             for message in out:
                 await self.send(tun(sid, message))
         elif env.t == Msg.TUN_END:

@@ -105,14 +105,19 @@ class Rig:
     """Door, pool and keys part of a bridge, with stub homes joined in memory."""
 
     def __init__(
-        self, nursery: trio.Nursery, config: Config | None = None, *, bridge_skew_ms: int = 0
+        self,
+        nursery: trio.Nursery,
+        config: Config | None = None,
+        *,
+        bridge_skew_ms: int = 0,
+        door_cls: type[Door] = Door,
     ):
         self.nursery = nursery
         self.config = config or Config()
         self.store = MemoryStore()
         self.keys = KeysService(None)
         self.skew = bridge_skew_ms
-        self.door = Door(
+        self.door = door_cls(
             config=self.config, store=self.store, on_roster=self._on_roster, wall_ms=self.bridge_ms
         )
         self.pool = Pool(door=self.door, keys=self.keys, config=self.config, wall_ms=self.bridge_ms)

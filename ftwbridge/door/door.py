@@ -290,9 +290,9 @@ class Door:
             return False, held.seq if held else 0, exc.problem.value
         await self.store.put_roster(home, roster.seq, signed)
         self._rosters[home] = roster
-        self._roster_changed.pop(home, trio.Event()).set()
         if self.on_roster is not None:
             await self.on_roster(home, roster)
+        self._roster_changed.pop(home, trio.Event()).set()  # waiters see it fully applied
         return True, roster.seq, ""
 
     async def serve_uplink(self, ws: WebSocketLike) -> None:

@@ -23,7 +23,12 @@ MAX_PENDING_HANDSHAKES = 4096
 
 
 class KeysError(Exception):
-    """A keys-part request that cannot be served (unknown key or handshake, bad message 2)."""
+    """A keys-part request that cannot be served (unknown key or handshake, bad message 2,
+    or the keys part unreachable). `unknown_key` is True when it holds no such agent key."""
+
+    def __init__(self, message: str, *, unknown_key: bool = False) -> None:
+        super().__init__(message)
+        self.unknown_key = unknown_key
 
 
 class KeysPort(Protocol):
@@ -67,24 +72,29 @@ class KeysService:
         self._keys: dict[bytes, _Key] = {}
         self._pending: dict[int, Initiator] = {}
         self._ids = itertools.count(1)
-        if path is not None and path.exists():
-            for pub, row in json.loads(path.read_text("utf-8")).items():
-                self._keys[bytes.fromhex(pub)] = _Key(
-                    row["home"], bytes.fromhex(row["private"]), row["listed"]
-                )
+        self._forgotten: set[bytes] = set()
+        self._keys.update(self._read())
 
     async def _save(self) -> None:
-        if self._path is not None:
-            await trio.to_thread.run_sync(self._write)
-
-    def _write(self) -> None:
         if self._path is None:
             return
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._merge(await trio.to_thread.run_sync(self._read))
         data = {
             pub.hex(): {"home": k.home, "private": k.private.hex(), "listed": k.listed}
             for pub, k in self._keys.items()
         }
+        await trio.to_thread.run_sync(self._write, data)
+
+    def _merge(self, found: dict[bytes, _Key]) -> None:
+        """Take keys another process (`ftwbridge agent create`) added to the file; keys this
+        process forgot stay forgotten."""
+        for pub, key in found.items():
+            if pub not in self._keys and pub not in self._forgotten:
+                self._keys[pub] = key
+
+    def _write(self, data: dict[str, dict[str, object]]) -> None:
+        assert self._path is not None
+        self._path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -109,9 +119,9 @@ class KeysService:
         Raises:
             KeysError: unknown agent key, or too many unfinished handshakes.
         """
-        key = self._keys.get(agent_key)
+        key = self._keys.get(agent_key) or await self._reload(agent_key)
         if key is None:
-            raise KeysError("the keys part holds no such agent key")
+            raise KeysError("the keys part holds no such agent key", unknown_key=True)
         if len(self._pending) >= MAX_PENDING_HANDSHAKES:
             raise KeysError("too many handshakes in progress")
         initiator = Initiator(our_static=key.private, their_static=box_noise_key)
@@ -151,6 +161,7 @@ class KeysService:
                 key.listed = True
             elif key.listed:
                 del self._keys[pub]
+                self._forgotten.add(pub)
                 gone.append(pub)
         if gone or changed:
             await self._save()
@@ -158,4 +169,20 @@ class KeysService:
 
     async def has(self, agent_key: bytes) -> bool:
         """See `KeysPort.has`."""
-        return agent_key in self._keys
+        return agent_key in self._keys or await self._reload(agent_key) is not None
+
+    async def _reload(self, agent_key: bytes) -> _Key | None:
+        """Look in the file for a key another process added since we read it."""
+        if self._path is None:
+            return None
+        self._merge(await trio.to_thread.run_sync(self._read))
+        return self._keys.get(agent_key)
+
+    def _read(self) -> dict[bytes, _Key]:
+        if self._path is None or not self._path.exists():
+            return {}
+        rows = json.loads(self._path.read_text("utf-8"))
+        return {
+            bytes.fromhex(pub): _Key(row["home"], bytes.fromhex(row["private"]), row["listed"])
+            for pub, row in rows.items()
+        }

@@ -77,7 +77,9 @@ async def _handle(service: KeysService, stream: trio.abc.Stream) -> None:
             try:
                 req = await _read_frame(stream)
                 answer: Any = {"ok": await _dispatch(service, req)}
-            except (KeysError, KeyError, TypeError, ValueError) as exc:
+            except KeysError as exc:
+                answer = {"err": str(exc), "unknownKey": exc.unknown_key}
+            except (KeyError, TypeError, ValueError) as exc:
                 answer = {"err": str(exc) or type(exc).__name__}
             except trio.BrokenResourceError:
                 return
@@ -141,7 +143,9 @@ class KeysClient:
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise KeysError("the keys part hung up") from exc
         if not isinstance(answer, dict) or "err" in answer:
-            raise KeysError(str(answer.get("err") if isinstance(answer, dict) else answer))
+            if not isinstance(answer, dict):
+                raise KeysError("the keys part answered nonsense")
+            raise KeysError(str(answer["err"]), unknown_key=answer.get("unknownKey") is True)
         return answer.get("ok")
 
     async def create(self, home: str) -> bytes:

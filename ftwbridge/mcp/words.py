@@ -46,6 +46,7 @@ _UNAVAILABLE: Final[dict[str, str]] = {
     "home": "This home has not connected to the bridge yet.",
     "door": "The home is offline: its box is not connected right now.",
     "keys": "The bridge could not reach its key service; try again shortly.",
+    "agent_key": "The bridge holds no key for this assistant; the owner must connect it again.",
     "no_answer": "The home did not answer.",
     "timeout": "The home took too long to answer; try again.",
     "uplink_lost": "The home's box went away during the call; try again when it is back.",

@@ -302,13 +302,13 @@ class Pool:
             if w.waiter is not None and not w.waiter.done.is_set():
                 w.waiter.refusal = refusal_for_end(reason)
                 w.waiter.done.set()
-            if self._warm.get((w.home, w.agent_key)) is w:
-                del self._warm[(w.home, w.agent_key)]
-            self._notify()
-            self._drops[reason] = self._drops.get(reason, 0) + 1
             if w.tun is not None:
                 with trio.CancelScope(shield=True):
-                    await w.tun.aclose(reason)
+                    await w.tun.aclose(reason)  # the box hears tun.end before we forget it
+            if self._warm.get((w.home, w.agent_key)) is w:
+                del self._warm[(w.home, w.agent_key)]
+            self._drops[reason] = self._drops.get(reason, 0) + 1
+            self._notify()
             log.info("session end home=%s reason=%s", w.home, reason)
 
     def _observed_open(self, outcome: str, started: float) -> None:
@@ -332,8 +332,9 @@ class Pool:
                 m2 = await w.tun.receive()
                 keys = await self._keys.finish(handle, m2)
                 handle = None
-            except KeysError:
-                raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "keys"}) from None
+            except KeysError as exc:
+                what = "agent_key" if exc.unknown_key else "keys"
+                raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": what}) from None
             except TunEnded as exc:
                 raise refusal_for_end(exc.reason) from None
             finally:

@@ -151,34 +151,66 @@ async def test_box_disconnect_mid_call_ends_in_words(env: Env) -> None:
     assert env.bridge.pool.statistics().calls_in_flight == 0
 
 
-async def test_cli_token_issue_mints_a_working_token(env: Env) -> None:
+async def test_operator_flow_from_the_cli(env: Env) -> None:
+    """`agent create` while the bridge runs, the owner's console grant, then `token issue`."""
     import os
     import sys
 
     home = await env.add_home("h1")
-    _key, agent_id, _token = await env.agent(home)
     cfg = env.bridge.config
     run_env = os.environ | {
         "FTWBRIDGE_STATE_DIR": str(cfg.state_dir),
         "FTWBRIDGE_PUBLIC_URL": env.bridge.site.public_url,
     }
-    argv = [
-        sys.executable,
-        "-m",
-        "ftwbridge",
-        "token",
-        "issue",
-        "--home",
-        "h1",
-        "--agent",
-        agent_id,
-    ]
-    done = await trio.run_process(argv, capture_stdout=True, env=run_env, check=True)
+    cli = [sys.executable, "-m", "ftwbridge"]
+    done = await trio.run_process(
+        [*cli, "agent", "create", "--home", "h1"], capture_stdout=True, env=run_env, check=True
+    )
+    key = bytes.fromhex(done.stdout.decode().strip())
+    expires = env.bridge.clock() + 3_600_000
+    await home.console(
+        op="put_agent",
+        key=key.hex(),
+        id="cli-agent",
+        name="CLI",
+        scopes=["ftw.live.read"],
+        expiresAtMs=expires,
+    )
+    with trio.fail_after(10):
+        await env.bridge.door.wait_roster("h1", lambda r: key in r.agents())
+    done = await trio.run_process(
+        [*cli, "token", "issue", "--home", "h1", "--agent", "cli-agent"],
+        capture_stdout=True,
+        env=run_env,
+        check=True,
+    )
     token = done.stdout.decode().strip()
     r = await post_call(env, token, "status")
     assert r.status_code == 200 and not r.json()["result"]["isError"]
-    argv[-1] = "nobody"
     done = await trio.run_process(
-        argv, capture_stdout=True, capture_stderr=True, env=run_env, check=False
+        [*cli, "token", "issue", "--home", "h1", "--agent", "nobody"],
+        capture_stdout=True,
+        capture_stderr=True,
+        env=run_env,
+        check=False,
     )
     assert done.returncode == 1 and b"lists no agent" in done.stderr
+
+
+async def test_a_key_the_keys_part_never_held_is_refused_in_words(env: Env) -> None:
+    home = await env.add_home("h1")
+    stranger = bytes(range(32))
+    expires = env.bridge.clock() + 3_600_000
+    await home.console(
+        op="put_agent",
+        key=stranger.hex(),
+        id="x",
+        name="X",
+        scopes=["ftw.live.read"],
+        expiresAtMs=expires,
+    )
+    with trio.fail_after(10):
+        await env.bridge.door.wait_roster("h1", lambda r: stranger in r.agents())
+    token = await env.bridge.issue_token("h1", stranger, "x", ("ftw.live.read",))
+    result = (await post_call(env, token, "status")).json()["result"]
+    assert result["isError"] and "holds no key for this assistant" in result["content"][0]["text"]
