@@ -114,6 +114,7 @@ async def grant_agent(
         console_port,
         {
             "op": "put_agent",
+            "home": home,
             "key": key.hex(),
             "id": agent_id,
             "client": "demo",

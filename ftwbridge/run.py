@@ -193,8 +193,9 @@ class Bridge:
         hc.read_timeout = int(c.door_silence_s)
         hc.accesslog = None
         hc.errorlog = logging.getLogger("hypercorn.error")
-        hc.websocket_max_message_size = 64 * 1024 + 1024
+        hc.websocket_max_message_size = 1024 * 1024  # the door itself closes 4400 past 64 KiB
         hc.graceful_timeout = 1.0
+        hc.backlog = 1024
         admin_fd = None
         if c.admin_bind is not None:
             admin_sock = _bind(c.admin_bind)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
 from ftwbridge.proto.names import Answer, Cap, Code, Read, Resolution, Role
-from ftwbridge.proto.registry import CAPS, LIMITS, RESOLUTIONS, limit
+from ftwbridge.proto.registry import CAPS, LIMITS, limit
 from ftwbridge.proto.roster import AgentGrant
 
 from .history import build_tiles
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from .box import Box
 
 DAY_MS = 86_400_000
+CLOCK_SLACK_MS = 300_000
+"""A window may start up to the allowed clock skew (5 min) before `history_days` back: the
+bridge computes `fromMs` by its own clock. Points before the cap are still missing."""
 ANSWER_ROOM_BYTES = MAX_ENVELOPE_BYTES - 64
 """Room for an answer body inside one frame, leaving space for the envelope's t and id."""
 BOX_BUILD = "stubbox-0.1"
@@ -184,12 +187,11 @@ def _history(home: Any, grant: AgentGrant, b: dict[str, Any], now_ms: int) -> li
     if from_ms < 0 or to_ms <= from_ms or from_ms >= now_ms:
         raise _problem(Code.E_UNKNOWN_OP, t=Read.HIST_QUERY.value)
     days = cap_value(grant, Cap.HISTORY_DAYS)
-    if from_ms < now_ms - days * DAY_MS:
+    if from_ms < now_ms - days * DAY_MS - CLOCK_SLACK_MS:
         asked = -(-(now_ms - from_ms) // DAY_MS)
         raise _problem(Code.E_CAP_EXCEEDED, cap=Cap.HISTORY_DAYS.value, max=days, asked=asked)
-    retention = RESOLUTIONS[Resolution(res)].retention_days
-    if from_ms < now_ms - retention * DAY_MS and res == Resolution.R_5M:
-        raise _problem(Code.E_RANGE_TOO_LARGE, maxMs=retention * DAY_MS)
+    # Past retention the box serves what it keeps and reports the rest as an `evicted` gap, as
+    # the upstream box does (it never sends E_RANGE_TOO_LARGE).
     max_points = _int(b, "maxPoints", limit("history_points", "default"))
     max_points = min(max(max_points, 1), limit("history_points", "max"))
     chunks, end = build_tiles(

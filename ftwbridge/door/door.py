@@ -36,8 +36,8 @@ from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.names import TunEndReason
 from ftwbridge.proto.pacing import TokenBucket
-from ftwbridge.proto.registry import Msg
-from ftwbridge.proto.roster import Roster, RosterRefused, verify_roster
+from ftwbridge.proto.registry import Msg, peer_reason
+from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
 from ftwbridge.store import Store
 
 log = logging.getLogger("ftwbridge.door")
@@ -99,15 +99,16 @@ class Tun:
         self._send, self._recv = trio.open_memory_channel[bytes](TUN_QUEUE)
         self.end_reason: str | None = None
 
-    async def send(self, d: bytes) -> None:
-        """Send one Noise message to the box (dropped and counted when past the home's limit).
+    async def send(self, d: bytes) -> bool:
+        """Send one Noise message to the box; returns False when the door dropped it (past the
+        home's limit; counted in `DoorStats.dropped_to_box`).
 
         Raises:
             TunEnded: the tunnel or its uplink has ended.
         """
         if self.end_reason is not None:
             raise TunEnded(self.end_reason)
-        await self._uplink.send_tun(self.sid, d)
+        return await self._uplink.send_tun(self.sid, d)
 
     async def receive(self) -> bytes:
         """The box's next Noise message on this tunnel.
@@ -169,14 +170,15 @@ class _Uplink:
         except Exception as exc:  # the socket is gone: the reader notices and cleans up
             log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
 
-    async def send_tun(self, sid: int, d: bytes) -> None:
+    async def send_tun(self, sid: int, d: bytes) -> bool:
         if self.closed:
             raise TunEnded("uplink_lost")
         data = tun(sid, d)
         if not self.door._limits(self.home, outbound=True).allow(trio.current_time(), len(data)):
             self.door.stats.dropped_to_box += 1
-            return
+            return False
         await self.send_raw(data)
+        return True
 
     def end_all(self, reason: str) -> None:
         self.closed = True
@@ -279,6 +281,8 @@ class Door:
         """Verify and keep a roster from `home`'s box; returns (accepted, seq, refusal code)."""
         key = await self._home_key(home)
         held = await self.roster(home)
+        if held is not None and signed == held.signed:
+            return True, held.seq, ""  # the same roster again (a box reconnecting): nothing new
         try:
             if key is None:
                 raise RemoteProtocolError("unknown home")
@@ -373,13 +377,16 @@ class Door:
             end_sid = b.get("sid")
             t = uplink.tuns.pop(end_sid, None) if isinstance(end_sid, int) else None
             if t is not None:
-                t._end(str(b.get("reason", TunEndReason.CLOSED.value)))
+                t._end(peer_reason(b.get("reason")))
         elif env.t == Msg.ROSTER:
             b = env.b if isinstance(env.b, dict) else {}
             signed = b.get("roster")
-            if not isinstance(signed, bytes):
-                return
-            ok, seq, code = await self.take_roster(uplink.home, signed)
+            if isinstance(signed, bytes):
+                ok, seq, code = await self.take_roster(uplink.home, signed)
+            else:
+                held = await self.roster(uplink.home)
+                self.stats.rosters_refused += 1
+                ok, seq, code = False, held.seq if held else 0, RosterProblem.MALFORMED.value
             reply = (
                 Envelope(Msg.ROSTER_OK, None, {"seq": seq})
                 if ok

@@ -24,11 +24,15 @@ MAX_PENDING_HANDSHAKES = 4096
 
 class KeysError(Exception):
     """A keys-part request that cannot be served (unknown key or handshake, bad message 2,
-    or the keys part unreachable). `unknown_key` is True when it holds no such agent key."""
+    or the keys part unreachable). `unknown_key`: it holds no such agent key; `bad_message`:
+    the box's message 2 failed the handshake."""
 
-    def __init__(self, message: str, *, unknown_key: bool = False) -> None:
+    def __init__(
+        self, message: str, *, unknown_key: bool = False, bad_message: bool = False
+    ) -> None:
         super().__init__(message)
         self.unknown_key = unknown_key
+        self.bad_message = bad_message
 
 
 class KeysPort(Protocol):
@@ -142,7 +146,7 @@ class KeysService:
         try:
             keys, _payload = initiator.read_message2(message2)
         except ProtocolError as exc:
-            raise KeysError(str(exc)) from exc
+            raise KeysError(str(exc), bad_message=True) from exc
         return keys
 
     async def abort(self, handle: int) -> None:

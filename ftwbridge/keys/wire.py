@@ -78,7 +78,11 @@ async def _handle(service: KeysService, stream: trio.abc.Stream) -> None:
                 req = await _read_frame(stream)
                 answer: Any = {"ok": await _dispatch(service, req)}
             except KeysError as exc:
-                answer = {"err": str(exc), "unknownKey": exc.unknown_key}
+                answer = {
+                    "err": str(exc),
+                    "unknownKey": exc.unknown_key,
+                    "badMessage": exc.bad_message,
+                }
             except (KeyError, TypeError, ValueError) as exc:
                 answer = {"err": str(exc) or type(exc).__name__}
             except trio.BrokenResourceError:
@@ -145,7 +149,11 @@ class KeysClient:
         if not isinstance(answer, dict) or "err" in answer:
             if not isinstance(answer, dict):
                 raise KeysError("the keys part answered nonsense")
-            raise KeysError(str(answer["err"]), unknown_key=answer.get("unknownKey") is True)
+            raise KeysError(
+                str(answer["err"]),
+                unknown_key=answer.get("unknownKey") is True,
+                bad_message=answer.get("badMessage") is True,
+            )
         return answer.get("ok")
 
     async def create(self, home: str) -> bytes:

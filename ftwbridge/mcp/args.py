@@ -53,7 +53,7 @@ class HistoryArgs(_Args):
     @field_validator("range")
     @classmethod
     def _range(cls, v: str) -> str:
-        m = _RANGE.match(v)
+        m = _RANGE.fullmatch(v)
         if (
             m is None
             or int(m.group(1)) * (DAY_MS if m.group(2) == "d" else HOUR_MS)
@@ -71,7 +71,7 @@ class HistoryArgs(_Args):
         return v
 
     def span_ms(self) -> int:
-        m = _RANGE.match(self.range)
+        m = _RANGE.fullmatch(self.range)
         assert m is not None
         return int(m.group(1)) * (DAY_MS if m.group(2) == "d" else HOUR_MS)
 

@@ -22,7 +22,7 @@ import binascii
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from mcp_types import jsonrpc
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -110,12 +110,23 @@ def _parse(body: bytes) -> Any | Rejection:
         return Rejection(400, jsonrpc.PARSE_ERROR, "Parse error")
 
 
+def _is_text(v: Any) -> TypeGuard[str]:
+    """Text that is valid Unicode (no lone surrogates from escapes such as `\\ud800`)."""
+    if not isinstance(v, str):
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _valid_id(v: Any) -> bool:
     if isinstance(v, bool):
         return False
     if isinstance(v, int):
         return -(2**53) < v < 2**53
-    return isinstance(v, str) and len(v) <= MAX_ID_CHARS
+    return _is_text(v) and len(v) <= MAX_ID_CHARS
 
 
 def _message(msg: Any) -> tuple[str, dict[str, Any], str | int | None] | Rejection:
@@ -128,7 +139,7 @@ def _message(msg: Any) -> tuple[str, dict[str, Any], str | int | None] | Rejecti
     echo = rid if has_id and good_id else None
     method = msg.get("method")
     params = msg.get("params", {})
-    if msg.get("jsonrpc") != "2.0" or not isinstance(method, str) or not good_id:
+    if msg.get("jsonrpc") != "2.0" or not _is_text(method) or not good_id:
         return Rejection(400, jsonrpc.INVALID_REQUEST, "Invalid request", echo)
     if not isinstance(params, dict):
         return Rejection(400, jsonrpc.INVALID_PARAMS, "params must be an object", echo)
@@ -151,6 +162,9 @@ def classify(headers: Headers, body: bytes) -> Route | Rejection:
     method, params, rid = shape
     version, repeated = _one(headers, H_VERSION)
     if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+        if repeated:
+            msg = f"{H_VERSION} header appears more than once"
+            return Rejection(400, jsonrpc.HEADER_MISMATCH, msg, rid)
         version = version or LEGACY_DEFAULT
         if version not in LEGACY:
             data = {"supported": [*LEGACY, *MODERN], "requested": version}
@@ -194,6 +208,8 @@ def _modern(
             rid,
         )
     body_version = meta[META_VERSION]
+    if not isinstance(body_version, str):
+        return Rejection(400, jsonrpc.INVALID_PARAMS, "protocol version must be text", rid)
     if decode_header(version) != body_version:
         return Rejection(
             400, jsonrpc.HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta", rid
@@ -213,8 +229,6 @@ def _modern(
                 f"Mcp-Name header does not match params.{name_key}",
                 rid,
             )
-    if not isinstance(body_version, str):
-        return Rejection(400, jsonrpc.INVALID_PARAMS, "protocol version must be text", rid)
     if body_version not in MODERN:
         data = {"supported": list(MODERN), "requested": body_version}
         return Rejection(

@@ -23,9 +23,10 @@ from mcp_types import jsonrpc
 from pydantic import ValidationError
 
 from ftwbridge import __version__
+from ftwbridge.proto.clean import clean, to_json
 from ftwbridge.proto.names import Code, Read
 from ftwbridge.proto.pacing import TokenBucket
-from ftwbridge.proto.registry import CODES
+from ftwbridge.proto.registry import CODES, peer_code, peer_retry_ms
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
@@ -99,7 +100,9 @@ class HttpResponse:
 
 
 def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> HttpResponse:
-    body = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    # A lone surrogate a client sent (and we echo, e.g. in an error) becomes a \\uXXXX escape.
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    body = text.encode("utf-8", "backslashreplace")
     return HttpResponse(status, {"content-type": "application/json", **(headers or {})}, body)
 
 
@@ -302,7 +305,7 @@ class McpService:
         self, route: inbound.Route, token: TokenRecord, headers: dict[str, list[str]]
     ) -> HttpResponse:
         name = route.params.get("name")
-        arguments = route.params.get("arguments") or {}
+        arguments = route.params.get("arguments", {})
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return self._error(
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
@@ -344,18 +347,18 @@ class McpService:
             result = _refusal_result(exc)
         finally:
             seconds = time.monotonic() - started
-            client = token.client or (headers.get("user-agent") or ["-"])[0][:80]
+            client = token.client or (headers.get("user-agent") or ["-"])[0]
             audit.info(
                 "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d",
                 name,
-                token.home,
-                token.agent_id,
-                client,
+                _log_safe(token.home),
+                _log_safe(token.agent_id),
+                _log_safe(client),
                 outcome,
                 seconds * 1000,
             )
             if self._on_call is not None:
-                self._on_call(name, outcome, seconds)
+                self._on_call(name, outcome if outcome in _KNOWN_OUTCOMES else "other", seconds)
         return self._result(route, result)
 
     async def _run(self, spec: ToolSpec, args: Any, token: TokenRecord) -> dict[str, Any]:
@@ -376,7 +379,7 @@ class McpService:
                     "grantedScopes": list(grant.scopes),
                     "expiresAtMs": grant.expires_at_ms,
                 }
-            return _ok({"homes": [home]})
+            return _ok(to_json({"homes": [home]}))
         replies: list[Reply] = []
         with trio.move_on_after(self._deadline_s) as scope:
             for read, body in spec.requests(args, now_ms):
@@ -384,12 +387,47 @@ class McpService:
         if scope.cancelled_caught:
             raise Refused(Code.E_UNAVAILABLE.value, {"reason": "timeout"})
         try:
-            return _ok(spec.shape(args, replies, ToolContext(now_ms)))
+            value = spec.shape(args, replies, ToolContext(now_ms))
+            if not conforms(value, spec.output):
+                raise ValueError("the answer does not fit the tool's output schema")
+            return _ok(value)
         except Exception as exc:  # a box answer we cannot read: E_BAD_BODY, in words
             logging.getLogger("ftwbridge.mcp").warning(
                 "unreadable answer for %s: %s", spec.name, type(exc).__name__
             )
             raise Refused(Code.E_BAD_BODY.value) from exc
+
+
+_KNOWN_OUTCOMES = frozenset({"ok", "cancelled", *(c.value for c in Code)})
+
+
+def _log_safe(text: str) -> str:
+    """Text from a peer or client, fit for one log line: cleaned, no line breaks, 80 chars."""
+    return clean(text).replace("\n", " ").replace("\t", " ")[:80] or "-"
+
+
+_JSON_TYPES: dict[str, type] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "integer": int,
+    "boolean": bool,
+}
+
+
+def conforms(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether `value` fits one of our output schemas (an object with typed, required keys)."""
+    if not isinstance(value, dict):
+        return False
+    if any(key not in value for key in schema.get("required", [])):
+        return False
+    for key, rule in schema.get("properties", {}).items():
+        want = _JSON_TYPES.get(rule.get("type", ""))
+        if key in value and want is not None:
+            v = value[key]
+            if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+                return False
+    return True
 
 
 def _ok(value: dict[str, Any]) -> dict[str, Any]:
@@ -407,6 +445,8 @@ def _text_error(text: str) -> dict[str, Any]:
 
 def _refusal_result(exc: Refused) -> dict[str, Any]:
     words = sentence(exc.code, exc.args_, exc.retry_after_ms)
+    exc.code = peer_code(exc.code)
+    exc.retry_after_ms = peer_retry_ms(exc.retry_after_ms, exc.args_)
     error: dict[str, Any] = {"code": exc.code, "message": words}
     try:
         error["retryable"] = CODES[Code(exc.code)].retryable

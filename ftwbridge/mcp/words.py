@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Code
-from ftwbridge.proto.registry import CODES
+from ftwbridge.proto.registry import CODES, peer_ms, peer_retry_ms
 
 _WORDS: Final[dict[Code, str]] = {
     Code.E_BOOTING: "The home's box is starting up; try again in a minute.",
@@ -37,7 +38,7 @@ _WORDS: Final[dict[Code, str]] = {
     Code.E_RATE_LIMITED: "The home is answering too many requests right now; try again in {seconds} s.",
     Code.E_NEEDS_OWNER: "Only the home's owner can do {op}.",
     Code.E_CLOCK_SKEW: "The home's clock is off by {skew_s} s, more than the {max_s} s allowed; the owner should check its time setting.",
-    Code.E_NOT_FOUND: "The home has no {what} called {id!r}.",
+    Code.E_NOT_FOUND: "The home has no {what} called '{id}'.",
 }
 
 _UNAVAILABLE: Final[dict[str, str]] = {
@@ -48,6 +49,7 @@ _UNAVAILABLE: Final[dict[str, str]] = {
     "keys": "The bridge could not reach its key service; try again shortly.",
     "agent_key": "The bridge holds no key for this assistant; the owner must connect it again.",
     "no_answer": "The home did not answer.",
+    "handshake_failed": "The home's box did not complete the secure connection; try again later.",
     "timeout": "The home took too long to answer; try again.",
     "uplink_lost": "The home's box went away during the call; try again when it is back.",
     "superseded": "The home's box reconnected during the call; try again.",
@@ -65,37 +67,48 @@ def _unavailable(args: dict[str, Any]) -> str:
     return "Part of the home is not available right now; try again later."
 
 
+MAX_ARG_CHARS = 80
+
+
+def _text(value: Any, default: str) -> str:
+    """An arg as short, clean, single-line text (a box's args are untrusted)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return default
+    return clean(str(value)).replace("\n", " ").replace("\t", " ")[:MAX_ARG_CHARS] or default
+
+
 def sentence(
     code: str, args: dict[str, Any] | None = None, retry_after_ms: int | None = None
 ) -> str:
-    """One sentence for registry `code` with its `args` (never raises)."""
-    args = dict(args or {})
+    """One sentence for registry `code` with its `args` (never raises; args are cleaned)."""
+    args = args if isinstance(args, dict) else {}
     try:
         known = Code(code)
     except ValueError:
-        return f"The home refused the request ({code})."
-    retry = retry_after_ms if retry_after_ms is not None else args.get("retryAfterMs")
+        return f"The home refused the request ({_text(code, 'an unknown code')})."
+    retry = peer_retry_ms(retry_after_ms, args)
+    skew, top = peer_ms(args.get("skewMs")), peer_ms(args.get("maxMs"))
     fields: dict[str, Any] = {
-        "needScope": args.get("needScope", "this kind of reading"),
-        "what": args.get("op") or args.get("t") or "that",
-        "detail": f" ({args['t']})"
+        "needScope": _text(args.get("needScope"), "this kind of reading"),
+        "what": _text(args.get("op") or args.get("t"), "that"),
+        "detail": f" ({_text(args.get('t'), '?')})"
         if "t" in args
-        else (f" (argument {args['arg']})" if "arg" in args else ""),
-        "cap": args.get("cap", "a limit"),
-        "max": args.get("max", "?"),
-        "asked": args.get("asked", "?"),
-        "seconds": max(1, -(-int(retry) // 1000)) if isinstance(retry, int) else 1,
-        "op": args.get("op", "that"),
-        "skew_s": int(args.get("skewMs", 0)) // 1000,
-        "max_s": int(args.get("maxMs", 0)) // 1000,
-        "id": args.get("id", ""),
+        else (f" (argument {_text(args.get('arg'), '?')})" if "arg" in args else ""),
+        "cap": _text(args.get("cap"), "a limit"),
+        "max": _text(args.get("max"), "?"),
+        "asked": _text(args.get("asked"), "?"),
+        "seconds": max(1, -(-retry // 1000)) if retry is not None else 1,
+        "op": _text(args.get("op"), "that"),
+        "skew_s": "?" if skew is None else skew // 1000,
+        "max_s": "?" if top is None else top // 1000,
+        "id": _text(args.get("id"), ""),
         "unavailable": _unavailable(args) if known is Code.E_UNAVAILABLE else "",
     }
     if known is Code.E_NOT_FOUND:
-        fields["what"] = args.get("what", "thing")
+        fields["what"] = _text(args.get("what"), "thing")
     try:
         return _WORDS[known].format(**fields)
-    except (KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError, IndexError):
         return CODES[known].desc + "."
 
 

@@ -28,7 +28,7 @@ from ftwbridge.door import Door, HomeOffline, TunEnded
 from ftwbridge.keys.service import KeysError, KeysPort
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
-from ftwbridge.proto.registry import Msg
+from ftwbridge.proto.registry import Msg, peer_code, peer_reason, peer_retry_ms
 from ftwbridge.proto.roster import AgentGrant, Refused, Roster, admit
 from ftwbridge.proto.session import AgentSession, Push, Refusal, Reply, Terminated
 
@@ -252,9 +252,12 @@ class Pool:
                 waiter = Waiter(rid)
                 w.waiter = waiter
                 try:
-                    await w.tun.send(message)
+                    sent = await w.tun.send(message)
                 except TunEnded as exc:
                     raise refusal_for_end(exc.reason) from None
+                if not sent:  # the door dropped it past the home's limit: say so now
+                    retry_ms = math.ceil(1000 / self._config.door_msgs_per_s)
+                    raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
                 await waiter.done.wait()
             finally:
                 self._in_flight -= 1
@@ -328,11 +331,14 @@ class Pool:
         with trio.move_on_after(self._config.handshake_s) as deadline:
             try:
                 handle, m1 = await self._keys.begin(w.agent_key, roster.noise)
-                await w.tun.send(m1)
+                if not await w.tun.send(m1):
+                    raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
                 m2 = await w.tun.receive()
                 keys = await self._keys.finish(handle, m2)
                 handle = None
             except KeysError as exc:
+                if exc.bad_message:  # the box's message 2 did not complete the handshake
+                    raise CallRefused(Code.E_UNAVAILABLE, {"reason": "handshake_failed"}) from None
                 what = "agent_key" if exc.unknown_key else "keys"
                 raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": what}) from None
             except TunEnded as exc:
@@ -362,16 +368,18 @@ class Pool:
                 if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
                     args = ev.body.get("args")
                     raise CallRefused(
-                        str(ev.body.get("code")), args if isinstance(args, dict) else {}
+                        peer_code(ev.body.get("code")), args if isinstance(args, dict) else {}
                     )
                 if isinstance(ev, Terminated):
-                    raise refusal_for_end(ev.reason)
+                    raise refusal_for_end(peer_reason(ev.reason))
 
     def _check_clock(self, hello_ok: dict[str, Any]) -> None:
         clock = hello_ok.get("clock")
         now_ms = clock.get("nowMs") if isinstance(clock, dict) else None
-        if not isinstance(now_ms, int) or (
-            isinstance(clock, dict) and clock.get("source") == "none"
+        if (
+            isinstance(now_ms, bool)
+            or not isinstance(now_ms, int)
+            or (isinstance(clock, dict) and clock.get("source") == "none")
         ):
             raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "clock"})
         skew = abs(now_ms - self._wall_ms())
@@ -389,14 +397,16 @@ class Pool:
             for ev in events:
                 waiter = w.waiter
                 if isinstance(ev, Terminated):
-                    w.end_reason = w.end_reason or ev.reason
+                    w.end_reason = w.end_reason or peer_reason(ev.reason)
                     return
                 if waiter is None or isinstance(ev, Push) or ev.id != waiter.rid:
                     continue
                 if isinstance(ev, Reply):
                     waiter.reply = ev
                 else:
-                    waiter.refusal = CallRefused(ev.code, ev.args, ev.retry_after_ms)
+                    waiter.refusal = CallRefused(
+                        peer_code(ev.code), ev.args, peer_retry_ms(ev.retry_after_ms, ev.args)
+                    )
                 waiter.done.set()
 
 

@@ -8,6 +8,7 @@ limits, history resolutions and signing contexts. Message types that the YAML fi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.resources import files
@@ -15,7 +16,7 @@ from typing import Any, Final
 
 import yaml
 
-from .names import Answer, Cap, Code, Read, Resolution, Scope
+from .names import Answer, Cap, Code, Read, Resolution, Scope, TerminateReason, TunEndReason
 
 
 class Msg(StrEnum):
@@ -127,6 +128,42 @@ SESSION_PROLOGUE: Final[bytes] = _AGENTS["roster"]["session_prologue"].encode("a
 FROZEN_FIELDS: Final[dict[int, str]] = {
     int(k): v["name"] for k, v in _REGISTRY["frozen_fields"].items()
 }
+
+
+_CODE_SHAPE: Final = re.compile(r"E_[A-Z0-9_]{1,48}")
+_REASONS: Final = frozenset({*(r.value for r in TerminateReason), *(r.value for r in TunEndReason)})
+
+
+def peer_code(code: object) -> str:
+    """A code a peer sent, made safe to log, label and show: a registry code or a code of the
+    registry's shape (a newer box) passes; anything else becomes `E_BAD_BODY`."""
+    if isinstance(code, str) and _CODE_SHAPE.fullmatch(code):
+        return code
+    return Code.E_BAD_BODY.value
+
+
+def peer_reason(reason: object) -> str:
+    """A `session.terminate` or `tun.end` reason a peer sent: a known one, else `closed`."""
+    return reason if isinstance(reason, str) and reason in _REASONS else TunEndReason.CLOSED.value
+
+
+MAX_RETRY_MS: Final = 86_400_000
+"""Retry hints are capped at a day: a peer cannot make the bridge promise a later time."""
+
+
+def peer_ms(value: object) -> int | None:
+    """A duration a peer sent, as whole ms in [0, MAX_RETRY_MS], or None when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return min(value, MAX_RETRY_MS)
+
+
+def peer_retry_ms(retry_after_ms: object, args: object = None) -> int | None:
+    """A refusal's retry hint (its own `retryAfterMs`, else its args'), cleaned and capped."""
+    hint = peer_ms(retry_after_ms)
+    if hint is None and isinstance(args, dict):
+        hint = peer_ms(args.get("retryAfterMs"))
+    return hint
 
 
 def retryable(code: Code) -> bool:

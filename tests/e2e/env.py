@@ -27,7 +27,7 @@ class Home:
     home_key: bytes
 
     async def console(self, **command: Any) -> Any:
-        return await console(self.console_port, command)
+        return await console(self.console_port, {"home": self.name} | command)
 
 
 @dataclass
@@ -52,6 +52,21 @@ class Env:
         with trio.fail_after(20):
             await self.bridge.door.wait_roster(name, lambda r: True)
         return home
+
+    async def add_fleet(self, prefix: str, count: int) -> list[Home]:
+        """`count` homes in one stub process (`--fleet`), enrolled and online."""
+        proc, line = await start_stub(
+            self.nursery, self.door_url, "--fleet", str(count), home=prefix
+        )
+        homes = []
+        for row in line["fleet"]:
+            home = Home(row["home"], proc, line["console"], bytes.fromhex(row["homeKey"]))
+            await self.bridge.store.enroll_home(home.name, home.home_key)
+            homes.append(home)
+        with trio.fail_after(30):
+            for home in homes:
+                await self.bridge.door.wait_roster(home.name, lambda r: True)
+        return homes
 
     async def agent(
         self, home: Home, *, scopes: list[str] | None = None, ttl_ms: int = 3_600_000

@@ -163,9 +163,9 @@ class _CheckpointDoor(Door):
         t = await super().open_tun(home)
         real_send, real_receive = t.send, t.receive
 
-        async def send(d: bytes) -> None:
+        async def send(d: bytes) -> bool:
             type(self).checkpoint()
-            await real_send(d)
+            return await real_send(d)
 
         async def receive() -> bytes:
             d = await real_receive()

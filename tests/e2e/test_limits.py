@@ -1,0 +1,77 @@
+"""Limits over real sockets: the per-agent 429, slow bodies, the admin listener, drain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx2
+import trio
+
+from .env import Env, start_env
+from .test_access import MODERN, call_body, post_call
+
+LIST = {
+    "jsonrpc": "2.0",
+    "id": 9,
+    "method": "tools/list",
+    "params": {"_meta": call_body("x")["params"]["_meta"]},
+}
+
+
+async def test_429_past_the_per_agent_burst(env: Env) -> None:
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home)
+    statuses = []
+    async with env.http(token) as http:
+        for _ in range(31):
+            r = await http.post(
+                env.url, content=json.dumps(LIST), headers=MODERN | {"mcp-method": "tools/list"}
+            )
+            statuses.append(r.status_code)
+    assert statuses[:30] == [200] * 30 and statuses[30] == 429
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.json()["id"] == 9 and r.json()["error"]["data"]["retryAfterMs"] > 0
+
+
+async def test_slow_body_is_408_and_metrics_and_health(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    env = await start_env(nursery, tmp_path, body_timeout_s=1.0)
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home)
+    assert (await post_call(env, token, "status")).status_code == 200
+    host, port = env.url.removeprefix("http://").split("/")[0].split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    head = f"POST /mcp HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\nauthorization: Bearer {token}\r\ncontent-length: 100\r\n\r\n{{"
+    await stream.send_all(head.encode())
+    with trio.fail_after(10):
+        answer = await stream.receive_some(65536)
+    assert answer.startswith(b"HTTP/1.1 408")
+    await stream.aclose()
+    async with httpx2.AsyncClient() as http:
+        admin = env.bridge.admin_url
+        text = (await http.get(f"{admin}/metrics")).text
+        assert 'ftwbridge_tool_calls_total{outcome="ok",tool="status"} 1.0' in text
+        assert 'ftwbridge_sessions{state="warm"} 1.0' in text
+        assert (await http.get(f"{admin}/healthz")).status_code == 200
+        assert (await http.get(f"{admin}/readyz")).status_code == 200
+        async with trio.open_nursery() as inner:
+            inner.start_soon(env.bridge.pool.drain, 5)
+            await trio.sleep(0.05)
+            assert (await http.get(f"{admin}/readyz")).status_code == 503
+    result = (await post_call(env, token, "status")).json()["result"]
+    assert result["isError"] and "restarting" in result["content"][0]["text"]
+    nursery.cancel_scope.cancel()
+
+
+async def test_history_for_the_whole_granted_window(env: Env) -> None:
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home)
+    result = (
+        await post_call(
+            env, token, "history_query", {"range": "30d", "series": ["pv_w"], "points": 100}
+        )
+    ).json()["result"]
+    assert not result["isError"], result["content"][0]["text"]
+    assert 0 < len(result["structuredContent"]["series"]["pv_w"]) <= 100
