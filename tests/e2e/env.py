@@ -53,10 +53,10 @@ class Env:
             await self.bridge.door.wait_roster(name, lambda r: True)
         return home
 
-    async def add_fleet(self, prefix: str, count: int) -> list[Home]:
+    async def add_fleet(self, prefix: str, count: int, *args: str) -> list[Home]:
         """`count` homes in one stub process (`--fleet`), enrolled and online."""
         proc, line = await start_stub(
-            self.nursery, self.door_url, "--fleet", str(count), home=prefix
+            self.nursery, self.door_url, "--fleet", str(count), *args, home=prefix
         )
         homes = []
         for row in line["fleet"]:

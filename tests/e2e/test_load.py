@@ -71,21 +71,21 @@ async def check_at_rest(env: Env) -> None:
 
 
 async def test_200_calls_from_8_agents_on_one_home(env: Env) -> None:
-    home = await env.add_home("h1")
+    home = await env.add_home("h1", "--delay-ms", "50")  # each read busies its session 50 ms
     tokens = [(await env.agent(home))[2] for _ in range(8)]
     outcomes, slowest, took = await fire(env, tokens, 200)
     print(
         f"\n200 calls, 8 agents, 1 home: {dict(outcomes)} slowest {slowest:.2f} s, all in {took:.2f} s"
     )
     assert set(outcomes) <= {"ok", "E_RATE_LIMITED"} and sum(outcomes.values()) == 200
-    assert outcomes["ok"] >= 15
+    assert outcomes["ok"] >= 5  # the queue of 4 per home refuses most of a burst at once
     assert slowest < DEADLINE_S
     assert await box_refusals([home]) == {}
     await check_at_rest(env)
 
 
 async def test_2000_calls_across_50_homes(env: Env) -> None:
-    homes = await env.add_fleet("f", 50)
+    homes = await env.add_fleet("f", 50, "--delay-ms", "20")
     tokens = []
     for home in homes:
         for _ in range(2):
@@ -95,7 +95,7 @@ async def test_2000_calls_across_50_homes(env: Env) -> None:
         f"\n2000 calls, 100 agents, 50 homes: {dict(outcomes)} slowest {slowest:.2f} s, all in {took:.2f} s"
     )
     assert set(outcomes) <= {"ok", "E_RATE_LIMITED"} and sum(outcomes.values()) == 2000
-    assert outcomes["ok"] >= 50 * 15
+    assert outcomes["ok"] >= 50 * 5
     assert slowest < DEADLINE_S
     assert await box_refusals(homes) == {}
     await check_at_rest(env)
