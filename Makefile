@@ -28,5 +28,11 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+# Speed and memory figures (docs/performance.md); needs wrk, which this installs from Debian.
+bench: $(STAMP)
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python bench/run.py
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -77,18 +77,23 @@ class Bridge:
     Args:
         config: the validated configuration.
         clock: the wall clock in ms since the epoch (tests inject one).
+        keys: a keys part to use instead of the one `config` names (benchmarks).
     """
 
-    def __init__(self, config: Config, *, clock: Callable[[], int] = wall_ms) -> None:
+    def __init__(
+        self, config: Config, *, clock: Callable[[], int] = wall_ms, keys: KeysPort | None = None
+    ) -> None:
         self.config = config
         self.clock = clock
         self.site = Site(config.public_url)
         self.store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
-        self.keys: KeysPort = (
-            KeysService(Path(config.state_dir) / "agent-keys.json")
-            if config.keys_socket is None
-            else KeysClient(config.keys_socket)
-        )
+        if keys is None:
+            keys = (
+                KeysService(Path(config.state_dir) / "agent-keys.json")
+                if config.keys_socket is None
+                else KeysClient(config.keys_socket)
+            )
+        self.keys: KeysPort = keys
         self.metrics = Metrics()
         self.door = Door(config=config, store=self.store, on_roster=self._on_roster, wall_ms=clock)
         self.pool = Pool(

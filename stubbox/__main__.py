@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hostile", action="store_true", help="hidden characters in names and logs")
     p.add_argument("--delay-ms", type=int, default=0, help="how long each read takes")
     p.add_argument("--frozen-ms", type=int, default=None, help="answer as at this time (tests)")
+    p.add_argument(
+        "--no-read-limit", action="store_true", help="benchmarks only: lift 60 reads/min"
+    )
     p.add_argument("--fleet", type=int, default=1, help="run N homes named HOME-0 .. HOME-(N-1)")
     p.add_argument("--print-key", action="store_true", help="print the home key line and exit")
     return p
@@ -49,6 +52,7 @@ async def _main(args: argparse.Namespace) -> None:
             clock_source=args.clock,
             hostile=args.hostile,
             answer_delay_ms=args.delay_ms,
+            read_limit=not args.no_read_limit,
         )
         stub.box.frozen_ms = args.frozen_ms
         stubs[name] = stub

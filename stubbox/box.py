@@ -89,6 +89,7 @@ class Box:
         box_id: the id shown in `hello_ok.box.id`.
         clock_source: `ntp`, `rtc` or `none` (no clock: agents are refused).
         answer_delay_ms: how long each read takes; a second request inside it is refused.
+        read_limit: False lifts the 60 reads per agent per minute (benchmarks only).
     """
 
     def __init__(
@@ -100,8 +101,10 @@ class Box:
         box_id: str = "stub",
         clock_source: ClockSource = "ntp",
         answer_delay_ms: int = 0,
+        read_limit: bool = True,
     ) -> None:
         self.home = home
+        self.read_limit = read_limit
         self.roster = roster
         self._noise_private = noise_private
         self.box_id = box_id
@@ -262,6 +265,8 @@ class Box:
 
     def _count(self, sess: _Session, now_ms: int) -> None:
         """The rolling minute: at most `reads_per_min` (default and ceiling 60) per agent."""
+        if not self.read_limit:
+            return
         info = CAPS[Cap.READS_PER_MIN]
         cap = min(sess.grant.caps.get(Cap.READS_PER_MIN, info.default), info.ceiling)
         recent = self._recent.setdefault(sess.key, deque())

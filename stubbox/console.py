@@ -1,7 +1,8 @@
 """The owner console of a stub home: JSON lines over TCP on loopback.
 
 Each line is one command object; each answer one JSON line, `{"ok": ...}` or `{"error": ...}`.
-Commands (each may name its `home`; the default is the first): `homes`, `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
+Commands (each may name its `home`; the default is the first): `homes`,
+`put_agents {agents: [put_agent fields, ...]}` (one roster for many), `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
 `drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
 `drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`.
 """
@@ -20,6 +21,19 @@ from .uplink import StubHome
 MAX_LINE_BYTES = 64 * 1024
 
 
+def _grant(stub: StubHome, cmd: dict[str, Any]) -> AgentGrant:
+    return AgentGrant(
+        id=str(cmd["id"]),
+        client=str(cmd.get("client", "")),
+        name=str(cmd.get("name", "")),
+        scopes=tuple(cmd.get("scopes", ())),
+        ops=tuple(cmd.get("ops", ())),
+        caps={str(k): int(v) for k, v in dict(cmd.get("caps", {})).items()},
+        granted_at_ms=stub.wall_ms(),
+        expires_at_ms=int(cmd["expiresAtMs"]),
+    )
+
+
 async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
     op = cmd.get("op")
     if op == "homes":
@@ -27,17 +41,12 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
     name = cmd.get("home")
     stub = stubs[name] if name is not None else next(iter(stubs.values()))
     if op == "put_agent":
-        grant = AgentGrant(
-            id=str(cmd["id"]),
-            client=str(cmd.get("client", "")),
-            name=str(cmd.get("name", "")),
-            scopes=tuple(cmd.get("scopes", ())),
-            ops=tuple(cmd.get("ops", ())),
-            caps={str(k): int(v) for k, v in dict(cmd.get("caps", {})).items()},
-            granted_at_ms=stub.wall_ms(),
-            expires_at_ms=int(cmd["expiresAtMs"]),
-        )
-        return {"seq": await stub.put_agent(bytes.fromhex(cmd["key"]), grant)}
+        return {"seq": await stub.put_agent(bytes.fromhex(cmd["key"]), _grant(stub, cmd))}
+    if op == "put_agents":
+        rows = [(bytes.fromhex(a["key"]), _grant(stub, a)) for a in cmd["agents"]]
+        if not rows:
+            raise ValueError("no agents")
+        return {"seq": await stub.put_agents(rows)}
     if op == "drop_agent":
         return {"seq": await stub.drop_agent(bytes.fromhex(cmd["key"]))}
     if op == "set_noise":

@@ -41,6 +41,7 @@ class StubHome:
         hostile: put hidden characters into names, events and logs.
         answer_delay_ms: how long each read takes at the box.
         clock: the box's wall clock in ms since the epoch (tests inject one).
+        read_limit: False lifts the box's 60 reads per agent per minute (benchmarks only).
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class StubHome:
         hostile: bool = False,
         answer_delay_ms: int = 0,
         clock: Callable[[], int] | None = None,
+        read_limit: bool = True,
     ) -> None:
         self._clock = clock
         self.started = time.monotonic() if clock is None else clock() / 1000
@@ -66,6 +68,7 @@ class StubHome:
             box_id=f"stub-{home}",
             clock_source=clock_source,
             answer_delay_ms=answer_delay_ms,
+            read_limit=read_limit,
         )
         self.hold = False
         self.connected = trio.Event()
@@ -111,6 +114,13 @@ class StubHome:
         """Add or change an agent row (the owner approves at home); returns the roster seq."""
         await self.publish(self.owner.put_agent(key, grant, now_ms=self.wall_ms()))
         return self.owner.roster.seq
+
+    async def put_agents(self, rows: list[tuple[bytes, AgentGrant]]) -> int:
+        """Add or change many agent rows in one signed roster; returns the roster seq."""
+        for key, grant in rows[:-1]:
+            self.owner.put_agent(key, grant, now_ms=self.wall_ms())
+        key, grant = rows[-1]
+        return await self.put_agent(key, grant)
 
     async def drop_agent(self, key: bytes) -> int:
         """Drop an agent row; its sessions end `revoked`; returns the roster seq."""

@@ -1,0 +1,312 @@
+"""`make bench`: the bridged call against the official MCP server, side by side in one run.
+
+Cases (each a `tools/call` of `status` with a bearer token, 2026-07-28 unless named legacy):
+sdk-trio and sdk-uvicorn (the SDK's stateless JSON server, `bench/sdk_server.py`), bridge and
+bridge-legacy (ftwbridge bridged for real to stub homes in another process), and ceiling (a
+bare quart-trio endpoint). The server runs on CPU 0, wrk and the stub homes on CPU 1. Each
+case gets a warm-up, then 1, 16 and 64 connections for BENCH_SECONDS (default 5) each. Then
+the sessions figures (`bench/sessions.py`) and the micro figures (`bench/micro.py`). Results go
+to `bench/results/<date>.json` and a Markdown table, which also replaces the table in
+`docs/performance.md`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+PY = sys.executable
+SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+CONNECTIONS = (1, 16, 64)
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+MODERN_BODY = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {"name": "status", "arguments": {}, "_meta": META},
+}
+MODERN_HEADERS = "Content-Type: application/json\nAccept: application/json, text/event-stream\nMCP-Protocol-Version: 2026-07-28\nMcp-Method: tools/call\nMcp-Name: status\n"
+LEGACY_BODY = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {"name": "status", "arguments": {}},
+}
+LEGACY_HEADERS = "Content-Type: application/json\nAccept: application/json, text/event-stream\nMCP-Protocol-Version: 2025-11-25\n"
+
+
+def pin(cpu: int) -> list[str]:
+    return (
+        ["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("server did not listen in time")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, conns: int, seconds: int, files: dict[str, str]) -> dict[str, Any]:
+    argv = [
+        *pin(1),
+        "wrk",
+        "-t1",
+        f"-c{conns}",
+        f"-d{seconds}s",
+        "--timeout",
+        "30s",
+        "-s",
+        str(BENCH / "wrk.lua"),
+        url,
+    ]
+    out = subprocess.run(
+        argv, capture_output=True, text=True, env=os.environ | files, check=True, cwd=BENCH
+    ).stdout
+    line = next(x for x in out.splitlines() if x.startswith("WRKJSON "))
+    return json.loads(line.removeprefix("WRKJSON "))
+
+
+def run_case(name: str, url: str, pid: int, files: dict[str, str]) -> list[dict[str, Any]]:
+    wrk(url, 16, 2, files)  # warm-up
+    rows = []
+    for conns in CONNECTIONS:
+        before = cpu_seconds(pid)
+        r = wrk(url, conns, SECONDS, files)
+        cpu = cpu_seconds(pid) - before
+        rps = r["requests"] / (r["duration_us"] / 1e6)
+        rows.append(
+            {
+                "case": name,
+                "connections": conns,
+                "rps": round(rps, 1),
+                "p50_ms": r["p50_us"] / 1000,
+                "p99_ms": r["p99_us"] / 1000,
+                "cpu_ms_per_call": round(1000 * cpu / max(1, r["requests"]), 3),
+                "requests": r["requests"],
+                "bad": r["non2xx"] + r["errors"] + r["socket_errors"],
+            }
+        )
+        print(
+            f"  {name:14} c={conns:<3} {rps:8.1f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  p99 {r['p99_us'] / 1000:7.2f} ms  bad {rows[-1]['bad']}",
+            flush=True,
+        )
+    return rows
+
+
+def files_for(
+    tmp: Path,
+    tag: str,
+    body: dict[str, Any],
+    headers: str,
+    tokens: list[str] | None,
+    tokens_file: Path | None = None,
+) -> dict[str, str]:
+    (tmp / f"{tag}.body").write_text(json.dumps(body))
+    (tmp / f"{tag}.headers").write_text(headers)
+    if tokens_file is None:
+        tokens_file = tmp / f"{tag}.tokens"
+        tokens_file.write_text(json.dumps(tokens))
+    return {
+        "BODY_FILE": str(tmp / f"{tag}.body"),
+        "HEADERS_FILE": str(tmp / f"{tag}.headers"),
+        "TOKENS_FILE": str(tokens_file),
+    }
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def http_cases(tmp: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name, stack in (("sdk-trio", "trio"), ("sdk-uvicorn", "uvicorn")):
+        port = free_port()
+        proc = subprocess.Popen(
+            [*pin(0), PY, str(BENCH / "sdk_server.py"), "--port", str(port), "--stack", stack],
+            cwd=BENCH,
+        )
+        try:
+            wait_port(port, proc)
+            rows += run_case(
+                name,
+                f"http://127.0.0.1:{port}/mcp",
+                proc.pid,
+                files_for(tmp, name, MODERN_BODY, MODERN_HEADERS, ["bench-token"]),
+            )
+        finally:
+            stop(proc)
+    port = free_port()
+    tokens = tmp / "bridge.tokens"
+    proc = subprocess.Popen(
+        [
+            *pin(0),
+            PY,
+            str(BENCH / "bridge_server.py"),
+            "--port",
+            str(port),
+            "--homes",
+            "32",
+            "--agents",
+            "4",
+            "--tokens",
+            str(tokens),
+            "--stub-cpu",
+            "1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the bridge did not get ready")
+        url = f"http://127.0.0.1:{port}/mcp"
+        rows += run_case(
+            "bridge",
+            url,
+            proc.pid,
+            files_for(tmp, "bridge", MODERN_BODY, MODERN_HEADERS, None, tokens),
+        )
+        rows += run_case(
+            "bridge-legacy",
+            url,
+            proc.pid,
+            files_for(tmp, "legacy", LEGACY_BODY, LEGACY_HEADERS, None, tokens),
+        )
+    finally:
+        stop(proc)
+    port = free_port()
+    proc = subprocess.Popen(
+        [*pin(0), PY, str(BENCH / "ceiling_server.py"), "--port", str(port)], cwd=BENCH
+    )
+    try:
+        wait_port(port, proc)
+        rows += run_case(
+            "ceiling",
+            f"http://127.0.0.1:{port}/mcp",
+            proc.pid,
+            files_for(tmp, "ceiling", MODERN_BODY, MODERN_HEADERS, ["x"]),
+        )
+    finally:
+        stop(proc)
+    base = {r["connections"]: r["rps"] for r in rows if r["case"] == "sdk-trio"}
+    for r in rows:
+        r["vs_sdk_trio"] = (
+            round(r["rps"] / base[r["connections"]], 2) if base.get(r["connections"]) else None
+        )
+    return rows
+
+
+def table(rows: list[dict[str, Any]], sessions: dict[str, Any], micro: dict[str, Any]) -> str:
+    out = [
+        "| case | conns | req/s | p50 ms | p99 ms | CPU ms/call | vs sdk-trio | bad |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['case']} | {r['connections']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_ms_per_call']:.2f} | {r['vs_sdk_trio']} | {r['bad']} |"
+        )
+    out += ["", "| sessions | bridge RSS MiB | KiB per session |", "|---|---|---|"]
+    for n, rss in sessions["rss_kib"].items():
+        per = sessions["kib_per_session"].get(n)
+        out.append(f"| {n} | {rss / 1024:.1f} | {'' if per is None else f'{per:.1f}'} |")
+    out.append(
+        f"\nSessions opened through the door (handshake to hello_ok): {sessions['opens_per_s']:.0f} per second.\n"
+    )
+    out += ["| micro | per second |", "|---|---|"]
+    out += [f"| {k} | {v:,.0f} |" for k, v in micro.items()]
+    return "\n".join(out)
+
+
+def main() -> None:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        print("HTTP cases (server on CPU 0, wrk and stub homes on CPU 1):", flush=True)
+        rows = http_cases(Path(tmp))
+    print("sessions:", flush=True)
+    sessions = json.loads(
+        subprocess.run(
+            [*pin(0), PY, str(BENCH / "sessions.py")],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout.splitlines()[-1]
+    )
+    print(f"  {sessions}", flush=True)
+    print("micro:", flush=True)
+    micro = json.loads(
+        subprocess.run(
+            [PY, str(BENCH / "micro.py")], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout.splitlines()[-1]
+    )
+    result = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "seconds_per_run": SECONDS,
+        "cases": rows,
+        "sessions": sessions,
+        "micro": micro,
+        "cpus": os.cpu_count(),
+    }
+    out = BENCH / "results" / f"{dt.date.today().isoformat()}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    md = table(rows, sessions, micro)
+    doc = ROOT / "docs" / "performance.md"
+    if doc.exists():
+        text = doc.read_text()
+        start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            doc.write_text(
+                head
+                + start
+                + f"\nLatest run: {result['date']}, {SECONDS} s per run.\n\n"
+                + md
+                + "\n"
+                + end
+                + rest.split(end, 1)[1]
+            )
+    print("\n" + md)
+    print(f"\nwritten {out.relative_to(ROOT)}; whole run {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
