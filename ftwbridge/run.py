@@ -35,6 +35,11 @@ from ftwbridge.store import SqliteStore, TokenRecord, hash_token
 log = logging.getLogger("ftwbridge")
 
 
+TOKEN_CACHE_S = 30.0
+"""How long a token's store record is reused without asking the store again (seconds)."""
+TOKEN_CACHE_SIZE = 10_000
+
+
 def wall_ms() -> int:
     """The bridge's wall clock: ms since the Unix epoch."""
     return time.time_ns() // 1_000_000
@@ -102,12 +107,17 @@ class Bridge:
         self.metrics.watch(self.pool, self.door)
         self.admin_url: str | None = None
         self._nursery: trio.Nursery | None = None
+        self._token_cache: dict[bytes, tuple[TokenRecord, float]] = {}
 
     async def _on_roster(self, home: str, roster: Roster) -> None:
         await self.pool.on_roster(home, roster)
         gone = await self.keys.sync(home, frozenset(roster.agents()))
         for key in gone:
             await self.store.drop_agent_tokens(home, key)
+        listed = roster.agents()
+        for digest, (record, _at) in list(self._token_cache.items()):
+            if record.home == home and record.agent_key not in listed:
+                del self._token_cache[digest]
 
     async def issue_token(
         self,
@@ -156,7 +166,22 @@ class Bridge:
             self._nursery.cancel_scope.cancel()
 
     async def _verify(self, token: str) -> TokenRecord | None:
-        return await self.store.token(hash_token(token))
+        """The token's record: from a short in-memory cache, else the store (off-thread).
+
+        The cache only saves the store lookup: expiry, resource and the roster listing the
+        agent are checked on every request, and a roster drop evicts the agent's entries.
+        """
+        digest = hash_token(token)
+        now = trio.current_time()
+        hit = self._token_cache.get(digest)
+        if hit is not None and now - hit[1] < TOKEN_CACHE_S:
+            return hit[0]
+        record = await self.store.token(digest)
+        if record is not None:
+            if len(self._token_cache) >= TOKEN_CACHE_SIZE:
+                self._token_cache.pop(next(iter(self._token_cache)))
+            self._token_cache[digest] = (record, now)
+        return record
 
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
