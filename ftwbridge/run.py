@@ -23,7 +23,8 @@ from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
 from ftwbridge.keys.service import KeysError
-from ftwbridge.mcp.server import McpService, Refused
+from ftwbridge.mcp.results import Refused
+from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.pool import CallRefused, Pool
 from ftwbridge.proto.names import Read

@@ -15,11 +15,12 @@ caller with a refusal, so nothing is left behind and no call hangs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -30,24 +31,12 @@ from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
 from ftwbridge.proto.registry import Msg, peer_code, peer_reason, peer_retry_ms
 from ftwbridge.proto.roster import AgentGrant, Refused, Roster, admit
-from ftwbridge.proto.session import AgentSession, Push, Refusal, Reply, Terminated
+from ftwbridge.proto.session import AgentSession, Push, Reply, Terminated
 
 from .pacing import HomePacer
-from .warm import CallRefused, PoolStats, Waiter, Warm, refusal_for_end
+from .warm import HELLO_BODY, CallRefused, PoolObserver, PoolStats, Waiter, Warm, refusal_for_end
 
 log = logging.getLogger("ftwbridge.pool")
-HELLO_BODY = {
-    "proto": {"min": 1, "max": 1},
-    "app": {"build": "ftwbridge", "ua": "agent"},
-    "locales": ["en"],
-}
-
-
-class PoolObserver(Protocol):
-    """Where the pool reports timings (the bridge's metrics fit)."""
-
-    def on_queue_wait(self, seconds: float) -> None: ...
-    def on_open(self, outcome: str, seconds: float) -> None: ...
 
 
 class Pool:
@@ -348,7 +337,7 @@ class Pool:
                     with (
                         trio.CancelScope(shield=True),
                         trio.move_on_after(1),
-                        _ignore_keys_errors(),
+                        contextlib.suppress(KeysError),
                     ):
                         await self._keys.abort(handle)
             w.agent = AgentSession(keys)
@@ -408,14 +397,3 @@ class Pool:
                         peer_code(ev.code), ev.args, peer_retry_ms(ev.retry_after_ms, ev.args)
                     )
                 waiter.done.set()
-
-
-class _ignore_keys_errors:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, typ: object, exc: object, tb: object) -> bool:
-        return isinstance(exc, KeysError)
-
-
-__all__ = ["CallRefused", "Pool", "PoolStats", "Refusal"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -72,6 +72,20 @@ class Warm:
         if self.end_reason is None:
             self.end_reason = reason
         self.scope.cancel()
+
+
+HELLO_BODY = {
+    "proto": {"min": 1, "max": 1},
+    "app": {"build": "ftwbridge", "ua": "agent"},
+    "locales": ["en"],
+}
+
+
+class PoolObserver(Protocol):
+    """Where the pool reports timings (the bridge's metrics fit)."""
+
+    def on_queue_wait(self, seconds: float) -> None: ...
+    def on_open(self, outcome: str, seconds: float) -> None: ...
 
 
 def refusal_for_end(reason: str) -> CallRefused:

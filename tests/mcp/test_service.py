@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ftwbridge.mcp.server import HttpRequest, McpService, Refused
+from ftwbridge.mcp.results import Refused
+from ftwbridge.mcp.server import HttpRequest, McpService
 from ftwbridge.mcp.words import sentence
 from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Read
