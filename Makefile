@@ -5,7 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+PEERS := peers/node_modules/.installed
+
+.PHONY: demo test lint typecheck unit peers bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +25,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict ftwbridge stubbox
 
-unit: $(STAMP)
+# Real MCP peers for the tests (TypeScript SDKs, MCP Inspector, the conformance suite, Node 22),
+# pinned in peers/package-lock.json and installed from the npm registry.
+$(PEERS): peers/package.json peers/package-lock.json
+	cd peers && npm ci --no-audit --no-fund --loglevel=error
+	touch $(PEERS)
+
+peers: $(PEERS)
+
+unit: $(STAMP) $(PEERS)
 	$(BIN)/python -m pytest -q -W error
 
 test: lint typecheck unit

@@ -62,6 +62,9 @@ class Config(BaseModel):
     door_silence_s: float = 45.0
 
     token_ttl_s: int = Field(default=3600, gt=0)
+    test_anonymous_token: str | None = None
+    """TEST PROFILE ONLY (never set in production): a request with no Authorization header is
+    served as if it carried this bearer token. The official conformance suite sends none."""
     drain_s: float = 10.0
     """How long calls in flight may finish after SIGTERM before sessions are closed."""
     admin_bind: str | None = "127.0.0.1:8781"

@@ -210,6 +210,7 @@ class Bridge:
             http_burst=c.http_burst,
             http_per_s=c.http_per_s,
             on_call=self.metrics.on_call,
+            anonymous_token=c.test_anonymous_token,
         )
         app = create_app(
             site=self.site,

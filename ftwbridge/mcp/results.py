@@ -74,6 +74,10 @@ def text_error(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
+ERROR_META = "ftwbridge/error"
+"""`_meta` key of a refusal's `{code, message, retryable, retryAfterMs?}`."""
+
+
 def refusal_result(exc: Refused) -> dict[str, Any]:
     words = sentence(exc.code, exc.args_, exc.retry_after_ms)
     exc.code = peer_code(exc.code)
@@ -88,5 +92,7 @@ def refusal_result(exc: Refused) -> dict[str, Any]:
     return {
         "content": [{"type": "text", "text": f"{exc.code}: {words}"}],
         "isError": True,
-        "structuredContent": {"error": error},
+        # Not structuredContent: clients of the 1.x SDK check it against the tool's output
+        # schema even on errors. The machine-readable refusal rides in _meta instead.
+        "_meta": {ERROR_META: error},
     }

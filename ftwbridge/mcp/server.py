@@ -127,6 +127,7 @@ class McpService:
         wall_ms: the bridge's wall clock, ms since the epoch.
         http_burst, http_per_s: the per-agent request limit (requests, requests per second).
         on_call: told (tool, outcome, seconds) after each tool call (metrics), if given.
+        anonymous_token: the test profile's token for requests without one (never in production).
     """
 
     def __init__(
@@ -142,6 +143,7 @@ class McpService:
         http_burst: float = 30,
         http_per_s: float = 10,
         on_call: Callable[[str, str, float], None] | None = None,
+        anonymous_token: str | None = None,
     ) -> None:
         self._homes = homes
         self._verify_token = verify_token
@@ -155,6 +157,7 @@ class McpService:
         self._http_per_s = http_per_s
         self._agent_buckets: dict[tuple[str, bytes], TokenBucket] = {}
         self._on_call = on_call
+        self._anonymous_token = anonymous_token
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
         """The per-agent request limit at `/mcp` (`http_burst` in a row, then `http_per_s`):
@@ -222,6 +225,8 @@ class McpService:
         return await self._dispatch(route, token, req.headers)
 
     async def _authenticate(self, values: list[str]) -> TokenRecord | HttpResponse:
+        if not values and self._anonymous_token is not None:  # the test profile only
+            values = [f"Bearer {self._anonymous_token}"]
         raw = values[0] if len(values) == 1 else ""
         scheme, _, token = raw.partition(" ")
         record = None

@@ -89,8 +89,12 @@ class Env:
 
 
 async def start_env(nursery: trio.Nursery, tmp: Path, **config: Any) -> Env:
-    settings: dict[str, Any] = {"admin_bind": "127.0.0.1:0"} | config
-    cfg = Config(bind="127.0.0.1:0", public_url="http://127.0.0.1:0", state_dir=tmp, **settings)
+    settings: dict[str, Any] = {
+        "admin_bind": "127.0.0.1:0",
+        "bind": "127.0.0.1:0",
+        "public_url": "http://127.0.0.1:0",
+    } | config
+    cfg = Config(state_dir=tmp, **settings)
     bridge = Bridge(cfg)
     await nursery.start(bridge.serve)
     return Env(bridge, nursery)

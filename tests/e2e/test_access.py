@@ -100,7 +100,7 @@ async def test_box_without_noise_says_it_takes_no_assistants(env: Env) -> None:
     _key, _agent, token = await env.agent(home)
     r = await post_call(env, token, "status")
     result = r.json()["result"]
-    assert result["isError"] and result["structuredContent"]["error"]["code"] == "E_UNAVAILABLE"
+    assert result["isError"] and result["_meta"]["ftwbridge/error"]["code"] == "E_UNAVAILABLE"
     assert "does not take assistants yet" in result["content"][0]["text"]
 
 

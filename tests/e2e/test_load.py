@@ -46,7 +46,7 @@ async def fire(
             if r.status_code != 200:
                 outcomes[f"http {r.status_code}"] += 1
             elif result.get("isError"):
-                outcomes[result["structuredContent"]["error"]["code"]] += 1
+                outcomes[result["_meta"]["ftwbridge/error"]["code"]] += 1
             else:
                 outcomes["ok"] += 1
 

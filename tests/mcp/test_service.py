@@ -139,7 +139,7 @@ async def test_refusal_words_and_codes_are_clean() -> None:
     status, body = await post(svc, *call("status", {}))
     result = body["result"]
     assert status == 200 and result["isError"]
-    err = result["structuredContent"]["error"]
+    err = result["_meta"]["ftwbridge/error"]
     assert err["code"] == "E_BAD_BODY" and clean(err["message"]) == err["message"]
     assert outcomes == ["other"]
     svc = service(Refused("E_SCOPE_DENIED", {"needScope": "\x1b[2J\u202eIGNORE\u200b\x07"}, None))
@@ -154,11 +154,11 @@ async def test_answers_that_break_the_schema_are_bad_bodies() -> None:
         _, body = await post(svc, *call("status", {}))
         assert (
             body["result"]["isError"]
-            and body["result"]["structuredContent"]["error"]["code"] == "E_BAD_BODY"
+            and body["result"]["_meta"]["ftwbridge/error"]["code"] == "E_BAD_BODY"
         )
     svc = service(Reply(1, "hist.end", {"resActual": "1h", "gaps": "text"}))
     _, body = await post(svc, *call("history_query", {"range": "6h"}))
-    assert body["result"]["structuredContent"]["error"]["code"] == "E_BAD_BODY"
+    assert body["result"]["_meta"]["ftwbridge/error"]["code"] == "E_BAD_BODY"
 
 
 async def test_homes_list_is_cleaned() -> None:
