@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ftwbridge.config import Config  # noqa: E402
-from ftwbridge.demo import console  # noqa: E402
+from ftwbridge.demo import console, start_stub  # noqa: E402
 from ftwbridge.keys import KeysService  # noqa: E402
 from ftwbridge.proto.names import Read  # noqa: E402
 from ftwbridge.run import Bridge  # noqa: E402
@@ -94,7 +94,8 @@ async def start(
     prefix = (
         ["taskset", "-c", str(stub_cpu)] if stub_cpu is not None and shutil.which("taskset") else []
     )
-    _proc, line = await _start_fleet(nursery, door, homes, prefix, sys.executable)
+    fleet = ("--fleet", str(max(homes, 2)), "--no-read-limit")
+    _proc, line = await start_stub(nursery, door, *fleet, home="b", prefix=tuple(prefix))
     rows: list[dict[str, str]] = line["fleet"]  # type: ignore[assignment]
     names = [row["home"] for row in rows]
     for row in rows:
@@ -104,40 +105,6 @@ async def start(
             await bridge.door.wait_roster(name, lambda r: True)
     granted = await grant_fleet(bridge, line["console"], names, agents)
     return bridge, granted
-
-
-async def _start_fleet(
-    nursery: trio.Nursery, door: str, homes: int, prefix: list[str], python: str
-) -> tuple[trio.Process, dict[str, object]]:
-    import functools
-    import subprocess
-
-    argv = [
-        *prefix,
-        python,
-        "-m",
-        "stubbox",
-        "--bridge",
-        door,
-        "--home",
-        "b",
-        "--fleet",
-        str(max(homes, 2)),
-        "--no-read-limit",
-    ]
-    proc: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process, argv, stdout=subprocess.PIPE, check=False, cwd=str(ROOT)
-        )
-    )
-    assert proc.stdout is not None
-    buf = b""
-    while b"\n" not in buf:
-        chunk = await proc.stdout.receive_some(65536)
-        if not chunk:
-            raise RuntimeError("the stub fleet exited")
-        buf += chunk
-    return proc, json.loads(buf.split(b"\n", 1)[0])
 
 
 async def warm(

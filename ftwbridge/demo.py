@@ -66,21 +66,16 @@ async def console(port: int, command: dict[str, Any]) -> Any:
 
 
 async def start_stub(
-    nursery: trio.Nursery, door_url: str, *extra: str, home: str = DEMO_HOME
+    nursery: trio.Nursery,
+    door_url: str,
+    *extra: str,
+    home: str = DEMO_HOME,
+    prefix: tuple[str, ...] = (),
 ) -> tuple[trio.Process, dict[str, Any]]:
-    """Start `python -m stubbox` for `home`; returns (process, its start line)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "stubbox",
-        "--bridge",
-        door_url,
-        "--home",
-        home,
-        "--seed",
-        home,
-        *extra,
-    ]
+    """Start `python -m stubbox` for `home` (`prefix` goes before it, e.g. `taskset -c 1`);
+    returns (process, its start line)."""
+    argv = [*prefix, sys.executable, "-m", "stubbox", "--bridge", door_url]
+    argv += ["--home", home, "--seed", home, *extra]
     proc: trio.Process = await nursery.start(
         functools.partial(trio.run_process, argv, stdout=subprocess.PIPE, check=False)
     )
