@@ -16,6 +16,7 @@ from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
 from ftwbridge.keys.service import KeysError
 from ftwbridge.proto.noise import Responder, generate_static
 from ftwbridge.store import SqliteStore, TokenRecord, hash_token
+from tests.e2e.env import TOOL_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,21 +116,7 @@ def test_cli_demo_once_reads_every_tool(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    for name in (
-        "homes_list",
-        "status",
-        "chargers_list",
-        "cars_list",
-        "plan_get",
-        "plan_explain",
-        "history_query",
-        "health_get",
-        "events_list",
-        "logs_tail",
-        "drivers_status",
-        "config_get",
-        "diag_run",
-    ):
+    for name in TOOL_NAMES:
         lines = [line for line in out.stdout.splitlines() if line.strip().startswith(name + " ")]
         assert len(lines) == 2, name  # once per era
         assert not any("E_" in line[:40] for line in lines), lines

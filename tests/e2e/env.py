@@ -16,6 +16,23 @@ from ftwbridge.config import Config
 from ftwbridge.demo import console, grant_agent, start_stub
 from ftwbridge.run import Bridge
 
+TOOL_NAMES = (
+    "homes_list",
+    "status",
+    "chargers_list",
+    "cars_list",
+    "plan_get",
+    "plan_explain",
+    "history_query",
+    "health_get",
+    "events_list",
+    "logs_tail",
+    "drivers_status",
+    "config_get",
+    "diag_run",
+)
+"""The 13 tools of PROTOCOL.md part D, written once for the tests."""
+
 
 @dataclass
 class Home:

@@ -15,27 +15,11 @@ import pytest
 import trio
 
 from ftwbridge.store import hash_token
-from tests.e2e.env import Env, start_env
+from tests.e2e.env import TOOL_NAMES, Env, start_env
 
 PEERS = Path(__file__).resolve().parents[2] / "peers"
 NODE_BIN = PEERS / "node_modules" / ".bin"
-TOOLS = sorted(
-    [
-        "homes_list",
-        "status",
-        "chargers_list",
-        "cars_list",
-        "plan_get",
-        "plan_explain",
-        "history_query",
-        "health_get",
-        "events_list",
-        "logs_tail",
-        "drivers_status",
-        "config_get",
-        "diag_run",
-    ]
-)
+TOOLS = sorted(TOOL_NAMES)
 
 
 def node_env(tmp: Path) -> dict[str, str]:
