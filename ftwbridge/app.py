@@ -17,6 +17,7 @@ from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from ftwbridge.door import Door
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
+from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.proto.registry import READ_SCOPES
 
 MCP_METHODS = ["POST", "GET", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"]
@@ -54,8 +55,129 @@ def _headers() -> dict[str, list[str]]:
     return out
 
 
+CORS = {
+    "access-control-allow-origin": "*",
+    "access-control-allow-headers": "authorization, content-type, mcp-protocol-version",
+}
+NO_STORE = {"cache-control": "no-store", "pragma": "no-cache"}
+
+
+def _json_response(status: int, value: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(value), status, {"content-type": "application/json", **(headers or {})}
+    )
+
+
+def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
+    """RFC 8414 metadata, RFC 7591 registration, `/authorize` with the consent pages, the token
+    endpoint (RFC 6749, 7636, 8707) and RFC 7009 revocation."""
+
+    def form_error(exc: OAuthError) -> Response:
+        headers = NO_STORE | CORS
+        if exc.error == "invalid_client":
+            headers["www-authenticate"] = 'Bearer error="invalid_client"'
+        return _json_response(exc.status if exc.status != 302 else 400, exc.body(), headers)
+
+    @app.route("/.well-known/oauth-authorization-server")
+    async def as_metadata() -> Response:
+        return _json_response(
+            200, oauth.metadata(), CORS | {"cache-control": "public, max-age=3600"}
+        )
+
+    @app.route("/oauth/register", methods=["POST", "OPTIONS"])
+    async def register() -> Response:
+        if request.method == "OPTIONS":
+            return Response(b"", 204, CORS | {"access-control-allow-methods": "POST"})
+        try:
+            body = json.loads(await request.get_data(as_text=True))
+            return _json_response(201, await oauth.register(body), CORS | NO_STORE)
+        except ValueError:
+            return form_error(OAuthError("invalid_client_metadata", "the body must be JSON"))
+        except OAuthError as exc:
+            return form_error(exc)
+
+    @app.route("/authorize", methods=["GET"])
+    async def authorize() -> Response:
+        params = {k: v for k, v in request.args.items()}
+        try:
+            pending = await oauth.start(params)
+        except OAuthError as exc:
+            if exc.status != 302:
+                return Response(pages.problem(exc.description), 400, pages.PAGE_HEADERS)
+            uri = await oauth.client_redirect(params)
+            query = exc.error_query(params.get("state"), site.public_url.rstrip("/"))
+            return Response(b"", 302, {"location": uri + ("&" if "?" in uri else "?") + query})
+        return Response(pages.consent(pending), 200, pages.PAGE_HEADERS)
+
+    @app.route("/authorize", methods=["POST"])
+    async def authorize_claim() -> Response:
+        origin = request.headers.get("origin")
+        if origin is not None and origin.lower() not in site.allowed_origins:
+            return Response(
+                pages.problem("This form was posted from another site."), 403, pages.PAGE_HEADERS
+            )
+        form = await request.form
+        req = str(form.get("req", ""))
+        try:
+            await oauth.claim(req, str(form.get("csrf", "")), str(form.get("code", "")))
+        except OAuthError as exc:
+            pending = oauth.get(req)
+            if pending is None or exc.error != "access_denied" or pending.status == "failed":
+                if pending is not None and pending.status == "failed":
+                    await oauth.forget(pending)
+                    loc = pending.redirect(site.public_url.rstrip("/"), error="access_denied")
+                    return Response(b"", 303, {"location": loc})
+                return Response(pages.problem(exc.description), 400, pages.PAGE_HEADERS)
+            return Response(pages.consent(pending, exc.description), 400, pages.PAGE_HEADERS)
+        return Response(b"", 303, {"location": f"/authorize/wait?req={req}"})
+
+    @app.route("/authorize/wait")
+    async def authorize_wait() -> Response:
+        pending = oauth.get(str(request.args.get("req", "")))
+        if pending is None:
+            return Response(
+                pages.problem(
+                    "This request is unknown or has expired; start again from your assistant."
+                ),
+                400,
+                pages.PAGE_HEADERS,
+            )
+        issuer = site.public_url.rstrip("/")
+        if pending.status == "approved" and pending.code is not None:
+            return Response(
+                b"", 303, {"location": pending.redirect(issuer, code=pending.code)} | NO_STORE
+            )
+        if pending.status in ("denied", "failed"):
+            await oauth.forget(pending)
+            return Response(
+                b"", 303, {"location": pending.redirect(issuer, error="access_denied")} | NO_STORE
+            )
+        return Response(pages.waiting(pending), 200, pages.PAGE_HEADERS)
+
+    @app.route("/oauth/token", methods=["POST", "OPTIONS"])
+    async def token() -> Response:
+        if request.method == "OPTIONS":
+            return Response(b"", 204, CORS | {"access-control-allow-methods": "POST"})
+        form = {k: str(v) for k, v in (await request.form).items()}
+        try:
+            return _json_response(200, await oauth.token(form), NO_STORE | CORS)
+        except OAuthError as exc:
+            return form_error(exc)
+
+    @app.route("/oauth/revoke", methods=["POST"])
+    async def revoke() -> Response:
+        await oauth.revoke({k: str(v) for k, v in (await request.form).items()})
+        return Response(b"", 200, CORS)
+
+
 def create_app(
-    *, site: Site, service: McpService, door: Door, max_body_bytes: int, body_timeout_s: float
+    *,
+    site: Site,
+    service: McpService,
+    door: Door,
+    max_body_bytes: int,
+    body_timeout_s: float,
+    oauth: OAuthService | None = None,
 ) -> QuartTrio:
     """Build the app; routes read `site` at request time (its URL is set once bound)."""
     app = QuartTrio("ftwbridge")
@@ -109,6 +231,9 @@ def create_app(
                 "access-control-allow-origin": "*",
             },
         )
+
+    if oauth is not None:
+        add_oauth_routes(app, site, oauth)
 
     @app.websocket("/v1/box")
     async def box() -> None:

@@ -26,6 +26,7 @@ from ftwbridge.keys.service import KeysError
 from ftwbridge.mcp.results import Refused
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
+from ftwbridge.oauth import OAuthService
 from ftwbridge.pool import CallRefused, Pool
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.registry import READ_SCOPES
@@ -106,15 +107,31 @@ class Bridge:
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
         )
         self.metrics.watch(self.pool, self.door)
+        self.oauth = OAuthService(
+            store=self.store,
+            keys=self.keys,
+            door=self.door,
+            issuer=lambda: self.site.public_url.rstrip("/"),
+            resource=lambda: self.site.resource,
+            clock=clock,
+            issue_access=self._issue_for_oauth,
+        )
         self.admin_url: str | None = None
         self._nursery: trio.Nursery | None = None
         self._token_cache: dict[bytes, tuple[TokenRecord, float]] = {}
 
+    async def _issue_for_oauth(
+        self, home: str, key: bytes, agent_id: str, scopes: tuple[str, ...], client: str
+    ) -> str:
+        return await self.issue_token(home, key, agent_id, scopes, client=client)
+
     async def _on_roster(self, home: str, roster: Roster) -> None:
         await self.pool.on_roster(home, roster)
+        await self.oauth.on_roster(home, roster)
         gone = await self.keys.sync(home, frozenset(roster.agents()))
         for key in gone:
             await self.store.drop_agent_tokens(home, key)
+            await self.store.drop_refresh_of_agent(home, key)
         listed = roster.agents()
         for digest, (record, _at) in list(self._token_cache.items()):
             if record.home == home and record.agent_key not in listed:
@@ -213,6 +230,7 @@ class Bridge:
             anonymous_token=c.test_anonymous_token,
         )
         app = create_app(
+            oauth=self.oauth,
             site=self.site,
             service=service,
             door=self.door,

@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hostile", action="store_true", help="hidden characters in names and logs")
     p.add_argument("--delay-ms", type=int, default=0, help="how long each read takes")
     p.add_argument("--frozen-ms", type=int, default=None, help="answer as at this time (tests)")
+    p.add_argument("--approve-all", action="store_true", help="the owner approves every assistant")
     p.add_argument(
         "--no-read-limit", action="store_true", help="benchmarks only: lift 60 reads/min"
     )
@@ -55,6 +56,7 @@ async def _main(args: argparse.Namespace) -> None:
             read_limit=not args.no_read_limit,
         )
         stub.box.frozen_ms = args.frozen_ms
+        stub.approve_all = args.approve_all
         stubs[name] = stub
     keys = [{"home": s.home, "homeKey": s.owner.home_public_key.hex()} for s in stubs.values()]
     line: dict[str, object] = dict(keys[0]) if len(keys) == 1 else {"fleet": keys}

@@ -3,7 +3,8 @@
 Each line is one command object; each answer one JSON line, `{"ok": ...}` or `{"error": ...}`.
 Commands (each may name its `home`; the default is the first): `homes`,
 `put_agents {agents: [put_agent fields, ...]}` (one roster for many), `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
-`drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
+`claim` (a new home-claim code), `requests` (assistants waiting), `approve {req, scopes?,
+expiresAtMs?}`, `deny {req}`, `drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
 `drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`.
 """
 
@@ -47,6 +48,22 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
         if not rows:
             raise ValueError("no agents")
         return {"seq": await stub.put_agents(rows)}
+    if op == "claim":
+        return {"code": await stub.claim()}
+    if op == "requests":
+        return [
+            {k: (v.hex() if isinstance(v, bytes) else v) for k, v in r.items()}
+            for r in stub.requests.values()
+        ]
+    if op == "approve":
+        scopes = cmd.get("scopes")
+        seq = await stub.approve(
+            str(cmd["req"]), scopes=scopes, expires_at_ms=cmd.get("expiresAtMs")
+        )
+        return {"seq": seq}
+    if op == "deny":
+        await stub.deny(str(cmd["req"]))
+        return {}
     if op == "drop_agent":
         return {"seq": await stub.drop_agent(bytes.fromhex(cmd["key"]))}
     if op == "set_noise":

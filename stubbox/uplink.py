@@ -16,6 +16,7 @@ from typing import Any
 import trio
 from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, open_websocket_url
 
+from ftwbridge.proto.claim import code_hash, new_code
 from ftwbridge.proto.door import door_signature, tun, tun_fields
 from ftwbridge.proto.envelope import Envelope, decode_envelope
 from ftwbridge.proto.errors import ProtocolError
@@ -28,6 +29,9 @@ from .owner import Owner
 
 log = logging.getLogger("stubbox")
 BUILD = "stubbox-0.1"
+CLAIM_TTL_MS = 600_000
+GRANT_TTL_MS = 90 * 86_400_000
+"""How long an approved assistant's grant lasts unless the owner says otherwise (90 days)."""
 
 
 class StubHome:
@@ -75,6 +79,9 @@ class StubHome:
         self.ws: WebSocketConnection | None = None
         self._send_lock = trio.Lock()
         self.last_roster_reply: dict[str, Any] = {}
+        self.requests: dict[str, dict[str, Any]] = {}
+        """Assistants waiting for the owner's answer (`agent.request` bodies by `req`)."""
+        self.approve_all = False
         self.uplinks = 0
 
     @property
@@ -121,6 +128,44 @@ class StubHome:
             self.owner.put_agent(key, grant, now_ms=self.wall_ms())
         key, grant = rows[-1]
         return await self.put_agent(key, grant)
+
+    async def claim(self) -> str:
+        """Show a new home-claim code to the owner and offer its hash to the bridge (10 min)."""
+        code = new_code()
+        digest = code_hash(code)
+        body = {"codeHash": digest, "expiresAtMs": self.wall_ms() + CLAIM_TTL_MS}
+        await self.send(Envelope(Msg.CLAIM_OFFER, None, body).encode())
+        return code
+
+    async def approve(
+        self, req: str, *, scopes: list[str] | None = None, expires_at_ms: int | None = None
+    ) -> int:
+        """The owner approves request `req` (optionally narrowing scopes or setting the end):
+        a new roster lists the agent. Returns the roster seq.
+
+        Raises:
+            KeyError: no such request.
+        """
+        r = self.requests.pop(req)
+        asked = [s for s in r["scopes"] if isinstance(s, str)]
+        granted = asked if scopes is None else [s for s in asked if s in scopes]
+        now = self.wall_ms()
+        grant = AgentGrant(
+            id=f"agent-{req[:8]}",
+            client=str(r.get("client", ""))[:100],
+            name=str(r.get("name", ""))[:100],
+            scopes=tuple(granted),
+            ops=(),
+            caps={},
+            granted_at_ms=now,
+            expires_at_ms=expires_at_ms or now + GRANT_TTL_MS,
+        )
+        return await self.put_agent(r["key"], grant)
+
+    async def deny(self, req: str) -> None:
+        """The owner says no to request `req`; the bridge hears `agent.denied`."""
+        self.requests.pop(req)
+        await self.send(Envelope(Msg.AGENT_DENIED, None, {"req": req}).encode())
 
     async def drop_agent(self, key: bytes) -> int:
         """Drop an agent row; its sessions end `revoked`; returns the roster seq."""
@@ -181,6 +226,18 @@ class StubHome:
             b = env.b if isinstance(env.b, dict) else {}
             if isinstance(b.get("sid"), int):
                 self.box.end(b["sid"])
+        elif env.t == Msg.AGENT_REQUEST:
+            b = env.b if isinstance(env.b, dict) else {}
+            req, key, scopes = b.get("req"), b.get("key"), b.get("scopes")
+            if (
+                isinstance(req, str)
+                and isinstance(key, bytes)
+                and len(key) == 32
+                and isinstance(scopes, list)
+            ):
+                self.requests[req] = b
+                if self.approve_all:
+                    await self.approve(req)
         elif env.t in (Msg.ROSTER_OK, Msg.ROSTER_REFUSED):
             self.last_roster_reply = {"t": env.t, **(env.b if isinstance(env.b, dict) else {})}
 

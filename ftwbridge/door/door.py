@@ -41,6 +41,8 @@ from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_
 from ftwbridge.store import Store
 
 log = logging.getLogger("ftwbridge.door")
+CLAIM_MAX_MS = 600_000
+"""A claim offer lasts at most 10 minutes, whatever the box says (PROTOCOL.md part C)."""
 TUN_QUEUE = 16
 """Messages a tunnel buffers from the box before the uplink's reader waits (back-pressure)."""
 
@@ -211,6 +213,10 @@ class Door:
     _home_keys: dict[str, bytes] = field(default_factory=dict)
     _buckets: dict[tuple[str, bool], _Limits] = field(default_factory=dict)
     _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
+    claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
+    """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer`."""
+    on_denied: Callable[[str, str], None] | None = None
+    """Told (home, req) when a box answers `agent.denied {req}`."""
 
     def _limits(self, home: str, *, outbound: bool) -> _Limits:
         lim = self._buckets.get((home, outbound))
@@ -263,6 +269,24 @@ class Door:
             if roster is not None and accept(roster):
                 return roster
             await self._roster_changed.setdefault(home, trio.Event()).wait()
+
+    async def send_to_box(self, home: str, env: Envelope) -> None:
+        """Send one door message to `home`'s box (e.g. `agent.request`).
+
+        Raises:
+            HomeOffline: the home has no uplink.
+        """
+        uplink = self._uplinks.get(home)
+        if uplink is None or uplink.closed:
+            raise HomeOffline(home)
+        await uplink.send_raw(env.encode())
+
+    def take_claim(self, digest: bytes, now_ms: int) -> str | None:
+        """The home whose open claim offer has this code hash (used once), or None."""
+        offer = self.claims.pop(digest, None)
+        if offer is None or now_ms >= offer[1]:
+            return None
+        return offer[0]
 
     async def open_tun(self, home: str) -> Tun:
         """A new tunnel to `home`'s box.
@@ -378,6 +402,18 @@ class Door:
             t = uplink.tuns.pop(end_sid, None) if isinstance(end_sid, int) else None
             if t is not None:
                 t._end(peer_reason(b.get("reason")))
+        elif env.t == Msg.CLAIM_OFFER:
+            b = env.b if isinstance(env.b, dict) else {}
+            digest, expires = b.get("codeHash"), b.get("expiresAtMs")
+            if isinstance(digest, bytes) and len(digest) == 32 and isinstance(expires, int):
+                now = self.wall_ms()
+                for old in [d for d, (h, e) in self.claims.items() if h == uplink.home or e <= now]:
+                    del self.claims[old]  # one open offer per home; expired ones go
+                self.claims[digest] = (uplink.home, min(expires, now + CLAIM_MAX_MS))
+        elif env.t == Msg.AGENT_DENIED:
+            b = env.b if isinstance(env.b, dict) else {}
+            if isinstance(b.get("req"), str) and self.on_denied is not None:
+                self.on_denied(uplink.home, b["req"])
         elif env.t == Msg.ROSTER:
             b = env.b if isinstance(env.b, dict) else {}
             signed = b.get("roster")

@@ -56,6 +56,9 @@ class KeysPort(Protocol):
     async def has(self, agent_key: bytes) -> bool:
         """Whether the keys part holds `agent_key`."""
 
+    async def drop(self, agent_key: bytes) -> None:
+        """Forget a key no roster ever listed (a consent that never completed)."""
+
 
 @dataclass(slots=True)
 class _Key:
@@ -170,6 +173,14 @@ class KeysService:
         if gone or changed:
             await self._save()
         return gone
+
+    async def drop(self, agent_key: bytes) -> None:
+        """See `KeysPort.drop`."""
+        key = self._keys.get(agent_key)
+        if key is not None and not key.listed:
+            del self._keys[agent_key]
+            self._forgotten.add(agent_key)
+            await self._save()
 
     async def has(self, agent_key: bytes) -> bool:
         """See `KeysPort.has`."""

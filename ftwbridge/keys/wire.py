@@ -2,7 +2,8 @@
 
 Each request is one connection carrying one CBOR map, length-prefixed (u32 big-endian), and
 one answer back: `{"ok": value}` or `{"err": text}`. Requests: `create {home}`, `begin
-{key, noise}`, `finish {handle, m2}`, `abort {handle}`, `sync {home, listed}`, `has {key}`.
+{key, noise}`, `finish {handle, m2}`, `abort {handle}`, `sync {home, listed}`, `has {key}`,
+`drop {key}`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ async def _dispatch(service: KeysService, req: Any) -> Any:
         return None
     if op == "sync":
         return await service.sync(str(req["home"]), frozenset(map(bytes, req["listed"])))
+    if op == "drop":
+        await service.drop(bytes(req["key"]))
+        return None
     if op == "has":
         return await service.has(bytes(req["key"]))
     raise KeysError(f"unknown op {op!r}")
@@ -183,3 +187,7 @@ class KeysClient:
     async def has(self, agent_key: bytes) -> bool:
         """See `KeysPort.has`."""
         return bool(await self._call({"op": "has", "key": agent_key}))
+
+    async def drop(self, agent_key: bytes) -> None:
+        """See `KeysPort.drop`."""
+        await self._call({"op": "drop", "key": agent_key})

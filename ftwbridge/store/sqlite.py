@@ -24,6 +24,11 @@ CREATE TABLE IF NOT EXISTS tokens (
     scopes TEXT NOT NULL, resource TEXT NOT NULL, client TEXT NOT NULL, expires_at_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tokens_agent ON tokens (home, agent_key);
+CREATE TABLE IF NOT EXISTS oauth_clients (client_id TEXT PRIMARY KEY, metadata TEXT NOT NULL, expires_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS refresh_tokens (
+    hash BLOB PRIMARY KEY, family TEXT NOT NULL, used INTEGER NOT NULL, record TEXT NOT NULL, expires_at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refresh_family ON refresh_tokens (family);
 """
 
 
@@ -110,6 +115,64 @@ class SqliteStore:
         home, agent_id, key, scopes, resource, client, exp = row
         return TokenRecord(
             home, agent_id, bytes(key), tuple(json.loads(scopes)), resource, client, exp
+        )
+
+    async def put_client(
+        self, client_id: str, metadata: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """Keep a registered OAuth client (RFC 7591) until `expires_at_ms`."""
+        await self._exec(
+            "INSERT OR REPLACE INTO oauth_clients VALUES (?, ?, ?)",
+            (client_id, json.dumps(metadata), expires_at_ms),
+        )
+
+    async def client(self, client_id: str, now_ms: int) -> dict[str, Any] | None:
+        """A registered client's metadata, or None when unknown or expired."""
+        row = await self._one(
+            "SELECT metadata FROM oauth_clients WHERE client_id = ? AND expires_at_ms > ?",
+            (client_id, now_ms),
+        )
+        return None if row is None else dict(json.loads(row[0]))
+
+    async def put_refresh(
+        self, token_hash: bytes, family: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """Keep a refresh token's hash in its rotation family."""
+        await self._exec(
+            "INSERT INTO refresh_tokens VALUES (?, ?, 0, ?, ?)",
+            (token_hash, family, json.dumps(record), expires_at_ms),
+        )
+
+    async def use_refresh(
+        self, token_hash: bytes, now_ms: int
+    ) -> tuple[str, bool, dict[str, Any]] | None:
+        """Mark a refresh token used; returns (family, was it already used, record) or None."""
+
+        def work(db: sqlite3.Connection) -> tuple[str, bool, dict[str, Any]] | None:
+            row = db.execute(
+                "SELECT family, used, record FROM refresh_tokens WHERE hash = ? AND expires_at_ms > ?",
+                (token_hash, now_ms),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE refresh_tokens SET used = 1 WHERE hash = ?", (token_hash,))
+            return str(row[0]), bool(row[1]), dict(json.loads(row[2]))
+
+        return await self._run(work)
+
+    async def drop_family(self, family: str) -> None:
+        """Revoke a whole refresh-token family."""
+        await self._exec("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+
+    async def drop_token(self, token_hash: bytes) -> int:
+        """Delete one access token by its hash; returns how many rows went."""
+        return await self._exec("DELETE FROM tokens WHERE hash = ?", (token_hash,))
+
+    async def drop_refresh_of_agent(self, home: str, agent_key: bytes) -> None:
+        """Revoke every refresh token of one agent at one home."""
+        await self._exec(
+            "DELETE FROM refresh_tokens WHERE json_extract(record, '$.home') = ? AND json_extract(record, '$.agentKey') = ?",
+            (home, agent_key.hex()),
         )
 
     async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int:

@@ -1,0 +1,67 @@
+"""The consent pages: server-rendered HTML, every value escaped, no script, strict headers."""
+
+from __future__ import annotations
+
+from html import escape
+from urllib.parse import urlsplit
+
+from ftwbridge.proto.clean import clean
+from ftwbridge.proto.names import Scope
+from ftwbridge.proto.registry import SCOPE_DESC
+
+from .service import Pending
+
+MAX_SHOWN_CHARS = 80
+PAGE_HEADERS = {
+    "content-type": "text/html; charset=utf-8",
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+_STYLE = "body{font:16px system-ui,sans-serif;max-width:34em;margin:3em auto;padding:0 1em}code{font-size:110%}"
+
+
+def shown(text: str) -> str:
+    """Untrusted text for a page: hidden characters removed, cut, then HTML-escaped."""
+    cleaned = clean(text).replace("\n", " ")
+    if len(cleaned) > MAX_SHOWN_CHARS:
+        cleaned = cleaned[: MAX_SHOWN_CHARS - 1] + "…"
+    return escape(cleaned, quote=True)
+
+
+def _page(title: str, body: str, refresh_s: int | None = None) -> bytes:
+    meta = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>{meta}<style>{_STYLE}</style></head><body>{body}</body></html>"
+    ).encode()
+
+
+def consent(p: Pending, error: str | None = None) -> bytes:
+    """Who asks, for what, and the box where the owner approves: type the home's claim code."""
+    host = shown(urlsplit(p.redirect_uri).netloc)
+    scopes = "".join(f"<li>{escape(SCOPE_DESC.get(Scope(s), s))}</li>" for s in p.scopes)
+    problem = f'<p role="alert"><strong>{shown(error)}</strong></p>' if error else ""
+    body = (
+        f"<h1>Connect an assistant to your home</h1>"
+        f"<p><strong>{shown(p.client_name)}</strong> (returns to <code>{host}</code>) asks to read:</p><ul>{scopes}</ul>"
+        f"{problem}<p>Open your home box's app, choose <em>connect an assistant</em>, and type the code it shows. "
+        f"You will then approve at home.</p>"
+        f'<form method="post" action="/authorize"><input type="hidden" name="req" value="{escape(p.id)}">'
+        f'<input type="hidden" name="csrf" value="{escape(p.csrf)}">'
+        f'<label>Code from your home <input name="code" autocomplete="off" maxlength="12" placeholder="XXXX-XXXX" required></label> '
+        f"<button>Ask my home</button></form>"
+    )
+    return _page("Connect an assistant", body)
+
+
+def waiting(p: Pending) -> bytes:
+    """The page that follows the request (it reloads itself every 2 s)."""
+    body = f"<h1>Waiting for your home</h1><p>Approve <strong>{shown(p.client_name)}</strong> on your home box or its app. This page moves on by itself.</p>"
+    return _page("Waiting for your home", body, refresh_s=2)
+
+
+def problem(message: str) -> bytes:
+    """A page for errors that must not go back to the client's redirect URI."""
+    return _page("Cannot connect", f"<h1>Cannot connect the assistant</h1><p>{shown(message)}</p>")

@@ -1,0 +1,476 @@
+"""The authorization server's logic: clients, consent requests, codes, tokens (no HTTP here).
+
+Flow (README "Connecting a desktop assistant", docs/auth.md): a public client registers
+(RFC 7591), sends the person to `/authorize` with PKCE S256 (RFC 7636) and our `/mcp` as
+`resource` (RFC 8707); the person types the home-claim code their box shows (PROTOCOL.md
+part C), which tells us the home; the keys part makes the agent's key and the door sends the
+box `agent.request`; the owner approves at home and the box publishes a roster listing the
+agent, or answers `agent.denied`. The page then redirects with a one-time code (60 s), which
+`/oauth/token` exchanges for a one-hour access token and a rotating refresh token.
+
+Codes and consent requests live in memory (a restart drops them; the person starts again);
+clients, access tokens and refresh tokens are in the store, tokens only as SHA-256 hashes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlencode, urlsplit
+
+from ftwbridge.door import Door, HomeOffline
+from ftwbridge.keys import KeysPort
+from ftwbridge.proto.claim import code_hash
+from ftwbridge.proto.envelope import Envelope
+from ftwbridge.proto.registry import READ_SCOPES, Msg
+from ftwbridge.proto.roster import Roster
+
+CODE_TTL_MS = 60_000
+REQUEST_TTL_MS = 600_000
+CLIENT_TTL_MS = 86_400_000
+REFRESH_TTL_MS = 30 * 86_400_000
+GRANT_TTL_MS = 90 * 86_400_000
+MAX_CLAIM_TRIES = 5
+MAX_NAME_CHARS = 100
+MAX_URI_CHARS = 512
+MAX_REDIRECT_URIS = 8
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+
+
+class OAuthError(Exception):
+    """An RFC 6749 error: `error` code, `description`, HTTP `status`."""
+
+    def __init__(self, error: str, description: str, status: int = 400) -> None:
+        super().__init__(description)
+        self.error = error
+        self.description = description
+        self.status = status
+
+    def error_query(self, state: str | None, issuer: str) -> str:
+        """`error=...` (with state and iss) for a client's redirect URI's query."""
+        params = {"error": self.error, "error_description": self.description, "iss": issuer}
+        if state is not None:
+            params["state"] = state
+        return urlencode(params)
+
+    def body(self) -> dict[str, str]:
+        """The RFC 6749 section 5.2 error object."""
+        return {"error": self.error, "error_description": self.description}
+
+
+class OAuthStore(Protocol):
+    """What the OAuth logic needs of the store."""
+
+    async def put_client(
+        self, client_id: str, metadata: dict[str, Any], expires_at_ms: int
+    ) -> None: ...
+    async def client(self, client_id: str, now_ms: int) -> dict[str, Any] | None: ...
+    async def put_refresh(
+        self, token_hash: bytes, family: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None: ...
+    async def use_refresh(
+        self, token_hash: bytes, now_ms: int
+    ) -> tuple[str, bool, dict[str, Any]] | None: ...
+    async def drop_family(self, family: str) -> None: ...
+    async def drop_token(self, token_hash: bytes) -> int: ...
+    async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int: ...
+
+
+IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """One consent request, from `/authorize` until the code is issued or it fails."""
+
+    id: str
+    client_id: str
+    client_name: str
+    redirect_uri: str
+    state: str | None
+    challenge: str
+    scopes: tuple[str, ...]
+    csrf: str
+    expires_at_ms: int
+    tries: int = 0
+    home: str | None = None
+    agent_key: bytes | None = None
+    status: str = "new"  # new | asked | approved | denied | failed
+    code: str | None = None
+
+    def redirect(self, issuer: str, **params: str) -> str:
+        """The client's redirect URI with `params`, `state` and `iss` (RFC 9207) added."""
+        extra = dict(params)
+        if self.state is not None:
+            extra["state"] = self.state
+        extra["iss"] = issuer
+        sep = "&" if urlsplit(self.redirect_uri).query else "?"
+        return self.redirect_uri + sep + urlencode(extra)
+
+
+@dataclass(slots=True)
+class _Code:
+    pending: Pending
+    expires_at_ms: int
+    used: bool = False
+    issued: list[bytes] = field(default_factory=list)
+    family: str = ""
+
+
+def _valid_redirect(uri: Any) -> bool:
+    if not isinstance(uri, str) or len(uri) > MAX_URI_CHARS or "#" in uri:
+        return False
+    parts = urlsplit(uri)
+    if parts.scheme == "https" and parts.hostname:
+        return True
+    return parts.scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS
+
+
+def _text(value: Any, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def s256(verifier: str) -> str:
+    """The PKCE S256 challenge of `verifier` (RFC 7636 section 4.2)."""
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class OAuthService:
+    """The bridge's authorization server.
+
+    Args:
+        store: clients and refresh tokens.
+        keys: makes each new agent's key (and drops it if consent never completes).
+        door: claim offers, `agent.request` to the box, `agent.denied` back.
+        issuer: our issuer URL (the public URL); `resource` is our `/mcp` URL.
+        clock: the bridge's wall clock in ms since the epoch.
+        issue_access: mints an access token (home, agent key, agent id, scopes, client) -> text.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: OAuthStore,
+        keys: KeysPort,
+        door: Door,
+        issuer: Callable[[], str],
+        resource: Callable[[], str],
+        clock: Callable[[], int],
+        issue_access: IssueAccess,
+    ) -> None:
+        self._store = store
+        self._keys = keys
+        self._door = door
+        self._issuer = issuer
+        self._resource = resource
+        self._clock = clock
+        self._issue_access = issue_access
+        self._pending: dict[str, Pending] = {}
+        self._codes: dict[bytes, _Code] = {}
+        door.on_denied = self._denied
+
+    # -- metadata and clients ---------------------------------------------------------------
+
+    def metadata(self) -> dict[str, Any]:
+        """RFC 8414 authorization-server metadata."""
+        base = self._issuer().rstrip("/")
+        return {
+            "issuer": base,
+            "authorization_endpoint": base + "/authorize",
+            "token_endpoint": base + "/oauth/token",
+            "registration_endpoint": base + "/oauth/register",
+            "revocation_endpoint": base + "/oauth/revoke",
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "revocation_endpoint_auth_methods_supported": ["none"],
+            "scopes_supported": sorted(s.value for s in READ_SCOPES),
+            "authorization_response_iss_parameter_supported": True,
+            "client_id_metadata_document_supported": False,
+        }
+
+    async def register(self, body: Any) -> dict[str, Any]:
+        """Dynamic client registration (RFC 7591) for public clients.
+
+        Raises:
+            OAuthError: `invalid_redirect_uri` or `invalid_client_metadata`.
+        """
+        if not isinstance(body, dict):
+            raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
+        uris = body.get("redirect_uris")
+        if not isinstance(uris, list) or not uris or len(uris) > MAX_REDIRECT_URIS:
+            raise OAuthError("invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs")
+        if not all(_valid_redirect(u) for u in uris):
+            raise OAuthError(
+                "invalid_redirect_uri", "redirect URIs must be https, or http on a loopback host"
+            )
+        method = body.get("token_endpoint_auth_method", "none")
+        if method != "none":
+            raise OAuthError(
+                "invalid_client_metadata", "only public clients (token_endpoint_auth_method none)"
+            )
+        grants = body.get("grant_types", ["authorization_code", "refresh_token"])
+        if not isinstance(grants, list) or not set(grants) <= {
+            "authorization_code",
+            "refresh_token",
+        }:
+            raise OAuthError(
+                "invalid_client_metadata", "grant_types may be authorization_code and refresh_token"
+            )
+        now = self._clock()
+        client_id = "c_" + secrets.token_urlsafe(16)
+        meta = {
+            "client_id": client_id,
+            "client_id_issued_at": now // 1000,
+            "client_name": _text(body.get("client_name"), MAX_NAME_CHARS),
+            "client_uri": _text(body.get("client_uri"), MAX_URI_CHARS),
+            "redirect_uris": list(uris),
+            "grant_types": list(grants),
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }
+        if isinstance(body.get("scope"), str):
+            meta["scope"] = body["scope"][:MAX_URI_CHARS]
+        await self._store.put_client(client_id, meta, now + CLIENT_TTL_MS)
+        return meta
+
+    # -- authorize ------------------------------------------------------------------------
+
+    async def start(self, params: dict[str, str]) -> Pending:
+        """Check an authorization request and open a consent request.
+
+        Raises:
+            OAuthError: with status 400 for errors that must not redirect (unknown client,
+                bad redirect URI), and `status=302` for errors to send to the redirect URI
+                (the caller redirects with `error`).
+        """
+        now = self._clock()
+        client_id = params.get("client_id", "")
+        client = await self._store.client(client_id, now) if client_id else None
+        if client is None:
+            raise OAuthError("invalid_client", "unknown or expired client_id")
+        redirect_uri = params.get("redirect_uri", "")
+        if redirect_uri not in client["redirect_uris"]:
+            raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
+        state = params.get("state")
+        pending = Pending(
+            secrets.token_urlsafe(32),
+            client_id,
+            str(client.get("client_name") or client_id),
+            redirect_uri,
+            state,
+            "",
+            (),
+            secrets.token_urlsafe(32),
+            now + REQUEST_TTL_MS,
+        )
+        if params.get("response_type") != "code":
+            raise OAuthError("unsupported_response_type", "response_type must be code", 302)
+        if (
+            params.get("code_challenge_method") != "S256"
+            or len(params.get("code_challenge", "")) != 43
+        ):
+            raise OAuthError(
+                "invalid_request", "PKCE with code_challenge_method S256 is required", 302
+            )
+        resource = params.get("resource", self._resource())
+        if resource != self._resource():
+            raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL", 302)
+        reads = {s.value for s in READ_SCOPES}
+        asked = params.get("scope", "").split() or sorted(reads)
+        if not set(asked) <= reads:
+            raise OAuthError("invalid_scope", "scopes must be among the read scopes", 302)
+        pending.challenge = params["code_challenge"]
+        pending.scopes = tuple(sorted(set(asked)))
+        self._expire(now)
+        self._pending[pending.id] = pending
+        return pending
+
+    async def client_redirect(self, params: dict[str, str]) -> str:
+        """The redirect URI of a request already checked to name a registered one."""
+        return params["redirect_uri"]
+
+    def get(self, req: str) -> Pending | None:
+        """The consent request `req`, or None when unknown or expired."""
+        self._expire(self._clock())
+        return self._pending.get(req)
+
+    async def claim(self, req: str, csrf: str, code: str) -> Pending:
+        """The person typed their home's claim code: find the home and ask its owner.
+
+        Raises:
+            OAuthError: unknown request, a bad form token, a wrong code (the request is burned
+                after 5), or an offline home.
+        """
+        pending = self.get(req)
+        if pending is None or not secrets.compare_digest(pending.csrf, csrf):
+            raise OAuthError("invalid_request", "this consent request is unknown or has expired")
+        if pending.status != "new":
+            return pending
+        digest = code_hash(code)
+        home = None if digest is None else self._door.take_claim(digest, self._clock())
+        if home is None:
+            pending.tries += 1
+            if pending.tries >= MAX_CLAIM_TRIES:
+                pending.status = "failed"
+            raise OAuthError("access_denied", "that code is not one a home is showing now")
+        key = await self._keys.create(home)
+        pending.home, pending.agent_key = home, key
+        body = {
+            "req": pending.id,
+            "client": pending.client_id,
+            "name": pending.client_name,
+            "redirectHost": urlsplit(pending.redirect_uri).netloc,
+            "scopes": list(pending.scopes),
+            "ops": [],
+            "caps": {},
+            "key": key,
+            "expiresAtMs": pending.expires_at_ms,
+        }
+        try:
+            await self._door.send_to_box(home, Envelope(Msg.AGENT_REQUEST, None, body))
+        except HomeOffline:
+            await self._keys.drop(key)
+            pending.status = "failed"
+            raise OAuthError("temporarily_unavailable", "the home is offline", 503) from None
+        pending.status = "asked"
+        return pending
+
+    async def on_roster(self, home: str, roster: Roster) -> None:
+        """A new roster: requests whose agent it lists are approved and get their code."""
+        listed = roster.agents()
+        for pending in self._pending.values():
+            if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
+                pending.status = "approved"
+                pending.code = secrets.token_urlsafe(32)
+                self._codes[_hash(pending.code)] = _Code(pending, self._clock() + CODE_TTL_MS)
+
+    def _denied(self, home: str, req: str) -> None:
+        pending = self._pending.get(req)
+        if pending is not None and pending.home == home and pending.status == "asked":
+            pending.status = "denied"
+
+    def _expire(self, now: int) -> None:
+        for rid in [r for r, p in self._pending.items() if p.expires_at_ms <= now]:
+            del self._pending[rid]
+        for digest in [d for d, c in self._codes.items() if c.expires_at_ms <= now and not c.used]:
+            del self._codes[digest]
+
+    async def forget(self, pending: Pending) -> None:
+        """End a consent request that will not complete; its unlisted key is dropped."""
+        self._pending.pop(pending.id, None)
+        if pending.agent_key is not None and pending.status != "approved":
+            await self._keys.drop(pending.agent_key)
+
+    # -- token ------------------------------------------------------------------------------
+
+    async def token(self, form: dict[str, str]) -> dict[str, Any]:
+        """The token endpoint (RFC 6749 section 4.1.3 and 6, RFC 7636, RFC 8707).
+
+        Raises:
+            OAuthError: in the RFC 6749 section 5.2 shape.
+        """
+        grant = form.get("grant_type")
+        resource = form.get("resource", self._resource())
+        if resource != self._resource():
+            raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
+        if grant == "authorization_code":
+            return await self._exchange(form)
+        if grant == "refresh_token":
+            return await self._refresh(form)
+        raise OAuthError(
+            "unsupported_grant_type", "grant_type must be authorization_code or refresh_token"
+        )
+
+    async def _exchange(self, form: dict[str, str]) -> dict[str, Any]:
+        now = self._clock()
+        entry = self._codes.get(_hash(form.get("code", "")))
+        if entry is None or entry.expires_at_ms <= now:
+            raise OAuthError("invalid_grant", "the code is unknown or has expired")
+        p = entry.pending
+        if entry.used:  # a code used twice: revoke what it gave (RFC 6749 section 4.1.2)
+            for digest in entry.issued:
+                await self._store.drop_token(digest)
+            await self._store.drop_family(entry.family)
+            raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
+        if form.get("client_id") != p.client_id or form.get("redirect_uri") != p.redirect_uri:
+            raise OAuthError(
+                "invalid_grant", "client_id or redirect_uri differ from the authorization request"
+            )
+        verifier = form.get("code_verifier", "")
+        if not 43 <= len(verifier) <= 128 or not secrets.compare_digest(
+            s256(verifier), p.challenge
+        ):
+            raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
+        entry.used = True
+        self._pending.pop(p.id, None)
+        assert p.home is not None and p.agent_key is not None
+        entry.family = secrets.token_urlsafe(16)
+        out = await self._tokens(p.home, p.agent_key, p.scopes, p.client_id, entry.family)
+        entry.issued.append(_hash(out["access_token"]))
+        return out
+
+    async def _tokens(
+        self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str, family: str
+    ) -> dict[str, Any]:
+        roster = await self._door.roster(home)
+        grant = None if roster is None else roster.agents().get(agent_key)
+        if grant is None:
+            raise OAuthError("invalid_grant", "the home no longer lists this assistant")
+        granted = tuple(s for s in scopes if s in grant.scopes)
+        access = await self._issue_access(home, agent_key, grant.id, granted, client)
+        refresh = secrets.token_urlsafe(32)
+        record = {
+            "home": home,
+            "agentKey": agent_key.hex(),
+            "scopes": list(granted),
+            "client": client,
+        }
+        await self._store.put_refresh(
+            _hash(refresh), family, record, self._clock() + REFRESH_TTL_MS
+        )
+        return {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": 3600,
+            "refresh_token": refresh,
+            "scope": " ".join(granted),
+        }
+
+    async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
+        used = await self._store.use_refresh(_hash(form.get("refresh_token", "")), self._clock())
+        if used is None:
+            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
+        family, already, record = used
+        key = bytes.fromhex(record["agentKey"])
+        if already:  # a rotated-out refresh token came back: revoke the whole family
+            await self._store.drop_family(family)
+            await self._store.drop_agent_tokens(record["home"], key)
+            raise OAuthError(
+                "invalid_grant", "the refresh token was already used; the grant is revoked"
+            )
+        if form.get("client_id") not in (None, record["client"]):
+            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
+        return await self._tokens(
+            record["home"], key, tuple(record["scopes"]), record["client"], family
+        )
+
+    async def revoke(self, form: dict[str, str]) -> None:
+        """RFC 7009 revocation: an access or refresh token stops working (unknown ones too, silently)."""
+        token = form.get("token", "")
+        digest = _hash(token)
+        if await self._store.drop_token(digest):
+            return
+        used = await self._store.use_refresh(digest, self._clock())
+        if used is not None:
+            await self._store.drop_family(used[0])

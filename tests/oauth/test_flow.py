@@ -1,0 +1,341 @@
+"""OAuth end to end: the official `mcp` client's OAuthClientProvider signs in through the
+bridge (registration, PKCE, the consent page, the home's claim code, approval at home, code,
+token) and then reads `status`; and the refusals of the token endpoint, one by one."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import secrets
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+import trio
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
+
+from tests.e2e.env import Env, Home
+
+REDIRECT = "http://127.0.0.1:9/callback"
+
+
+class MemoryTokens:
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+async def person_consents(
+    env: Env, home: Home, authorize_url: str, *, code: str | None = None
+) -> tuple[dict[str, list[str]], str]:
+    """What a person does in the browser: open the page, type the home's code, wait.
+    Returns (the query of the final redirect to the client, the consent page's HTML)."""
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=20) as http:
+        page = await http.get(authorize_url)
+        assert page.status_code == 200, page.text
+        assert (
+            page.headers["x-frame-options"] == "DENY"
+            and "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        )
+        req = re.search(r'name="req" value="([^"]+)"', page.text)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert req and csrf
+        claim = code or (await home.console(op="claim"))["code"]
+        base = env.bridge.site.public_url
+        r = await http.post(
+            base + "/authorize", data={"req": req.group(1), "csrf": csrf.group(1), "code": claim}
+        )
+        assert r.status_code == 303, r.text
+        location = base + r.headers["location"]
+        with trio.fail_after(20):
+            while True:
+                r = await http.get(location)
+                if r.status_code == 303:
+                    break
+                assert r.status_code == 200 and 'http-equiv="refresh"' in r.text
+                await trio.sleep(0.1)  # the page polls; a person's browser would reload it
+        final = r.headers["location"]
+        assert final.startswith(REDIRECT)
+        return parse_qs(urlsplit(final).query), page.text
+
+
+async def test_sdk_oauth_flow_then_status(env: Env) -> None:
+    home = await env.add_home("h1", "--approve-all")
+    got: dict[str, Any] = {}
+
+    async def redirect_handler(url: str) -> None:
+        query, page = await person_consents(env, home, url)
+        got.update(query=query, page=page)
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        q = got["query"]
+        return AuthorizationCodeResult(
+            code=q["code"][0], state=q["state"][0], iss=q.get("iss", [None])[0]
+        )
+
+    meta = OAuthClientMetadata(
+        redirect_uris=[REDIRECT],
+        client_name="<script>alert(1)</script>\u202eEvil\u200b" + "x" * 200,
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+    )
+    storage = MemoryTokens()
+    provider = OAuthClientProvider(
+        server_url=env.url,
+        client_metadata=meta,
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+    async with (
+        httpx2.AsyncClient(auth=provider, timeout=30) as http,
+        Client(streamable_http_client(env.url, http_client=http), mode="2026-07-28") as client,
+    ):
+        with trio.fail_after(60):
+            result = await client.call_tool("status", {})
+    assert not result.is_error and result.structured_content is not None
+    assert "fields" in result.structured_content
+    page = got["page"]
+    assert (
+        "<script>" not in page and "&lt;script&gt;" in page and "\u202e" not in page and "…" in page
+    )
+    assert storage.tokens is not None and storage.tokens.refresh_token
+    # after the owner drops the agent at home, access and refresh tokens stop at once
+    roster = await env.bridge.door.roster("h1")
+    assert roster is not None
+    [key] = list(roster.agents())
+    await home.console(op="drop_agent", key=key.hex())
+    with trio.fail_after(10):
+        await env.bridge.door.wait_roster("h1", lambda r: key not in r.agents())
+    async with httpx2.AsyncClient() as http:
+        r = await http.post(
+            env.url,
+            json={},
+            headers={
+                "authorization": f"Bearer {storage.tokens.access_token}",
+                "content-type": "application/json",
+            },
+        )
+        assert r.status_code == 401
+        t = await http.post(
+            env.bridge.site.public_url + "/oauth/token",
+            data={"grant_type": "refresh_token", "refresh_token": storage.tokens.refresh_token},
+        )
+        assert t.status_code == 400 and t.json()["error"] == "invalid_grant"
+
+
+def pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    challenge = (
+        base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    )
+    return verifier, challenge
+
+
+async def signed_in(env: Env, home: Home, http: httpx2.AsyncClient) -> tuple[str, str, str, str]:
+    """Register, authorize and consent; returns (client_id, verifier, code, token URL)."""
+    base = env.bridge.site.public_url
+    reg = await http.post(
+        base + "/oauth/register",
+        json={
+            "redirect_uris": [REDIRECT],
+            "client_name": "t",
+            "token_endpoint_auth_method": "none",
+        },
+    )
+    assert reg.status_code == 201, reg.text
+    client_id = reg.json()["client_id"]
+    verifier, challenge = pkce()
+    url = httpx2.URL(
+        base + "/authorize",
+        params={
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": REDIRECT,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": "s1",
+            "resource": env.url,
+        },
+    )
+    query, _ = await person_consents(env, home, str(url))
+    assert query["state"] == ["s1"] and query["iss"] == [base]
+    return client_id, verifier, query["code"][0], base + "/oauth/token"
+
+
+async def test_token_endpoint_refusals(env: Env) -> None:
+    home = await env.add_home("h1", "--approve-all")
+    async with httpx2.AsyncClient(timeout=20) as http:
+        client_id, verifier, code, token_url = await signed_in(env, home, http)
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "client_id": client_id,
+            "redirect_uri": REDIRECT,
+            "code_verifier": verifier,
+            "resource": env.url,
+        }
+        for bad in (
+            {"code_verifier": "x" * 43},
+            {"code_verifier": ""},
+            {"redirect_uri": REDIRECT + "/"},
+            {"redirect_uri": "http://127.0.0.1:10/callback"},
+            {"resource": "https://elsewhere.example/mcp"},
+        ):
+            r = await http.post(token_url, data=form | bad)
+            assert r.status_code == 400 and r.json()["error"] in (
+                "invalid_grant",
+                "invalid_target",
+            ), (bad, r.text)
+        ok = await http.post(token_url, data=form)
+        assert (
+            ok.status_code == 200
+            and ok.json()["token_type"] == "Bearer"
+            and ok.json()["expires_in"] == 3600
+        )
+        tokens = ok.json()
+        assert ok.headers["cache-control"] == "no-store"
+        again = await http.post(token_url, data=form)  # code reuse: refused, and its tokens revoked
+        assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+        r = await http.post(
+            env.url,
+            json={},
+            headers={
+                "authorization": f"Bearer {tokens['access_token']}",
+                "content-type": "application/json",
+            },
+        )
+        assert r.status_code == 401
+        # a fresh sign-in; then refresh rotation, and reuse of an old refresh token revokes the family
+        client_id, verifier, code, token_url = await signed_in(env, home, http)
+        first = (
+            await http.post(
+                token_url,
+                data=form | {"code": code, "client_id": client_id, "code_verifier": verifier},
+            )
+        ).json()
+        second = await http.post(
+            token_url,
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": first["refresh_token"],
+                "client_id": client_id,
+            },
+        )
+        assert (
+            second.status_code == 200 and second.json()["refresh_token"] != first["refresh_token"]
+        )
+        reuse = await http.post(
+            token_url,
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": first["refresh_token"],
+                "client_id": client_id,
+            },
+        )
+        assert reuse.status_code == 400
+        third = await http.post(
+            token_url,
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": second.json()["refresh_token"],
+                "client_id": client_id,
+            },
+        )
+        assert third.status_code == 400  # the whole family went
+
+
+async def test_authorize_refusals(env: Env) -> None:
+    home = await env.add_home("h1")
+    base = env.bridge.site.public_url
+    async with httpx2.AsyncClient(timeout=20, follow_redirects=False) as http:
+        for body in (
+            {"redirect_uris": ["http://evil.example/cb"]},
+            {"redirect_uris": []},
+            {"redirect_uris": ["https://x.example/cb#frag"]},
+        ):
+            r = await http.post(base + "/oauth/register", json=body)
+            assert r.status_code == 400 and r.json()["error"] == "invalid_redirect_uri"
+        reg = (await http.post(base + "/oauth/register", json={"redirect_uris": [REDIRECT]})).json()
+        _, challenge = pkce()
+        good = {
+            "response_type": "code",
+            "client_id": reg["client_id"],
+            "redirect_uri": REDIRECT,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": "z",
+        }
+        for bad, where in [
+            ({"redirect_uri": "http://127.0.0.1:10/callback"}, 400),  # another port: no redirect
+            ({"redirect_uri": REDIRECT + "/"}, 400),
+            ({"client_id": "nobody"}, 400),
+            ({"code_challenge_method": "plain"}, 302),
+            ({"resource": "https://elsewhere.example/mcp"}, 302),
+            ({"scope": "ftw.dispatch.write"}, 302),
+        ]:
+            r = await http.get(base + "/authorize", params=good | bad)
+            assert r.status_code == where, (bad, r.text)
+            if where == 302:
+                assert (
+                    r.headers["location"].startswith(REDIRECT + "?error=")
+                    and "state=z" in r.headers["location"]
+                )
+        # five wrong claim codes burn the request: the client hears access_denied
+        page = await http.get(base + "/authorize", params=good)
+        req = re.search(r'name="req" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        r = await http.post(
+            base + "/authorize", data={"req": req, "csrf": "forged", "code": "AAAA-AAAA"}
+        )
+        assert r.status_code == 400
+        for i in range(5):
+            r = await http.post(
+                base + "/authorize", data={"req": req, "csrf": csrf, "code": "AAAA-AAA" + str(i)}
+            )
+        assert r.status_code == 303 and "error=access_denied" in r.headers["location"]
+        # a denial at home lands on the client with access_denied, and leaves no key behind
+        page = await http.get(base + "/authorize", params=good)
+        req = re.search(r'name="req" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        code = (await home.console(op="claim"))["code"]
+        r = await http.post(base + "/authorize", data={"req": req, "csrf": csrf, "code": code})
+        assert r.status_code == 303
+        for _ in range(200):  # the box hears agent.request over its uplink (real sockets)
+            if await home.console(op="requests"):
+                break
+            await trio.sleep(0.05)
+        [pending] = await home.console(op="requests")
+        await home.console(op="deny", req=pending["req"])
+        with trio.fail_after(10):
+            while True:
+                r = await http.get(base + f"/authorize/wait?req={req}")
+                if r.status_code == 303:
+                    break
+                await trio.sleep(0.05)
+        assert "error=access_denied" in r.headers["location"]
+        assert not await env.bridge.keys.has(bytes.fromhex(pending["key"]))
+        meta = (await http.get(base + "/.well-known/oauth-authorization-server")).json()
+        assert meta["code_challenge_methods_supported"] == ["S256"] and meta["issuer"] == base
