@@ -65,6 +65,10 @@ class Config(BaseModel):
     test_anonymous_token: str | None = None
     """TEST PROFILE ONLY (never set in production): a request with no Authorization header is
     served as if it carried this bearer token. The official conformance suite sends none."""
+    client_metadata_documents: bool = True
+    """Accept a `client_id` that is an https URL naming its metadata document (fetched, bounded)."""
+    test_loopback_metadata: bool = False
+    """TEST PROFILE ONLY: let http on a loopback host stand in for https metadata documents."""
     drain_s: float = 10.0
     """How long calls in flight may finish after SIGTERM before sessions are closed."""
     admin_bind: str | None = "127.0.0.1:8781"

@@ -130,16 +130,117 @@ def _summary(name: str, data: Any) -> str:
     return f"  {name:15} {text[:150]}{'…' if len(text) > 150 else ''}"
 
 
-async def assistant_session(url: str, token: str, mode: str) -> list[str]:
-    """Run the official `mcp` client in `mode`; returns one printed line per tool called."""
+DEMO_REDIRECT = "http://127.0.0.1:9/callback"
+"""Where the scripted assistant says it listens for the OAuth redirect (never contacted)."""
+
+
+async def consent_as_person(
+    base_url: str, authorize_url: str, console_port: int, home: str
+) -> dict[str, list[str]]:
+    """Play the person at the browser: open the consent page, type the code the home shows,
+    wait while the owner approves at home. Returns the query of the redirect to the client.
+
+    Raises:
+        RuntimeError: the page did not lead back to the client.
+    """
+    import re
+    from urllib.parse import parse_qs, urlsplit
+
+    import httpx2
+
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=20) as http:
+        page = await http.get(authorize_url)
+        req = re.search(r'name="req" value="([^"]+)"', page.text)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        if page.status_code != 200 or req is None or csrf is None:
+            raise RuntimeError(f"the consent page did not open: {page.status_code}")
+        code = (await console(console_port, {"op": "claim", "home": home}))["code"]
+        print(
+            f"  the home shows claim code {code}; the person types it; the owner approves at home"
+        )
+        r = await http.post(
+            base_url + "/authorize", data={"req": req.group(1), "csrf": csrf.group(1), "code": code}
+        )
+        location = base_url + r.headers.get("location", "")
+        with trio.fail_after(30):
+            while r.status_code != 303 or location.startswith(base_url):
+                r = await http.get(location)
+                if r.status_code == 303:
+                    location = r.headers["location"]
+                else:
+                    await trio.sleep(0.2)  # the page reloads itself every 2 s; the demo is quicker
+        return parse_qs(urlsplit(location).query)
+
+
+async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: str) -> Any:
+    """The official `mcp` client's OAuth provider, signing in through the bridge with the person
+    played by `consent_as_person`. Returns the provider (an httpx2 auth) once it holds tokens."""
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import (
+        AuthorizationCodeResult,
+        OAuthClientInformationFull,
+        OAuthClientMetadata,
+        OAuthToken,
+    )
+    from pydantic import AnyUrl
+
+    class Memory:
+        tokens: OAuthToken | None = None
+        client: OAuthClientInformationFull | None = None
+
+        async def get_tokens(self) -> OAuthToken | None:
+            return self.tokens
+
+        async def set_tokens(self, tokens: OAuthToken) -> None:
+            self.tokens = tokens
+
+        async def get_client_info(self) -> OAuthClientInformationFull | None:
+            return self.client
+
+        async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+            self.client = client_info
+
+    answer: dict[str, list[str]] = {}
+
+    async def redirect_handler(url: str) -> None:
+        answer.update(await consent_as_person(base_url, url, console_port, home))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(
+            code=answer["code"][0], state=answer["state"][0], iss=answer.get("iss", [None])[0]
+        )
+
+    meta = OAuthClientMetadata(
+        redirect_uris=[AnyUrl(DEMO_REDIRECT)],
+        client_name="Demo assistant",
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+    )
+    storage = Memory()
+    provider = OAuthClientProvider(
+        server_url=mcp_url,
+        client_metadata=meta,
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+    provider.demo_storage = storage  # type: ignore[attr-defined]
+    return provider
+
+
+async def assistant_session(
+    url: str, mode: str, *, token: str | None = None, auth: Any = None
+) -> list[str]:
+    """Run the official `mcp` client in `mode` with a bearer token or an OAuth provider;
+    returns one printed line per tool called."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
     lines = []
-    http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0)
-    )
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, auth=auth, timeout=httpx2.Timeout(30.0))
     async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
         tools = await client.list_tools()
         lines.append(f"[{mode}] protocol {client.protocol_version}: {len(tools.tools)} tools")
@@ -170,25 +271,27 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             await nursery.start(bridge.serve)
             url = bridge.site.resource
             door_url = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
-            _proc, line = await start_stub(nursery, door_url)
+            _proc, line = await start_stub(nursery, door_url, "--approve-all")
             await bridge.store.enroll_home(DEMO_HOME, bytes.fromhex(line["homeKey"]))
             with trio.fail_after(15):
                 await bridge.door.wait_roster(DEMO_HOME, lambda r: True)
-            key, agent_id = await grant_agent(bridge, line["console"], DEMO_HOME)
-            scopes = tuple(s.value for s in READ_SCOPES)
-            token = await bridge.issue_token(DEMO_HOME, key, agent_id, scopes, client="demo")
-            print(
-                f"bridge at {url}; home {DEMO_HOME} online; agent {agent_id} granted by the home's owner"
-            )
-            for mode in ("2026-07-28", "legacy"):
-                for text in await assistant_session(url, token, mode):
-                    print(text, flush=True)
+            print(f"bridge at {url}; home {DEMO_HOME} online; an assistant signs in (OAuth):")
+            base = bridge.site.public_url.rstrip("/")
+            auth = await oauth_sign_in(base, url, line["console"], DEMO_HOME)
+            lines = await assistant_session(url, "2026-07-28", auth=auth)
+            token = auth.demo_storage.tokens.access_token
+            lines += await assistant_session(url, "legacy", token=token)
+            for text in lines:
+                print(text, flush=True)
             print(f"demo session done in {time.monotonic() - started:.1f} s")
             if once:
                 return  # cancelling the nursery stops the bridge and the stub home's process
+            code = (await console(line["console"], {"op": "claim", "home": DEMO_HOME}))["code"]
             print("\nConnect another MCP client (Streamable HTTP):")
             print(f"  URL:    {url}")
-            print(f"  header: Authorization: Bearer {token}")
+            print(f"  with OAuth: sign in and type the home's claim code {code} (10 minutes;")
+            print("    the demo home approves every assistant at once)")
+            print(f"  or a header: Authorization: Bearer {token}")
             print(f"  owner console of the home: 127.0.0.1:{line['console']} (JSON lines)")
             print(f"  metrics: {bridge.admin_url}/metrics")
             print("Ctrl-C stops the demo.", flush=True)

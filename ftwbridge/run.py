@@ -27,6 +27,7 @@ from ftwbridge.mcp.results import Refused
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
+from ftwbridge.oauth.cimd import MetadataDocuments
 from ftwbridge.pool import CallRefused, Pool
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.registry import READ_SCOPES
@@ -115,6 +116,9 @@ class Bridge:
             resource=lambda: self.site.resource,
             clock=clock,
             issue_access=self._issue_for_oauth,
+            documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
+            if config.client_metadata_documents
+            else None,
         )
         self.admin_url: str | None = None
         self._nursery: trio.Nursery | None = None
@@ -261,6 +265,7 @@ class Bridge:
                     ac = HypercornConfig()
                     ac.bind = [f"fd://{admin_fd}"]
                     ac.accesslog = None
+                    ac.errorlog = hc.errorlog
                     ac.graceful_timeout = 1.0
                     admin = create_admin_app(self.metrics, self.ready)
                     await nursery.start(hypercorn_serve, admin, ac)

@@ -29,6 +29,8 @@ from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.registry import READ_SCOPES, Msg
 from ftwbridge.proto.roster import Roster
 
+from .cimd import DocumentRefused, MetadataDocuments, is_document_url
+
 CODE_TTL_MS = 60_000
 REQUEST_TTL_MS = 600_000
 CLIENT_TTL_MS = 86_400_000
@@ -154,6 +156,7 @@ class OAuthService:
         issuer: our issuer URL (the public URL); `resource` is our `/mcp` URL.
         clock: the bridge's wall clock in ms since the epoch.
         issue_access: mints an access token (home, agent key, agent id, scopes, client) -> text.
+        documents: fetches Client ID Metadata Documents; None turns them off.
     """
 
     def __init__(
@@ -166,6 +169,7 @@ class OAuthService:
         resource: Callable[[], str],
         clock: Callable[[], int],
         issue_access: IssueAccess,
+        documents: MetadataDocuments | None = None,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -174,6 +178,7 @@ class OAuthService:
         self._resource = resource
         self._clock = clock
         self._issue_access = issue_access
+        self._documents = documents
         self._pending: dict[str, Pending] = {}
         self._codes: dict[bytes, _Code] = {}
         door.on_denied = self._denied
@@ -196,7 +201,7 @@ class OAuthService:
             "revocation_endpoint_auth_methods_supported": ["none"],
             "scopes_supported": sorted(s.value for s in READ_SCOPES),
             "authorization_response_iss_parameter_supported": True,
-            "client_id_metadata_document_supported": False,
+            "client_id_metadata_document_supported": self._documents is not None,
         }
 
     async def register(self, body: Any) -> dict[str, Any]:
@@ -256,9 +261,7 @@ class OAuthService:
         """
         now = self._clock()
         client_id = params.get("client_id", "")
-        client = await self._store.client(client_id, now) if client_id else None
-        if client is None:
-            raise OAuthError("invalid_client", "unknown or expired client_id")
+        client = await self._client(client_id, now)
         redirect_uri = params.get("redirect_uri", "")
         if redirect_uri not in client["redirect_uris"]:
             raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
@@ -295,6 +298,28 @@ class OAuthService:
         self._expire(now)
         self._pending[pending.id] = pending
         return pending
+
+    async def _client(self, client_id: str, now: int) -> dict[str, Any]:
+        """A registered client, or one named by its metadata document's URL."""
+        if self._documents is not None and is_document_url(client_id):
+            try:
+                doc = await self._documents.fetch(client_id)
+            except DocumentRefused as exc:
+                raise OAuthError("invalid_client", str(exc)) from None
+            uris = doc.get("redirect_uris")
+            if not isinstance(uris, list) or not uris or not all(_valid_redirect(u) for u in uris):
+                raise OAuthError(
+                    "invalid_client", "the metadata document's redirect URIs are not allowed"
+                )
+            return {
+                "client_id": client_id,
+                "client_name": _text(doc.get("client_name"), MAX_NAME_CHARS),
+                "redirect_uris": uris,
+            }
+        client = await self._store.client(client_id, now) if client_id else None
+        if client is None:
+            raise OAuthError("invalid_client", "unknown or expired client_id")
+        return client
 
     async def client_redirect(self, params: dict[str, str]) -> str:
         """The redirect URI of a request already checked to name a registered one."""
@@ -414,6 +439,11 @@ class OAuthService:
             raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
         entry.used = True
         self._pending.pop(p.id, None)
+        registered = (
+            None if is_document_url(p.client_id) else await self._store.client(p.client_id, now)
+        )
+        if registered is not None:  # a registration that is used lives as long as its grants
+            await self._store.put_client(p.client_id, registered, now + REFRESH_TTL_MS)
         assert p.home is not None and p.agent_key is not None
         entry.family = secrets.token_urlsafe(16)
         out = await self._tokens(p.home, p.agent_key, p.scopes, p.client_id, entry.family)

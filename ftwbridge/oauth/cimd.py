@@ -1,0 +1,107 @@
+"""Client ID Metadata Documents: a `client_id` that is an https URL names its own metadata.
+
+The bridge fetches it with strict bounds: https only (http on a loopback host only when the
+test profile allows it), no redirects followed, 5 s, 64 KiB, JSON only, and the document's
+`client_id` must equal the URL. Documents are cached per their `Cache-Control: max-age`
+(at most a day; 5 minutes when they say nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+import trio
+
+MAX_BYTES = 64 * 1024
+FETCH_S = 5.0
+DEFAULT_CACHE_S = 300
+MAX_CACHE_S = 86_400
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class DocumentRefused(Exception):
+    """The document cannot be used; the message says why (shown to the person, escaped)."""
+
+
+def is_document_url(client_id: str) -> bool:
+    """Whether `client_id` is a URL that names a metadata document."""
+    return client_id.startswith(("https://", "http://"))
+
+
+class MetadataDocuments:
+    """Fetches and caches client metadata documents.
+
+    Args:
+        allow_loopback_http: the test profile: http on a loopback host stands in for https.
+        clock: trio's clock by default (seconds), for the cache.
+    """
+
+    def __init__(
+        self, *, allow_loopback_http: bool = False, clock: Callable[[], float] = trio.current_time
+    ) -> None:
+        self._loopback = allow_loopback_http
+        self._clock = clock
+        self._cache: dict[str, tuple[dict[str, Any], float]] = {}
+
+    def _check_url(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme == "https" and parts.hostname and parts.path not in ("", "/"):
+            return
+        if self._loopback and parts.scheme == "http" and (parts.hostname or "") in LOOPBACK:
+            return
+        raise DocumentRefused("a client metadata URL must be https with a path")
+
+    async def fetch(self, url: str) -> dict[str, Any]:
+        """The document at `url` as client metadata.
+
+        Raises:
+            DocumentRefused: any bound broken or the document invalid.
+        """
+        self._check_url(url)
+        hit = self._cache.get(url)
+        if hit is not None and self._clock() < hit[1]:
+            return hit[0]
+        body = b""
+        try:
+            with trio.fail_after(FETCH_S):
+                async with (
+                    httpx2.AsyncClient(follow_redirects=False, timeout=FETCH_S) as http,
+                    http.stream("GET", url, headers={"accept": "application/json"}) as r,
+                ):
+                    if r.status_code != 200:
+                        raise DocumentRefused(
+                            f"the client metadata document answered HTTP {r.status_code}"
+                        )
+                    if (
+                        not r.headers.get("content-type", "")
+                        .split(";")[0]
+                        .strip()
+                        .lower()
+                        .endswith("json")
+                    ):
+                        raise DocumentRefused("the client metadata document is not JSON")
+                    async with contextlib.aclosing(r.aiter_bytes()) as chunks:
+                        async for chunk in chunks:
+                            body += chunk
+                            if len(body) > MAX_BYTES:
+                                raise DocumentRefused("the client metadata document is over 64 KiB")
+                    cache_header = r.headers.get("cache-control", "")
+        except (trio.TooSlowError, httpx2.HTTPError) as exc:
+            raise DocumentRefused("the client metadata document could not be fetched") from exc
+        try:
+            doc = json.loads(body)
+        except ValueError as exc:
+            raise DocumentRefused("the client metadata document is not valid JSON") from exc
+        if not isinstance(doc, dict) or doc.get("client_id") != url:
+            raise DocumentRefused("the client metadata document names another client_id")
+        m = re.search(r"max-age=(\d+)", cache_header)
+        ttl = min(int(m.group(1)), MAX_CACHE_S) if m else DEFAULT_CACHE_S
+        if "no-store" not in cache_header:
+            self._cache[url] = (doc, self._clock() + ttl)
+        return doc
