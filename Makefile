@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo test lint typecheck unit peers bench clean
+.PHONY: demo test lint typecheck unit peers browser bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,11 @@ $(PEERS): peers/package.json peers/package-lock.json
 
 peers: $(PEERS)
 
-unit: $(STAMP) $(PEERS)
+# Debian's Chromium for the consent-page tests (Playwright drives it; it downloads no browser).
+browser:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+unit: $(STAMP) $(PEERS) browser
 	$(BIN)/python -m pytest -q -W error
 
 test: lint typecheck unit

@@ -107,7 +107,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
             uri = await oauth.client_redirect(params)
             query = exc.error_query(params.get("state"), site.public_url.rstrip("/"))
             return Response(b"", 302, {"location": uri + ("&" if "?" in uri else "?") + query})
-        return Response(pages.consent(pending), 200, pages.PAGE_HEADERS)
+        return Response(pages.consent(pending), 200, pages.headers_for(pending))
 
     @app.route("/authorize", methods=["POST"])
     async def authorize_claim() -> Response:
@@ -128,7 +128,9 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
                     loc = pending.redirect(site.public_url.rstrip("/"), error="access_denied")
                     return Response(b"", 303, {"location": loc})
                 return Response(pages.problem(exc.description), 400, pages.PAGE_HEADERS)
-            return Response(pages.consent(pending, exc.description), 400, pages.PAGE_HEADERS)
+            return Response(
+                pages.consent(pending, exc.description), 400, pages.headers_for(pending)
+            )
         return Response(b"", 303, {"location": f"/authorize/wait?req={req}"})
 
     @app.route("/authorize/wait")
@@ -152,7 +154,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
             return Response(
                 b"", 303, {"location": pending.redirect(issuer, error="access_denied")} | NO_STORE
             )
-        return Response(pages.waiting(pending), 200, pages.PAGE_HEADERS)
+        return Response(pages.waiting(pending), 200, pages.headers_for(pending))
 
     @app.route("/oauth/token", methods=["POST", "OPTIONS"])
     async def token() -> Response:

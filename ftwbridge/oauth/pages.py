@@ -17,10 +17,22 @@ PAGE_HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer makes Chromium post Origin: null
     "cache-control": "no-store",
 }
 _STYLE = "body{font:16px system-ui,sans-serif;max-width:34em;margin:3em auto;padding:0 1em}code{font-size:110%}"
+
+
+def headers_for(p: Pending) -> dict[str, str]:
+    """The page headers for a consent request: a form's redirect chain may end at the client's
+    registered redirect URI, so CSP `form-action` names that origin too (Chromium enforces it
+    on redirects after a form post)."""
+    parts = urlsplit(p.redirect_uri)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    csp = PAGE_HEADERS["content-security-policy"].replace(
+        "form-action 'self'", f"form-action 'self' {origin}"
+    )
+    return PAGE_HEADERS | {"content-security-policy": csp}
 
 
 def shown(text: str) -> str:
