@@ -216,3 +216,24 @@ async def test_non_text_version_and_repeated_legacy_header() -> None:
 
     resp = await svc.handle(HttpRequest("POST", hs, read, len(data)))
     assert resp.status == 400 and json.loads(resp.body)["error"]["code"] == -32020
+
+
+async def test_token_for_another_audience_is_401() -> None:
+    other = TokenRecord(
+        "h1", "a1", b"k" * 32, ("ftw.live.read",), "https://elsewhere.example/mcp", "c", 2**62
+    )
+
+    async def verify(token: str) -> TokenRecord | None:
+        return other
+
+    svc = McpService(
+        homes=FakeHomes(None),
+        verify_token=verify,
+        resource=RESOURCE,
+        resource_metadata=RESOURCE + "-meta",
+        max_body_bytes=1 << 20,
+        call_deadline_s=5,
+        wall_ms=lambda: 1000,
+    )
+    status, _ = await post(svc, *call("status", {}))
+    assert status == 401

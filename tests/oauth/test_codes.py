@@ -1,0 +1,53 @@
+"""Codes expire after 60 s by the bridge's clock (the service alone, with a clock we move)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ftwbridge.oauth import OAuthError, OAuthService, Pending
+from ftwbridge.oauth.service import CODE_TTL_MS, _Code, _hash
+
+
+class Nothing:
+    on_denied = None
+
+
+async def test_an_expired_code_is_refused() -> None:
+    now = [1_000_000]
+    svc = OAuthService(
+        store=None,
+        keys=None,
+        door=Nothing(),
+        issuer=lambda: "https://b",
+        resource=lambda: "https://b/mcp",
+        clock=lambda: now[0],
+        issue_access=None,
+    )  # type: ignore[arg-type]
+    p = Pending(
+        "r",
+        "c",
+        "n",
+        "http://127.0.0.1:1/cb",
+        "s",
+        "x" * 43,
+        ("ftw.live.read",),
+        "t",
+        now[0] + 1000,
+        home="h",
+        agent_key=b"k" * 32,
+        status="approved",
+        code="the-code",
+    )
+    svc._codes[_hash("the-code")] = _Code(p, now[0] + CODE_TTL_MS)
+    now[0] += CODE_TTL_MS
+    with pytest.raises(OAuthError) as info:
+        await svc.token(
+            {
+                "grant_type": "authorization_code",
+                "code": "the-code",
+                "client_id": "c",
+                "redirect_uri": p.redirect_uri,
+                "code_verifier": "v" * 43,
+            }
+        )
+    assert info.value.error == "invalid_grant" and "expired" in info.value.description
