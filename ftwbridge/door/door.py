@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -27,8 +27,6 @@ from ftwbridge.proto.door import (
     CLOSE_UNKNOWN_HOME,
     NONCE_BYTES,
     decode_door_message,
-    tun,
-    tun_end,
     tun_fields,
     verify_door_signature,
 )
@@ -40,31 +38,11 @@ from ftwbridge.proto.registry import Msg, peer_reason
 from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
 from ftwbridge.store import Store
 
+from .tunnel import HomeOffline, Limits, Tun, Uplink, WebSocketLike
+
 log = logging.getLogger("ftwbridge.door")
 CLAIM_MAX_MS = 600_000
 """A claim offer lasts at most 10 minutes, whatever the box says (PROTOCOL.md part C)."""
-TUN_QUEUE = 16
-"""Messages a tunnel buffers from the box before the uplink's reader waits (back-pressure)."""
-
-
-class WebSocketLike(Protocol):
-    """The part of a server WebSocket the door uses (Quart's `websocket` fits)."""
-
-    async def receive(self) -> str | bytes: ...
-    async def send(self, data: bytes) -> None: ...
-    async def close(self, code: int, reason: str = "") -> None: ...
-
-
-class HomeOffline(Exception):
-    """The home has no uplink at the door now."""
-
-
-class TunEnded(Exception):
-    """The tunnel ended: `reason` is a `tun.end` reason, or `uplink_lost`."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -76,117 +54,6 @@ class DoorStats:
     takeovers: int = 0
     rosters_refused: int = 0
     uplinks_refused: int = 0
-
-
-@dataclass(slots=True)
-class _Limits:
-    msgs: TokenBucket
-    nbytes: TokenBucket
-
-    def allow(self, now: float, size: int) -> bool:
-        if self.msgs.wait_s(now) > 0 or self.nbytes.wait_s(now, size) > 0:
-            return False
-        self.msgs.try_take(now)
-        self.nbytes.try_take(now, size)
-        return True
-
-
-class Tun:
-    """One tunnel: Noise messages to and from one box session, by `sid` on an uplink."""
-
-    def __init__(self, uplink: _Uplink, sid: int) -> None:
-        self.sid = sid
-        self.home = uplink.home
-        self._uplink = uplink
-        self._send, self._recv = trio.open_memory_channel[bytes](TUN_QUEUE)
-        self.end_reason: str | None = None
-
-    async def send(self, d: bytes) -> bool:
-        """Send one Noise message to the box; returns False when the door dropped it (past the
-        home's limit; counted in `DoorStats.dropped_to_box`).
-
-        Raises:
-            TunEnded: the tunnel or its uplink has ended.
-        """
-        if self.end_reason is not None:
-            raise TunEnded(self.end_reason)
-        return await self._uplink.send_tun(self.sid, d)
-
-    async def receive(self) -> bytes:
-        """The box's next Noise message on this tunnel.
-
-        Raises:
-            TunEnded: the box ended the tunnel, or the uplink was lost or taken over.
-        """
-        try:
-            return await self._recv.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            raise TunEnded(self.end_reason or TunEndReason.CLOSED.value) from None
-
-    def _deliver(self, d: bytes) -> bool:
-        try:
-            self._send.send_nowait(d)
-        except trio.WouldBlock:
-            return False
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return True
-        return True
-
-    def _end(self, reason: str) -> None:
-        if self.end_reason is None:
-            self.end_reason = reason
-        self._send.close()
-
-    async def aclose(self, reason: str) -> None:
-        """End the tunnel; the box hears `tun.end {sid, reason}` if the uplink is up."""
-        if self.end_reason is not None:
-            self._uplink.tuns.pop(self.sid, None)
-            return
-        self._end(reason)
-        self._uplink.tuns.pop(self.sid, None)
-        with trio.move_on_after(1), trio.CancelScope(shield=True):
-            await self._uplink.send_raw(tun_end(self.sid, reason))
-
-
-class _Uplink:
-    def __init__(self, door: Door, home: str, ws: WebSocketLike) -> None:
-        self.door = door
-        self.home = home
-        self.ws = ws
-        self.tuns: dict[int, Tun] = {}
-        self._next_sid = 1
-        self._lock = trio.StrictFIFOLock()
-        self.closed = False
-
-    def new_sid(self) -> int:
-        sid = self._next_sid
-        self._next_sid += 1
-        return sid
-
-    async def send_raw(self, data: bytes) -> None:
-        if self.closed:
-            return
-        try:
-            async with self._lock:
-                await self.ws.send(data)
-        except Exception as exc:  # the socket is gone: the reader notices and cleans up
-            log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
-
-    async def send_tun(self, sid: int, d: bytes) -> bool:
-        if self.closed:
-            raise TunEnded("uplink_lost")
-        data = tun(sid, d)
-        if not self.door._limits(self.home, outbound=True).allow(trio.current_time(), len(data)):
-            self.door.stats.dropped_to_box += 1
-            return False
-        await self.send_raw(data)
-        return True
-
-    def end_all(self, reason: str) -> None:
-        self.closed = True
-        for t in list(self.tuns.values()):
-            t._end(reason)
-        self.tuns.clear()
 
 
 RosterHook = Callable[[str, Roster], Awaitable[None]]
@@ -208,21 +75,21 @@ class Door:
     on_roster: RosterHook | None = None
     wall_ms: Callable[[], int] = field(default=lambda: 0)
     stats: DoorStats = field(default_factory=DoorStats)
-    _uplinks: dict[str, _Uplink] = field(default_factory=dict)
+    _uplinks: dict[str, Uplink] = field(default_factory=dict)
     _rosters: dict[str, Roster] = field(default_factory=dict)
     _home_keys: dict[str, bytes] = field(default_factory=dict)
-    _buckets: dict[tuple[str, bool], _Limits] = field(default_factory=dict)
+    _buckets: dict[tuple[str, bool], Limits] = field(default_factory=dict)
     _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
     claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
     """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer`."""
     on_denied: Callable[[str, str], None] | None = None
     """Told (home, req) when a box answers `agent.denied {req}`."""
 
-    def _limits(self, home: str, *, outbound: bool) -> _Limits:
+    def _limits(self, home: str, *, outbound: bool) -> Limits:
         lim = self._buckets.get((home, outbound))
         if lim is None:
             c = self.config
-            lim = _Limits(
+            lim = Limits(
                 TokenBucket(c.door_msgs_burst, c.door_msgs_per_s),
                 TokenBucket(c.door_bytes_burst, c.door_bytes_per_s),
             )
@@ -328,7 +195,7 @@ class Door:
         home = await self._authenticate(ws)
         if home is None:
             return
-        uplink = _Uplink(self, home, ws)
+        uplink = Uplink(self, home, ws)
         older = self._uplinks.get(home)
         self._uplinks[home] = uplink
         if older is not None:
@@ -374,7 +241,7 @@ class Door:
         await ws.close(CLOSE_BAD_SIGNATURE, "no door.hello in time")
         return None
 
-    async def _read(self, uplink: _Uplink) -> None:
+    async def _read(self, uplink: Uplink) -> None:
         while not uplink.closed:
             raw = await uplink.ws.receive()
             try:
@@ -384,7 +251,7 @@ class Door:
                 return
             await self._dispatch(uplink, env, raw)
 
-    async def _dispatch(self, uplink: _Uplink, env: Envelope, raw: str | bytes) -> None:
+    async def _dispatch(self, uplink: Uplink, env: Envelope, raw: str | bytes) -> None:
         if env.t == Msg.TUN:
             try:
                 sid, d = tun_fields(env.b)

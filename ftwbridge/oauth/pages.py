@@ -9,7 +9,7 @@ from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Scope
 from ftwbridge.proto.registry import SCOPE_DESC
 
-from .service import Pending
+from .model import Pending
 
 MAX_SHOWN_CHARS = 80
 PAGE_HEADERS = {

@@ -14,13 +14,10 @@ clients, access tokens and refresh tokens are in the store, tokens only as SHA-2
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import secrets
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-from urllib.parse import urlencode, urlsplit
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
 
 from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
@@ -30,123 +27,27 @@ from ftwbridge.proto.registry import READ_SCOPES, Msg
 from ftwbridge.proto.roster import Roster
 
 from .cimd import DocumentRefused, MetadataDocuments, is_document_url
-
-CODE_TTL_MS = 60_000
-REQUEST_TTL_MS = 600_000
-CLIENT_TTL_MS = 86_400_000
-REFRESH_TTL_MS = 30 * 86_400_000
-GRANT_TTL_MS = 90 * 86_400_000
-MAX_CLAIM_TRIES = 5
-MAX_NAME_CHARS = 100
-MAX_URI_CHARS = 512
-MAX_REDIRECT_URIS = 8
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
-
-
-class OAuthError(Exception):
-    """An RFC 6749 error: `error` code, `description`, HTTP `status`."""
-
-    def __init__(self, error: str, description: str, status: int = 400) -> None:
-        super().__init__(description)
-        self.error = error
-        self.description = description
-        self.status = status
-
-    def error_query(self, state: str | None, issuer: str) -> str:
-        """`error=...` (with state and iss) for a client's redirect URI's query."""
-        params = {"error": self.error, "error_description": self.description, "iss": issuer}
-        if state is not None:
-            params["state"] = state
-        return urlencode(params)
-
-    def body(self) -> dict[str, str]:
-        """The RFC 6749 section 5.2 error object."""
-        return {"error": self.error, "error_description": self.description}
+from .model import (
+    CLIENT_TTL_MS,
+    CODE_TTL_MS,
+    MAX_CLAIM_TRIES,
+    MAX_NAME_CHARS,
+    MAX_REDIRECT_URIS,
+    MAX_URI_CHARS,
+    REQUEST_TTL_MS,
+    CodeGrant,
+    IssueAccess,
+    OAuthError,
+    OAuthStore,
+    Pending,
+    cut_text,
+    token_hash,
+    valid_redirect,
+)
+from .tokens import TokenGrants
 
 
-class OAuthStore(Protocol):
-    """What the OAuth logic needs of the store."""
-
-    async def put_client(
-        self, client_id: str, metadata: dict[str, Any], expires_at_ms: int
-    ) -> None: ...
-    async def client(self, client_id: str, now_ms: int) -> dict[str, Any] | None: ...
-    async def put_refresh(
-        self, token_hash: bytes, family: str, record: dict[str, Any], expires_at_ms: int
-    ) -> None: ...
-    async def use_refresh(
-        self, token_hash: bytes, now_ms: int
-    ) -> tuple[str, bool, dict[str, Any]] | None: ...
-    async def drop_family(self, family: str) -> None: ...
-    async def drop_token(self, token_hash: bytes) -> int: ...
-    async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int: ...
-
-
-IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
-
-
-@dataclass(slots=True, eq=False)
-class Pending:
-    """One consent request, from `/authorize` until the code is issued or it fails."""
-
-    id: str
-    client_id: str
-    client_name: str
-    redirect_uri: str
-    state: str | None
-    challenge: str
-    scopes: tuple[str, ...]
-    csrf: str
-    expires_at_ms: int
-    tries: int = 0
-    home: str | None = None
-    agent_key: bytes | None = None
-    status: str = "new"  # new | asked | approved | denied | failed
-    code: str | None = None
-
-    def redirect(self, issuer: str, **params: str) -> str:
-        """The client's redirect URI with `params`, `state` and `iss` (RFC 9207) added."""
-        extra = dict(params)
-        if self.state is not None:
-            extra["state"] = self.state
-        extra["iss"] = issuer
-        sep = "&" if urlsplit(self.redirect_uri).query else "?"
-        return self.redirect_uri + sep + urlencode(extra)
-
-
-@dataclass(slots=True)
-class _Code:
-    pending: Pending
-    expires_at_ms: int
-    used: bool = False
-    issued: list[bytes] = field(default_factory=list)
-    family: str = ""
-
-
-def _valid_redirect(uri: Any) -> bool:
-    if not isinstance(uri, str) or len(uri) > MAX_URI_CHARS or "#" in uri:
-        return False
-    parts = urlsplit(uri)
-    if parts.scheme == "https" and parts.hostname:
-        return True
-    return parts.scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS
-
-
-def _text(value: Any, limit: int) -> str:
-    return value[:limit] if isinstance(value, str) else ""
-
-
-def s256(verifier: str) -> str:
-    """The PKCE S256 challenge of `verifier` (RFC 7636 section 4.2)."""
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
-
-
-def _hash(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8")).digest()
-
-
-class OAuthService:
+class OAuthService(TokenGrants):
     """The bridge's authorization server.
 
     Args:
@@ -180,7 +81,7 @@ class OAuthService:
         self._issue_access = issue_access
         self._documents = documents
         self._pending: dict[str, Pending] = {}
-        self._codes: dict[bytes, _Code] = {}
+        self._codes: dict[bytes, CodeGrant] = {}
         door.on_denied = self._denied
 
     # -- metadata and clients ---------------------------------------------------------------
@@ -215,7 +116,7 @@ class OAuthService:
         uris = body.get("redirect_uris")
         if not isinstance(uris, list) or not uris or len(uris) > MAX_REDIRECT_URIS:
             raise OAuthError("invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs")
-        if not all(_valid_redirect(u) for u in uris):
+        if not all(valid_redirect(u) for u in uris):
             raise OAuthError(
                 "invalid_redirect_uri", "redirect URIs must be https, or http on a loopback host"
             )
@@ -237,8 +138,8 @@ class OAuthService:
         meta = {
             "client_id": client_id,
             "client_id_issued_at": now // 1000,
-            "client_name": _text(body.get("client_name"), MAX_NAME_CHARS),
-            "client_uri": _text(body.get("client_uri"), MAX_URI_CHARS),
+            "client_name": cut_text(body.get("client_name"), MAX_NAME_CHARS),
+            "client_uri": cut_text(body.get("client_uri"), MAX_URI_CHARS),
             "redirect_uris": list(uris),
             "grant_types": list(grants),
             "response_types": ["code"],
@@ -307,13 +208,13 @@ class OAuthService:
             except DocumentRefused as exc:
                 raise OAuthError("invalid_client", str(exc)) from None
             uris = doc.get("redirect_uris")
-            if not isinstance(uris, list) or not uris or not all(_valid_redirect(u) for u in uris):
+            if not isinstance(uris, list) or not uris or not all(valid_redirect(u) for u in uris):
                 raise OAuthError(
                     "invalid_client", "the metadata document's redirect URIs are not allowed"
                 )
             return {
                 "client_id": client_id,
-                "client_name": _text(doc.get("client_name"), MAX_NAME_CHARS),
+                "client_name": cut_text(doc.get("client_name"), MAX_NAME_CHARS),
                 "redirect_uris": uris,
             }
         client = await self._store.client(client_id, now) if client_id else None
@@ -378,7 +279,9 @@ class OAuthService:
             if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
                 pending.status = "approved"
                 pending.code = secrets.token_urlsafe(32)
-                self._codes[_hash(pending.code)] = _Code(pending, self._clock() + CODE_TTL_MS)
+                self._codes[token_hash(pending.code)] = CodeGrant(
+                    pending, self._clock() + CODE_TTL_MS
+                )
 
     def _denied(self, home: str, req: str) -> None:
         pending = self._pending.get(req)
@@ -396,111 +299,3 @@ class OAuthService:
         self._pending.pop(pending.id, None)
         if pending.agent_key is not None and pending.status != "approved":
             await self._keys.drop(pending.agent_key)
-
-    # -- token ------------------------------------------------------------------------------
-
-    async def token(self, form: dict[str, str]) -> dict[str, Any]:
-        """The token endpoint (RFC 6749 section 4.1.3 and 6, RFC 7636, RFC 8707).
-
-        Raises:
-            OAuthError: in the RFC 6749 section 5.2 shape.
-        """
-        grant = form.get("grant_type")
-        resource = form.get("resource", self._resource())
-        if resource != self._resource():
-            raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
-        if grant == "authorization_code":
-            return await self._exchange(form)
-        if grant == "refresh_token":
-            return await self._refresh(form)
-        raise OAuthError(
-            "unsupported_grant_type", "grant_type must be authorization_code or refresh_token"
-        )
-
-    async def _exchange(self, form: dict[str, str]) -> dict[str, Any]:
-        now = self._clock()
-        entry = self._codes.get(_hash(form.get("code", "")))
-        if entry is None or entry.expires_at_ms <= now:
-            raise OAuthError("invalid_grant", "the code is unknown or has expired")
-        p = entry.pending
-        if entry.used:  # a code used twice: revoke what it gave (RFC 6749 section 4.1.2)
-            for digest in entry.issued:
-                await self._store.drop_token(digest)
-            await self._store.drop_family(entry.family)
-            raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
-        if form.get("client_id") != p.client_id or form.get("redirect_uri") != p.redirect_uri:
-            raise OAuthError(
-                "invalid_grant", "client_id or redirect_uri differ from the authorization request"
-            )
-        verifier = form.get("code_verifier", "")
-        if not 43 <= len(verifier) <= 128 or not secrets.compare_digest(
-            s256(verifier), p.challenge
-        ):
-            raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
-        entry.used = True
-        self._pending.pop(p.id, None)
-        registered = (
-            None if is_document_url(p.client_id) else await self._store.client(p.client_id, now)
-        )
-        if registered is not None:  # a registration that is used lives as long as its grants
-            await self._store.put_client(p.client_id, registered, now + REFRESH_TTL_MS)
-        assert p.home is not None and p.agent_key is not None
-        entry.family = secrets.token_urlsafe(16)
-        out = await self._tokens(p.home, p.agent_key, p.scopes, p.client_id, entry.family)
-        entry.issued.append(_hash(out["access_token"]))
-        return out
-
-    async def _tokens(
-        self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str, family: str
-    ) -> dict[str, Any]:
-        roster = await self._door.roster(home)
-        grant = None if roster is None else roster.agents().get(agent_key)
-        if grant is None:
-            raise OAuthError("invalid_grant", "the home no longer lists this assistant")
-        granted = tuple(s for s in scopes if s in grant.scopes)
-        access = await self._issue_access(home, agent_key, grant.id, granted, client)
-        refresh = secrets.token_urlsafe(32)
-        record = {
-            "home": home,
-            "agentKey": agent_key.hex(),
-            "scopes": list(granted),
-            "client": client,
-        }
-        await self._store.put_refresh(
-            _hash(refresh), family, record, self._clock() + REFRESH_TTL_MS
-        )
-        return {
-            "access_token": access,
-            "token_type": "Bearer",
-            "expires_in": 3600,
-            "refresh_token": refresh,
-            "scope": " ".join(granted),
-        }
-
-    async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
-        used = await self._store.use_refresh(_hash(form.get("refresh_token", "")), self._clock())
-        if used is None:
-            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
-        family, already, record = used
-        key = bytes.fromhex(record["agentKey"])
-        if already:  # a rotated-out refresh token came back: revoke the whole family
-            await self._store.drop_family(family)
-            await self._store.drop_agent_tokens(record["home"], key)
-            raise OAuthError(
-                "invalid_grant", "the refresh token was already used; the grant is revoked"
-            )
-        if form.get("client_id") not in (None, record["client"]):
-            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
-        return await self._tokens(
-            record["home"], key, tuple(record["scopes"]), record["client"], family
-        )
-
-    async def revoke(self, form: dict[str, str]) -> None:
-        """RFC 7009 revocation: an access or refresh token stops working (unknown ones too, silently)."""
-        token = form.get("token", "")
-        digest = _hash(token)
-        if await self._store.drop_token(digest):
-            return
-        used = await self._store.use_refresh(digest, self._clock())
-        if used is not None:
-            await self._store.drop_family(used[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ftwbridge.oauth import OAuthError, OAuthService, Pending
-from ftwbridge.oauth.service import CODE_TTL_MS, _Code, _hash
+from ftwbridge.oauth.model import CODE_TTL_MS, CodeGrant, token_hash
 
 
 class Nothing:
@@ -38,7 +38,7 @@ async def test_an_expired_code_is_refused() -> None:
         status="approved",
         code="the-code",
     )
-    svc._codes[_hash("the-code")] = _Code(p, now[0] + CODE_TTL_MS)
+    svc._codes[token_hash("the-code")] = CodeGrant(p, now[0] + CODE_TTL_MS)
     now[0] += CODE_TTL_MS
     with pytest.raises(OAuthError) as info:
         await svc.token(

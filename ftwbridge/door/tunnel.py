@@ -1,0 +1,151 @@
+"""Tunnels and uplinks at the door: one `Tun` per session, one `Uplink` per connected box."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from ftwbridge.proto.door import tun, tun_end
+from ftwbridge.proto.names import TunEndReason
+from ftwbridge.proto.pacing import TokenBucket
+
+if TYPE_CHECKING:
+    from .door import Door
+
+log = logging.getLogger("ftwbridge.door")
+TUN_QUEUE = 16
+"""Messages a tunnel buffers from the box before the uplink's reader waits (back-pressure)."""
+
+
+class WebSocketLike(Protocol):
+    """The part of a server WebSocket the door uses (Quart's `websocket` fits)."""
+
+    async def receive(self) -> str | bytes: ...
+    async def send(self, data: bytes) -> None: ...
+    async def close(self, code: int, reason: str = "") -> None: ...
+
+
+class HomeOffline(Exception):
+    """The home has no uplink at the door now."""
+
+
+class TunEnded(Exception):
+    """The tunnel ended: `reason` is a `tun.end` reason, or `uplink_lost`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Limits:
+    msgs: TokenBucket
+    nbytes: TokenBucket
+
+    def allow(self, now: float, size: int) -> bool:
+        if self.msgs.wait_s(now) > 0 or self.nbytes.wait_s(now, size) > 0:
+            return False
+        self.msgs.try_take(now)
+        self.nbytes.try_take(now, size)
+        return True
+
+
+class Tun:
+    """One tunnel: Noise messages to and from one box session, by `sid` on an uplink."""
+
+    def __init__(self, uplink: Uplink, sid: int) -> None:
+        self.sid = sid
+        self.home = uplink.home
+        self._uplink = uplink
+        self._send, self._recv = trio.open_memory_channel[bytes](TUN_QUEUE)
+        self.end_reason: str | None = None
+
+    async def send(self, d: bytes) -> bool:
+        """Send one Noise message to the box; returns False when the door dropped it (past the
+        home's limit; counted in `DoorStats.dropped_to_box`).
+
+        Raises:
+            TunEnded: the tunnel or its uplink has ended.
+        """
+        if self.end_reason is not None:
+            raise TunEnded(self.end_reason)
+        return await self._uplink.send_tun(self.sid, d)
+
+    async def receive(self) -> bytes:
+        """The box's next Noise message on this tunnel.
+
+        Raises:
+            TunEnded: the box ended the tunnel, or the uplink was lost or taken over.
+        """
+        try:
+            return await self._recv.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise TunEnded(self.end_reason or TunEndReason.CLOSED.value) from None
+
+    def _deliver(self, d: bytes) -> bool:
+        try:
+            self._send.send_nowait(d)
+        except trio.WouldBlock:
+            return False
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return True
+        return True
+
+    def _end(self, reason: str) -> None:
+        if self.end_reason is None:
+            self.end_reason = reason
+        self._send.close()
+
+    async def aclose(self, reason: str) -> None:
+        """End the tunnel; the box hears `tun.end {sid, reason}` if the uplink is up."""
+        if self.end_reason is not None:
+            self._uplink.tuns.pop(self.sid, None)
+            return
+        self._end(reason)
+        self._uplink.tuns.pop(self.sid, None)
+        with trio.move_on_after(1), trio.CancelScope(shield=True):
+            await self._uplink.send_raw(tun_end(self.sid, reason))
+
+
+class Uplink:
+    def __init__(self, door: Door, home: str, ws: WebSocketLike) -> None:
+        self.door = door
+        self.home = home
+        self.ws = ws
+        self.tuns: dict[int, Tun] = {}
+        self._next_sid = 1
+        self._lock = trio.StrictFIFOLock()
+        self.closed = False
+
+    def new_sid(self) -> int:
+        sid = self._next_sid
+        self._next_sid += 1
+        return sid
+
+    async def send_raw(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            async with self._lock:
+                await self.ws.send(data)
+        except Exception as exc:  # the socket is gone: the reader notices and cleans up
+            log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
+
+    async def send_tun(self, sid: int, d: bytes) -> bool:
+        if self.closed:
+            raise TunEnded("uplink_lost")
+        data = tun(sid, d)
+        if not self.door._limits(self.home, outbound=True).allow(trio.current_time(), len(data)):
+            self.door.stats.dropped_to_box += 1
+            return False
+        await self.send_raw(data)
+        return True
+
+    def end_all(self, reason: str) -> None:
+        self.closed = True
+        for t in list(self.tuns.values()):
+            t._end(reason)
+        self.tuns.clear()

@@ -1,0 +1,143 @@
+"""The token endpoint's grants (RFC 6749 sections 4.1.3 and 6, RFC 7636, RFC 8707, RFC 7009)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from ftwbridge.door import Door
+
+from .cimd import is_document_url
+from .model import (
+    REFRESH_TTL_MS,
+    CodeGrant,
+    IssueAccess,
+    OAuthError,
+    OAuthStore,
+    Pending,
+    s256,
+    token_hash,
+)
+
+
+class TokenGrants:
+    """Code exchange, refresh rotation and revocation; `OAuthService` supplies the state."""
+
+    _store: OAuthStore
+    _door: Door
+    _clock: Callable[[], int]
+    _resource: Callable[[], str]
+    _issue_access: IssueAccess
+    _codes: dict[bytes, CodeGrant]
+    _pending: dict[str, Pending]
+
+    # -- token ------------------------------------------------------------------------------
+
+    async def token(self, form: dict[str, str]) -> dict[str, Any]:
+        """The token endpoint (RFC 6749 section 4.1.3 and 6, RFC 7636, RFC 8707).
+
+        Raises:
+            OAuthError: in the RFC 6749 section 5.2 shape.
+        """
+        grant = form.get("grant_type")
+        resource = form.get("resource", self._resource())
+        if resource != self._resource():
+            raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
+        if grant == "authorization_code":
+            return await self._exchange(form)
+        if grant == "refresh_token":
+            return await self._refresh(form)
+        raise OAuthError(
+            "unsupported_grant_type", "grant_type must be authorization_code or refresh_token"
+        )
+
+    async def _exchange(self, form: dict[str, str]) -> dict[str, Any]:
+        now = self._clock()
+        entry = self._codes.get(token_hash(form.get("code", "")))
+        if entry is None or entry.expires_at_ms <= now:
+            raise OAuthError("invalid_grant", "the code is unknown or has expired")
+        p = entry.pending
+        if entry.used:  # a code used twice: revoke what it gave (RFC 6749 section 4.1.2)
+            for digest in entry.issued:
+                await self._store.drop_token(digest)
+            await self._store.drop_family(entry.family)
+            raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
+        if form.get("client_id") != p.client_id or form.get("redirect_uri") != p.redirect_uri:
+            raise OAuthError(
+                "invalid_grant", "client_id or redirect_uri differ from the authorization request"
+            )
+        verifier = form.get("code_verifier", "")
+        if not 43 <= len(verifier) <= 128 or not secrets.compare_digest(
+            s256(verifier), p.challenge
+        ):
+            raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
+        entry.used = True
+        self._pending.pop(p.id, None)
+        registered = (
+            None if is_document_url(p.client_id) else await self._store.client(p.client_id, now)
+        )
+        if registered is not None:  # a registration that is used lives as long as its grants
+            await self._store.put_client(p.client_id, registered, now + REFRESH_TTL_MS)
+        assert p.home is not None and p.agent_key is not None
+        entry.family = secrets.token_urlsafe(16)
+        out = await self._tokens(p.home, p.agent_key, p.scopes, p.client_id, entry.family)
+        entry.issued.append(token_hash(out["access_token"]))
+        return out
+
+    async def _tokens(
+        self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str, family: str
+    ) -> dict[str, Any]:
+        roster = await self._door.roster(home)
+        grant = None if roster is None else roster.agents().get(agent_key)
+        if grant is None:
+            raise OAuthError("invalid_grant", "the home no longer lists this assistant")
+        granted = tuple(s for s in scopes if s in grant.scopes)
+        access = await self._issue_access(home, agent_key, grant.id, granted, client)
+        refresh = secrets.token_urlsafe(32)
+        record = {
+            "home": home,
+            "agentKey": agent_key.hex(),
+            "scopes": list(granted),
+            "client": client,
+        }
+        await self._store.put_refresh(
+            token_hash(refresh), family, record, self._clock() + REFRESH_TTL_MS
+        )
+        return {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": 3600,
+            "refresh_token": refresh,
+            "scope": " ".join(granted),
+        }
+
+    async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
+        used = await self._store.use_refresh(
+            token_hash(form.get("refresh_token", "")), self._clock()
+        )
+        if used is None:
+            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
+        family, already, record = used
+        key = bytes.fromhex(record["agentKey"])
+        if already:  # a rotated-out refresh token came back: revoke the whole family
+            await self._store.drop_family(family)
+            await self._store.drop_agent_tokens(record["home"], key)
+            raise OAuthError(
+                "invalid_grant", "the refresh token was already used; the grant is revoked"
+            )
+        if form.get("client_id") not in (None, record["client"]):
+            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
+        return await self._tokens(
+            record["home"], key, tuple(record["scopes"]), record["client"], family
+        )
+
+    async def revoke(self, form: dict[str, str]) -> None:
+        """RFC 7009 revocation: an access or refresh token stops working (unknown ones too, silently)."""
+        token = form.get("token", "")
+        digest = token_hash(token)
+        if await self._store.drop_token(digest):
+            return
+        used = await self._store.use_refresh(digest, self._clock())
+        if used is not None:
+            await self._store.drop_family(used[0])
