@@ -172,33 +172,35 @@ async def consent_as_person(
         return parse_qs(urlsplit(location).query)
 
 
+class MemoryTokenStorage:
+    """The `mcp` client's token storage, kept in memory (the demo's and the tests' assistant)."""
+
+    def __init__(self) -> None:
+        self.tokens: Any = None
+        self.client: Any = None
+
+    async def get_tokens(self) -> Any:
+        return self.tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> Any:
+        return self.client
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self.client = client_info
+
+
 async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: str) -> Any:
     """The official `mcp` client's OAuth provider, signing in through the bridge with the person
     played by `consent_as_person`. Returns the provider (an httpx2 auth) once it holds tokens."""
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import (
         AuthorizationCodeResult,
-        OAuthClientInformationFull,
         OAuthClientMetadata,
-        OAuthToken,
     )
     from pydantic import AnyUrl
-
-    class Memory:
-        tokens: OAuthToken | None = None
-        client: OAuthClientInformationFull | None = None
-
-        async def get_tokens(self) -> OAuthToken | None:
-            return self.tokens
-
-        async def set_tokens(self, tokens: OAuthToken) -> None:
-            self.tokens = tokens
-
-        async def get_client_info(self) -> OAuthClientInformationFull | None:
-            return self.client
-
-        async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-            self.client = client_info
 
     answer: dict[str, list[str]] = {}
 
@@ -217,7 +219,7 @@ async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: st
         response_types=["code"],
         token_endpoint_auth_method="none",
     )
-    storage = Memory()
+    storage = MemoryTokenStorage()
     provider = OAuthClientProvider(
         server_url=mcp_url,
         client_metadata=meta,

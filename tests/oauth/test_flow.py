@@ -18,32 +18,13 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import (
     AuthorizationCodeResult,
-    OAuthClientInformationFull,
     OAuthClientMetadata,
-    OAuthToken,
 )
 
+from ftwbridge.demo import MemoryTokenStorage
 from tests.e2e.env import Env, Home
 
 REDIRECT = "http://127.0.0.1:9/callback"
-
-
-class MemoryTokens:
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
 
 
 async def person_consents(
@@ -101,7 +82,7 @@ async def test_sdk_oauth_flow_then_status(env: Env) -> None:
         response_types=["code"],
         token_endpoint_auth_method="none",
     )
-    storage = MemoryTokens()
+    storage = MemoryTokenStorage()
     provider = OAuthClientProvider(
         server_url=env.url,
         client_metadata=meta,
