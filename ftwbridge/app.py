@@ -91,22 +91,18 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         try:
             body = json.loads(await request.get_data(as_text=True))
             return _json_response(201, await oauth.register(body), CORS | NO_STORE)
-        except ValueError:
+        except (ValueError, RecursionError):
             return form_error(OAuthError("invalid_client_metadata", "the body must be JSON"))
         except OAuthError as exc:
             return form_error(exc)
 
     @app.route("/authorize", methods=["GET"])
     async def authorize() -> Response:
-        params = {k: v for k, v in request.args.items()}
         try:
-            pending = await oauth.start(params)
-        except OAuthError as exc:
-            if exc.status != 302:
-                return Response(pages.problem(exc.description), 400, pages.PAGE_HEADERS)
-            uri = await oauth.client_redirect(params)
-            query = exc.error_query(params.get("state"), site.public_url.rstrip("/"))
-            return Response(b"", 302, {"location": uri + ("&" if "?" in uri else "?") + query})
+            pending = await oauth.start(dict(request.args.items()))
+        except OAuthError as exc:  # a page, never a redirect (see OAuthService.start)
+            status = exc.status if exc.status in (429, 503) else 400
+            return Response(pages.problem(exc.description), status, pages.PAGE_HEADERS)
         return Response(pages.consent(pending), 200, pages.headers_for(pending))
 
     @app.route("/authorize", methods=["POST"])
@@ -118,16 +114,22 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
             )
         form = await request.form
         req = str(form.get("req", ""))
+        issuer = site.public_url.rstrip("/")
         try:
             await oauth.claim(req, str(form.get("csrf", "")), str(form.get("code", "")))
         except OAuthError as exc:
-            pending = oauth.get(req)
-            if pending is None or exc.error != "access_denied" or pending.status == "failed":
-                if pending is not None and pending.status == "failed":
-                    await oauth.forget(pending)
-                    loc = pending.redirect(site.public_url.rstrip("/"), error="access_denied")
-                    return Response(b"", 303, {"location": loc})
-                return Response(pages.problem(exc.description), 400, pages.PAGE_HEADERS)
+            pending = await oauth.get(req)
+            if pending is not None and pending.status == "failed":
+                await oauth.forget(pending)
+                return Response(
+                    b"", 303, {"location": pending.redirect(issuer, error="access_denied")}
+                )
+            if pending is None or exc.error != "access_denied":
+                return Response(
+                    pages.problem(exc.description),
+                    exc.status if exc.status in (429, 503) else 400,
+                    pages.PAGE_HEADERS,
+                )
             return Response(
                 pages.consent(pending, exc.description), 400, pages.headers_for(pending)
             )
@@ -135,7 +137,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
 
     @app.route("/authorize/wait")
     async def authorize_wait() -> Response:
-        pending = oauth.get(str(request.args.get("req", "")))
+        pending = await oauth.get(str(request.args.get("req", "")))
         if pending is None:
             return Response(
                 pages.problem(
@@ -146,6 +148,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
             )
         issuer = site.public_url.rstrip("/")
         if pending.status == "approved" and pending.code is not None:
+            await oauth.delivered(pending)  # the code goes out once; the request ends here
             return Response(
                 b"", 303, {"location": pending.redirect(issuer, code=pending.code)} | NO_STORE
             )
@@ -168,7 +171,10 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
 
     @app.route("/oauth/revoke", methods=["POST"])
     async def revoke() -> Response:
-        await oauth.revoke({k: str(v) for k, v in (await request.form).items()})
+        try:
+            await oauth.revoke({k: str(v) for k, v in (await request.form).items()})
+        except OAuthError as exc:
+            return form_error(exc)
         return Response(b"", 200, CORS)
 
 

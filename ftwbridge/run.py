@@ -102,6 +102,7 @@ class Bridge:
                 else KeysClient(config.keys_socket)
             )
         self.keys: KeysPort = keys
+        self._token_cache: dict[bytes, tuple[TokenRecord, float]] = {}
         self.metrics = Metrics()
         self.door = Door(config=config, store=self.store, on_roster=self._on_roster, wall_ms=clock)
         self.pool = Pool(
@@ -116,13 +117,13 @@ class Bridge:
             resource=lambda: self.site.resource,
             clock=clock,
             issue_access=self._issue_for_oauth,
+            on_revoke=self._token_cache.clear,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,
         )
         self.admin_url: str | None = None
         self._nursery: trio.Nursery | None = None
-        self._token_cache: dict[bytes, tuple[TokenRecord, float]] = {}
 
     async def _issue_for_oauth(
         self, home: str, key: bytes, agent_id: str, scopes: tuple[str, ...], client: str

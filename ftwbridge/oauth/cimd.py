@@ -9,6 +9,7 @@ test profile allows it), no redirects followed, 5 s, 64 KiB, JSON only, and the 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import re
 from collections.abc import Callable
@@ -23,6 +24,11 @@ FETCH_S = 5.0
 DEFAULT_CACHE_S = 300
 MAX_CACHE_S = 86_400
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+MAX_CACHED = 1_000
+MAX_FETCHES = 8
+"""Documents fetched at once; more wait their turn (within the caller's deadline)."""
+REFUSED = "the client's metadata document could not be used"
+"""One message for every failure, so the answers tell nothing about what lies behind a URL."""
 
 
 class DocumentRefused(Exception):
@@ -48,14 +54,31 @@ class MetadataDocuments:
         self._loopback = allow_loopback_http
         self._clock = clock
         self._cache: dict[str, tuple[dict[str, Any], float]] = {}
+        self._fetches = trio.CapacityLimiter(MAX_FETCHES)
 
-    def _check_url(self, url: str) -> None:
+    async def _check_url(self, url: str) -> None:
+        """https with a path, to a host that resolves only to public addresses (no loopback,
+        private, link-local or reserved ones: the bridge must not fetch inside its network).
+        The test profile also lets http to a loopback host through."""
         parts = urlsplit(url)
-        if parts.scheme == "https" and parts.hostname and parts.path not in ("", "/"):
-            return
         if self._loopback and parts.scheme == "http" and (parts.hostname or "") in LOOPBACK:
             return
-        raise DocumentRefused("a client metadata URL must be https with a path")
+        if (
+            parts.scheme != "https"
+            or not parts.hostname
+            or parts.path in ("", "/")
+            or parts.username
+        ):
+            raise DocumentRefused(REFUSED)
+        try:
+            infos = await trio.socket.getaddrinfo(
+                parts.hostname, parts.port or 443, type=trio.socket.SOCK_STREAM
+            )
+        except OSError as exc:
+            raise DocumentRefused(REFUSED) from exc
+        for info in infos:
+            if not ipaddress.ip_address(info[4][0]).is_global:
+                raise DocumentRefused(REFUSED)
 
     async def fetch(self, url: str) -> dict[str, Any]:
         """The document at `url` as client metadata.
@@ -63,10 +86,21 @@ class MetadataDocuments:
         Raises:
             DocumentRefused: any bound broken or the document invalid.
         """
-        self._check_url(url)
+        await self._check_url(url)
         hit = self._cache.get(url)
         if hit is not None and self._clock() < hit[1]:
             return hit[0]
+        async with self._fetches:
+            doc, cache_header = await self._get(url)
+        m = re.search(r"max-age=(\d+)", cache_header)
+        ttl = min(int(m.group(1)), MAX_CACHE_S) if m else DEFAULT_CACHE_S
+        if "no-store" not in cache_header:
+            while len(self._cache) >= MAX_CACHED:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[url] = (doc, self._clock() + ttl)
+        return doc
+
+    async def _get(self, url: str) -> tuple[dict[str, Any], str]:
         body = b""
         try:
             with trio.fail_after(FETCH_S):
@@ -75,9 +109,7 @@ class MetadataDocuments:
                     http.stream("GET", url, headers={"accept": "application/json"}) as r,
                 ):
                     if r.status_code != 200:
-                        raise DocumentRefused(
-                            f"the client metadata document answered HTTP {r.status_code}"
-                        )
+                        raise DocumentRefused(REFUSED)
                     if (
                         not r.headers.get("content-type", "")
                         .split(";")[0]
@@ -85,23 +117,19 @@ class MetadataDocuments:
                         .lower()
                         .endswith("json")
                     ):
-                        raise DocumentRefused("the client metadata document is not JSON")
+                        raise DocumentRefused(REFUSED)
                     async with contextlib.aclosing(r.aiter_bytes()) as chunks:
                         async for chunk in chunks:
                             body += chunk
                             if len(body) > MAX_BYTES:
-                                raise DocumentRefused("the client metadata document is over 64 KiB")
+                                raise DocumentRefused(REFUSED)
                     cache_header = r.headers.get("cache-control", "")
         except (trio.TooSlowError, httpx2.HTTPError) as exc:
-            raise DocumentRefused("the client metadata document could not be fetched") from exc
+            raise DocumentRefused(REFUSED) from exc
         try:
             doc = json.loads(body)
-        except ValueError as exc:
-            raise DocumentRefused("the client metadata document is not valid JSON") from exc
+        except (ValueError, RecursionError) as exc:
+            raise DocumentRefused(REFUSED) from exc
         if not isinstance(doc, dict) or doc.get("client_id") != url:
-            raise DocumentRefused("the client metadata document names another client_id")
-        m = re.search(r"max-age=(\d+)", cache_header)
-        ttl = min(int(m.group(1)), MAX_CACHE_S) if m else DEFAULT_CACHE_S
-        if "no-store" not in cache_header:
-            self._cache[url] = (doc, self._clock() + ttl)
-        return doc
+            raise DocumentRefused(REFUSED)
+        return doc, cache_header

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +19,18 @@ MAX_CLAIM_TRIES = 5
 MAX_NAME_CHARS = 100
 MAX_URI_CHARS = 512
 MAX_REDIRECT_URIS = 8
+MAX_PENDING = 10_000
+"""Consent requests open at once; more are refused until some end (memory bound)."""
+MAX_STATE_CHARS = 512
+USED_CODE_KEEP_MS = 600_000
+"""A used code is remembered 10 minutes past its expiry so a replay still revokes its tokens."""
+GUESS_BURST = 30
+GUESS_PER_S = 0.5
+"""Wrong claim codes allowed across all consent requests: 30, then one every 2 s."""
+REGISTER_BURST = 60
+REGISTER_PER_S = 1.0
+"""Client registrations allowed per process: 60, then one per second."""
+MAX_CLIENTS = 100_000
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 
 
@@ -58,6 +71,8 @@ class OAuthStore(Protocol):
     async def drop_family(self, family: str) -> None: ...
     async def drop_token(self, token_hash: bytes) -> int: ...
     async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int: ...
+    async def purge_clients(self, now_ms: int) -> None: ...
+    async def refresh_record(self, token_hash: bytes, now_ms: int) -> dict[str, Any] | None: ...
 
 
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
@@ -101,13 +116,45 @@ class CodeGrant:
     family: str = ""
 
 
+_HOST = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?|\[[0-9a-f:.]{2,45}\]")
+_PATH = re.compile(r"[A-Za-z0-9\-._~%!$&'()*+,;=:@/?]*")
+
+
 def valid_redirect(uri: Any) -> bool:
+    """A redirect URI we accept: https (or http on a loopback host), a plain host name or IP
+    with an optional valid port, no user info, no fragment, and a path and query of URI
+    characters only (nothing that could break out of a header or a CSP)."""
     if not isinstance(uri, str) or len(uri) > MAX_URI_CHARS or "#" in uri:
         return False
     parts = urlsplit(uri)
-    if parts.scheme == "https" and parts.hostname:
-        return True
-    return parts.scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS
+    if parts.scheme not in ("https", "http") or "@" in parts.netloc:
+        return False
+    host = parts.netloc.rsplit(":", 1)[0] if not parts.netloc.endswith("]") else parts.netloc
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    if not _HOST.fullmatch(host.lower()) or (port is not None and not 0 < port < 65536):
+        return False
+    if not _PATH.fullmatch(parts.path + ("?" + parts.query if parts.query else "")):
+        return False
+    return parts.scheme == "https" or (parts.hostname or "") in LOOPBACK_HOSTS
+
+
+def redirect_origin(uri: str) -> str:
+    """scheme://host[:port] of a redirect URI that `valid_redirect` accepted."""
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def valid_challenge(challenge: str) -> bool:
+    """An S256 code challenge: 43 base64url characters (RFC 7636 section 4.2)."""
+    return re.fullmatch(r"[A-Za-z0-9_-]{43}", challenge) is not None
+
+
+def valid_verifier(verifier: str) -> bool:
+    """A PKCE code verifier: 43 to 128 unreserved characters (RFC 7636 section 4.1)."""
+    return re.fullmatch(r"[A-Za-z0-9\-._~]{43,128}", verifier) is not None
 
 
 def cut_text(value: Any, limit: int) -> str:

@@ -9,7 +9,7 @@ from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Scope
 from ftwbridge.proto.registry import SCOPE_DESC
 
-from .model import Pending
+from .model import Pending, redirect_origin
 
 MAX_SHOWN_CHARS = 80
 PAGE_HEADERS = {
@@ -27,8 +27,7 @@ def headers_for(p: Pending) -> dict[str, str]:
     """The page headers for a consent request: a form's redirect chain may end at the client's
     registered redirect URI, so CSP `form-action` names that origin too (Chromium enforces it
     on redirects after a form post)."""
-    parts = urlsplit(p.redirect_uri)
-    origin = f"{parts.scheme}://{parts.netloc}"
+    origin = redirect_origin(p.redirect_uri)  # validated: no spaces, quotes or semicolons
     csp = PAGE_HEADERS["content-security-policy"].replace(
         "form-action 'self'", f"form-action 'self' {origin}"
     )
@@ -52,7 +51,7 @@ def _page(title: str, body: str, refresh_s: int | None = None) -> bytes:
 
 def consent(p: Pending, error: str | None = None) -> bytes:
     """Who asks, for what, and the box where the owner approves: type the home's claim code."""
-    host = shown(urlsplit(p.redirect_uri).netloc)
+    host = shown(urlsplit(p.redirect_uri).hostname or "")
     scopes = "".join(f"<li>{escape(SCOPE_DESC.get(Scope(s), s))}</li>" for s in p.scopes)
     problem = f'<p role="alert"><strong>{shown(error)}</strong></p>' if error else ""
     body = (

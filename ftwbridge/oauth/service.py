@@ -19,10 +19,13 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import trio
+
 from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
+from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.registry import READ_SCOPES, Msg
 from ftwbridge.proto.roster import Roster
 
@@ -30,11 +33,18 @@ from .cimd import DocumentRefused, MetadataDocuments, is_document_url
 from .model import (
     CLIENT_TTL_MS,
     CODE_TTL_MS,
+    GUESS_BURST,
+    GUESS_PER_S,
     MAX_CLAIM_TRIES,
     MAX_NAME_CHARS,
+    MAX_PENDING,
     MAX_REDIRECT_URIS,
+    MAX_STATE_CHARS,
     MAX_URI_CHARS,
+    REGISTER_BURST,
+    REGISTER_PER_S,
     REQUEST_TTL_MS,
+    USED_CODE_KEEP_MS,
     CodeGrant,
     IssueAccess,
     OAuthError,
@@ -42,6 +52,7 @@ from .model import (
     Pending,
     cut_text,
     token_hash,
+    valid_challenge,
     valid_redirect,
 )
 from .tokens import TokenGrants
@@ -58,6 +69,7 @@ class OAuthService(TokenGrants):
         clock: the bridge's wall clock in ms since the epoch.
         issue_access: mints an access token (home, agent key, agent id, scopes, client) -> text.
         documents: fetches Client ID Metadata Documents; None turns them off.
+        on_revoke: called after tokens are revoked (the bridge empties its token cache).
     """
 
     def __init__(
@@ -71,6 +83,7 @@ class OAuthService(TokenGrants):
         clock: Callable[[], int],
         issue_access: IssueAccess,
         documents: MetadataDocuments | None = None,
+        on_revoke: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -80,7 +93,10 @@ class OAuthService(TokenGrants):
         self._clock = clock
         self._issue_access = issue_access
         self._documents = documents
+        self._on_revoke = on_revoke
         self._pending: dict[str, Pending] = {}
+        self._guesses = TokenBucket(GUESS_BURST, GUESS_PER_S)
+        self._registrations = TokenBucket(REGISTER_BURST, REGISTER_PER_S)
         self._codes: dict[bytes, CodeGrant] = {}
         door.on_denied = self._denied
 
@@ -133,6 +149,12 @@ class OAuthService(TokenGrants):
             raise OAuthError(
                 "invalid_client_metadata", "grant_types may be authorization_code and refresh_token"
             )
+        grants = sorted(set(grants))
+        if self._registrations.wait_s(trio.current_time()) > 0:
+            raise OAuthError(
+                "temporarily_unavailable", "too many registrations just now; try again soon", 429
+            )
+        self._registrations.charge(trio.current_time(), 1)
         now = self._clock()
         client_id = "c_" + secrets.token_urlsafe(16)
         meta = {
@@ -147,6 +169,9 @@ class OAuthService(TokenGrants):
         }
         if isinstance(body.get("scope"), str):
             meta["scope"] = body["scope"][:MAX_URI_CHARS]
+        if len(uris) != len(set(uris)):
+            raise OAuthError("invalid_redirect_uri", "a redirect URI is listed twice")
+        await self._store.purge_clients(now)
         await self._store.put_client(client_id, meta, now + CLIENT_TTL_MS)
         return meta
 
@@ -155,48 +180,49 @@ class OAuthService(TokenGrants):
     async def start(self, params: dict[str, str]) -> Pending:
         """Check an authorization request and open a consent request.
 
+        Every refusal is shown to the person as a page, never redirected: registration is open,
+        so redirecting errors would make the bridge an open redirector (RFC 9700 4.11.2).
+
         Raises:
-            OAuthError: with status 400 for errors that must not redirect (unknown client,
-                bad redirect URI), and `status=302` for errors to send to the redirect URI
-                (the caller redirects with `error`).
+            OAuthError: what is wrong with the request.
         """
         now = self._clock()
+        await self._expire(now)
+        if len(self._pending) >= MAX_PENDING:
+            raise OAuthError(
+                "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
+            )
         client_id = params.get("client_id", "")
         client = await self._client(client_id, now)
         redirect_uri = params.get("redirect_uri", "")
         if redirect_uri not in client["redirect_uris"]:
             raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
         state = params.get("state")
-        pending = Pending(
-            secrets.token_urlsafe(32),
-            client_id,
-            str(client.get("client_name") or client_id),
-            redirect_uri,
-            state,
-            "",
-            (),
-            secrets.token_urlsafe(32),
-            now + REQUEST_TTL_MS,
-        )
+        if state is not None and len(state) > MAX_STATE_CHARS:
+            raise OAuthError("invalid_request", "state is too long")
         if params.get("response_type") != "code":
-            raise OAuthError("unsupported_response_type", "response_type must be code", 302)
-        if (
-            params.get("code_challenge_method") != "S256"
-            or len(params.get("code_challenge", "")) != 43
-        ):
-            raise OAuthError(
-                "invalid_request", "PKCE with code_challenge_method S256 is required", 302
-            )
-        resource = params.get("resource", self._resource())
-        if resource != self._resource():
-            raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL", 302)
+            raise OAuthError("unsupported_response_type", "response_type must be code")
+        challenge = params.get("code_challenge", "")
+        if params.get("code_challenge_method") != "S256" or not valid_challenge(challenge):
+            raise OAuthError("invalid_request", "PKCE with code_challenge_method S256 is required")
+        if params.get("resource", self._resource()) != self._resource():
+            raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
         reads = {s.value for s in READ_SCOPES}
         asked = params.get("scope", "").split() or sorted(reads)
         if not set(asked) <= reads:
-            raise OAuthError("invalid_scope", "scopes must be among the read scopes", 302)
-        pending.challenge = params["code_challenge"]
-        pending.scopes = tuple(sorted(set(asked)))
-        self._expire(now)
+            raise OAuthError("invalid_scope", "scopes must be among the read scopes")
+        name = str(client.get("client_name") or client_id)
+        pending = Pending(
+            secrets.token_urlsafe(32),
+            client_id,
+            name,
+            redirect_uri,
+            state,
+            challenge,
+            tuple(sorted(set(asked))),
+            secrets.token_urlsafe(32),
+            now + REQUEST_TTL_MS,
+        )
         self._pending[pending.id] = pending
         return pending
 
@@ -222,13 +248,9 @@ class OAuthService(TokenGrants):
             raise OAuthError("invalid_client", "unknown or expired client_id")
         return client
 
-    async def client_redirect(self, params: dict[str, str]) -> str:
-        """The redirect URI of a request already checked to name a registered one."""
-        return params["redirect_uri"]
-
-    def get(self, req: str) -> Pending | None:
+    async def get(self, req: str) -> Pending | None:
         """The consent request `req`, or None when unknown or expired."""
-        self._expire(self._clock())
+        await self._expire(self._clock())
         return self._pending.get(req)
 
     async def claim(self, req: str, csrf: str, code: str) -> Pending:
@@ -238,14 +260,21 @@ class OAuthService(TokenGrants):
             OAuthError: unknown request, a bad form token, a wrong code (the request is burned
                 after 5), or an offline home.
         """
-        pending = self.get(req)
+        pending = await self.get(req)
         if pending is None or not secrets.compare_digest(pending.csrf, csrf):
             raise OAuthError("invalid_request", "this consent request is unknown or has expired")
         if pending.status != "new":
             return pending
+        if self._guesses.wait_s(trio.current_time()) > 0:  # wrong codes, across all requests
+            raise OAuthError(
+                "temporarily_unavailable",
+                "too many wrong codes just now; try again in a minute",
+                429,
+            )
         digest = code_hash(code)
         home = None if digest is None else self._door.take_claim(digest, self._clock())
         if home is None:
+            self._guesses.charge(trio.current_time(), 1)
             pending.tries += 1
             if pending.tries >= MAX_CLAIM_TRIES:
                 pending.status = "failed"
@@ -256,7 +285,7 @@ class OAuthService(TokenGrants):
             "req": pending.id,
             "client": pending.client_id,
             "name": pending.client_name,
-            "redirectHost": urlsplit(pending.redirect_uri).netloc,
+            "redirectHost": urlsplit(pending.redirect_uri).hostname or "",
             "scopes": list(pending.scopes),
             "ops": [],
             "caps": {},
@@ -288,11 +317,18 @@ class OAuthService(TokenGrants):
         if pending is not None and pending.home == home and pending.status == "asked":
             pending.status = "denied"
 
-    def _expire(self, now: int) -> None:
-        for rid in [r for r, p in self._pending.items() if p.expires_at_ms <= now]:
-            del self._pending[rid]
-        for digest in [d for d, c in self._codes.items() if c.expires_at_ms <= now and not c.used]:
-            del self._codes[digest]
+    async def _expire(self, now: int) -> None:
+        gone = [p for p in self._pending.values() if p.expires_at_ms <= now]
+        for p in gone:
+            await self.forget(p)
+        for digest in [
+            d for d, c in self._codes.items() if c.expires_at_ms + USED_CODE_KEEP_MS <= now
+        ]:
+            del self._codes[digest]  # used codes stay a while so a replay still revokes
+
+    async def delivered(self, pending: Pending) -> None:
+        """The code went to the client's redirect: the request ends (the code lives on)."""
+        self._pending.pop(pending.id, None)
 
     async def forget(self, pending: Pending) -> None:
         """End a consent request that will not complete; its unlisted key is dropped."""

@@ -18,6 +18,7 @@ from .model import (
     Pending,
     s256,
     token_hash,
+    valid_verifier,
 )
 
 
@@ -31,6 +32,7 @@ class TokenGrants:
     _issue_access: IssueAccess
     _codes: dict[bytes, CodeGrant]
     _pending: dict[str, Pending]
+    _on_revoke: Callable[[], None]
 
     # -- token ------------------------------------------------------------------------------
 
@@ -62,15 +64,14 @@ class TokenGrants:
             for digest in entry.issued:
                 await self._store.drop_token(digest)
             await self._store.drop_family(entry.family)
+            self._on_revoke()
             raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
         if form.get("client_id") != p.client_id or form.get("redirect_uri") != p.redirect_uri:
             raise OAuthError(
                 "invalid_grant", "client_id or redirect_uri differ from the authorization request"
             )
         verifier = form.get("code_verifier", "")
-        if not 43 <= len(verifier) <= 128 or not secrets.compare_digest(
-            s256(verifier), p.challenge
-        ):
+        if not valid_verifier(verifier) or not secrets.compare_digest(s256(verifier), p.challenge):
             raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
         entry.used = True
         self._pending.pop(p.id, None)
@@ -113,9 +114,12 @@ class TokenGrants:
         }
 
     async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
-        used = await self._store.use_refresh(
-            token_hash(form.get("refresh_token", "")), self._clock()
-        )
+        digest = token_hash(form.get("refresh_token", ""))
+        peek = await self._store.refresh_record(digest, self._clock())
+        if peek is not None and form.get("client_id") != peek["client"]:
+            # checked before the token is used, so another client cannot burn it
+            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
+        used = None if peek is None else await self._store.use_refresh(digest, self._clock())
         if used is None:
             raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
         family, already, record = used
@@ -123,21 +127,31 @@ class TokenGrants:
         if already:  # a rotated-out refresh token came back: revoke the whole family
             await self._store.drop_family(family)
             await self._store.drop_agent_tokens(record["home"], key)
+            self._on_revoke()
             raise OAuthError(
                 "invalid_grant", "the refresh token was already used; the grant is revoked"
             )
-        if form.get("client_id") not in (None, record["client"]):
-            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
         return await self._tokens(
             record["home"], key, tuple(record["scopes"]), record["client"], family
         )
 
     async def revoke(self, form: dict[str, str]) -> None:
-        """RFC 7009 revocation: an access or refresh token stops working (unknown ones too, silently)."""
-        token = form.get("token", "")
+        """RFC 7009 revocation: an access token stops working; a refresh token takes its family
+        and the agent's access tokens with it. Unknown tokens are ignored, as the RFC says.
+
+        Raises:
+            OAuthError: `invalid_request` when no token is given.
+        """
+        token = form.get("token")
+        if not token:
+            raise OAuthError("invalid_request", "token is required")
         digest = token_hash(token)
-        if await self._store.drop_token(digest):
-            return
-        used = await self._store.use_refresh(digest, self._clock())
-        if used is not None:
-            await self._store.drop_family(used[0])
+        if not await self._store.drop_token(digest):
+            record = await self._store.refresh_record(digest, self._clock())
+            used = await self._store.use_refresh(digest, self._clock())
+            if used is not None and record is not None:
+                await self._store.drop_family(used[0])
+                await self._store.drop_agent_tokens(
+                    record["home"], bytes.fromhex(record["agentKey"])
+                )
+        self._on_revoke()

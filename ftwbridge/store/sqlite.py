@@ -134,6 +134,18 @@ class SqliteStore:
         )
         return None if row is None else dict(json.loads(row[0]))
 
+    async def purge_clients(self, now_ms: int) -> None:
+        """Delete expired client registrations."""
+        await self._exec("DELETE FROM oauth_clients WHERE expires_at_ms <= ?", (now_ms,))
+
+    async def refresh_record(self, token_hash: bytes, now_ms: int) -> dict[str, Any] | None:
+        """A live refresh token's record, without using it."""
+        row = await self._one(
+            "SELECT record FROM refresh_tokens WHERE hash = ? AND expires_at_ms > ?",
+            (token_hash, now_ms),
+        )
+        return None if row is None else dict(json.loads(row[0]))
+
     async def put_refresh(
         self, token_hash: bytes, family: str, record: dict[str, Any], expires_at_ms: int
     ) -> None:

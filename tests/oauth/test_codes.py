@@ -51,3 +51,38 @@ async def test_an_expired_code_is_refused() -> None:
             }
         )
     assert info.value.error == "invalid_grant" and "expired" in info.value.description
+
+
+async def test_an_expired_consent_request_drops_its_key() -> None:
+    from ftwbridge.keys import KeysService
+
+    now = [1_000_000]
+    keys = KeysService(None)
+    key = await keys.create("h")
+    svc = OAuthService(
+        store=None,
+        keys=keys,
+        door=Nothing(),
+        issuer=lambda: "https://b",
+        resource=lambda: "https://b/mcp",
+        clock=lambda: now[0],
+        issue_access=None,
+    )  # type: ignore[arg-type]
+    p = Pending(
+        "r",
+        "c",
+        "n",
+        "http://127.0.0.1:1/cb",
+        None,
+        "x" * 43,
+        (),
+        "t",
+        now[0] + 1000,
+        home="h",
+        agent_key=key,
+        status="asked",
+    )
+    svc._pending[p.id] = p
+    now[0] += 1000
+    assert await svc.get("r") is None
+    assert not await keys.has(key)  # a request that never completed leaves no key behind

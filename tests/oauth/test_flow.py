@@ -253,6 +253,11 @@ async def test_authorize_refusals(env: Env) -> None:
     base = env.bridge.site.public_url
     async with httpx2.AsyncClient(timeout=20, follow_redirects=False) as http:
         for body in (
+            {"redirect_uris": ["https://evil.example;frame-ancestors */cb"]},  # CSP injection
+            {"redirect_uris": ["https://claude.ai@evil.example/cb"]},  # user info hides the host
+            {"redirect_uris": ["http://127.0.0.1:9/cb\r\nSet-Cookie: x=1"]},
+            {"redirect_uris": ["https://ex\u202eample.com/cb"]},
+            {"redirect_uris": ["http://127.0.0.1:99999/cb"]},
             {"redirect_uris": ["http://evil.example/cb"]},
             {"redirect_uris": []},
             {"redirect_uris": ["https://x.example/cb#frag"]},
@@ -269,21 +274,22 @@ async def test_authorize_refusals(env: Env) -> None:
             "code_challenge_method": "S256",
             "state": "z",
         }
-        for bad, where in [
-            ({"redirect_uri": "http://127.0.0.1:10/callback"}, 400),  # another port: no redirect
-            ({"redirect_uri": REDIRECT + "/"}, 400),
-            ({"client_id": "nobody"}, 400),
-            ({"code_challenge_method": "plain"}, 302),
-            ({"resource": "https://elsewhere.example/mcp"}, 302),
-            ({"scope": "ftw.dispatch.write"}, 302),
+        # every refusal is a page, never a redirect: registration is open, so a redirect with
+        # an error would make the bridge an open redirector
+        for bad in [
+            {"redirect_uri": "http://127.0.0.1:10/callback"},  # another port
+            {"redirect_uri": REDIRECT + "/"},  # a trailing slash
+            {"redirect_uri": "http://127.0.0.1:9/other"},  # another path
+            {"client_id": "nobody"},
+            {"code_challenge_method": "plain"},
+            {"code_challenge": "short"},
+            {"resource": "https://elsewhere.example/mcp"},
+            {"scope": "ftw.dispatch.write"},
+            {"state": "s" * 600},
         ]:
             r = await http.get(base + "/authorize", params=good | bad)
-            assert r.status_code == where, (bad, r.text)
-            if where == 302:
-                assert (
-                    r.headers["location"].startswith(REDIRECT + "?error=")
-                    and "state=z" in r.headers["location"]
-                )
+            assert r.status_code == 400 and "location" not in r.headers, (bad, r.text)
+            assert r.headers["x-frame-options"] == "DENY"
         # five wrong claim codes burn the request: the client hears access_denied
         page = await http.get(base + "/authorize", params=good)
         req = re.search(r'name="req" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
@@ -320,3 +326,55 @@ async def test_authorize_refusals(env: Env) -> None:
         assert not await env.bridge.keys.has(bytes.fromhex(pending["key"]))
         meta = (await http.get(base + "/.well-known/oauth-authorization-server")).json()
         assert meta["code_challenge_methods_supported"] == ["S256"] and meta["issuer"] == base
+
+
+async def test_revocation_is_immediate_and_clients_cannot_burn_each_others_tokens(env: Env) -> None:
+    home = await env.add_home("h1", "--approve-all")
+    async with httpx2.AsyncClient(timeout=20) as http:
+        client_id, verifier, code, token_url = await signed_in(env, home, http)
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "client_id": client_id,
+            "redirect_uri": REDIRECT,
+            "code_verifier": "é" * 43,
+        }
+        r = await http.post(token_url, data=form)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant"  # not a 500
+        tokens = (await http.post(token_url, data=form | {"code_verifier": verifier})).json()
+        mcp_headers = {
+            "authorization": f"Bearer {tokens['access_token']}",
+            "content-type": "application/json",
+        }
+        assert (
+            await http.post(env.url, json={}, headers=mcp_headers)
+        ).status_code == 400  # authenticated, bad body
+        # another client's refresh attempt is refused without burning the token
+        r = await http.post(
+            token_url,
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": "someone-else",
+            },
+        )
+        assert r.status_code == 400
+        r = await http.post(
+            token_url,
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": client_id,
+            },
+        )
+        assert r.status_code == 200
+        fresh = r.json()
+        revoke_url = env.bridge.site.public_url + "/oauth/revoke"
+        assert (await http.post(revoke_url, data={})).status_code == 400
+        # revoking the refresh token stops its access tokens at once (no cache delay)
+        mcp_headers["authorization"] = f"Bearer {fresh['access_token']}"
+        assert (await http.post(env.url, json={}, headers=mcp_headers)).status_code == 400
+        assert (
+            await http.post(revoke_url, data={"token": fresh["refresh_token"]})
+        ).status_code == 200
+        assert (await http.post(env.url, json={}, headers=mcp_headers)).status_code == 401
