@@ -62,6 +62,7 @@ def conforms(value: Any, schema: dict[str, Any]) -> bool:
 
 
 def ok_result(value: dict[str, Any]) -> dict[str, Any]:
+    """A successful tool result: `structuredContent`, the same JSON as text, and the data note."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return {
         "content": [{"type": "text", "text": text}, {"type": "text", "text": DATA_NOTE}],
@@ -71,6 +72,7 @@ def ok_result(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def text_error(text: str) -> dict[str, Any]:
+    """A tool result that refuses in words (`isError: true`), e.g. for invalid arguments."""
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 

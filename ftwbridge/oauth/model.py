@@ -109,6 +109,8 @@ class Pending:
 
 @dataclass(slots=True)
 class CodeGrant:
+    """An issued code: its consent request, expiry, whether used, and what it gave."""
+
     pending: Pending
     expires_at_ms: int
     used: bool = False
@@ -158,6 +160,7 @@ def valid_verifier(verifier: str) -> bool:
 
 
 def cut_text(value: Any, limit: int) -> str:
+    """`value` if it is text, cut to `limit` characters; else the empty string."""
     return value[:limit] if isinstance(value, str) else ""
 
 
@@ -168,4 +171,5 @@ def s256(verifier: str) -> str:
 
 
 def token_hash(token: str) -> bytes:
+    """SHA-256 (32 bytes) of a token or code: the only form in which they are kept."""
     return hashlib.sha256(token.encode("utf-8")).digest()
