@@ -43,11 +43,12 @@ class TunEnded(Exception):
 @dataclass(slots=True)
 class Limits:
     """One direction of one home's door limits: a message bucket and a byte bucket."""
+
     msgs: TokenBucket
     nbytes: TokenBucket
 
     def allow(self, now: float, size: int) -> bool:
-    """Take one message of `size` bytes at `now` (s) if both buckets allow it."""
+        """Take one message of `size` bytes at `now` (s) if both buckets allow it."""
         if self.msgs.wait_s(now) > 0 or self.nbytes.wait_s(now, size) > 0:
             return False
         self.msgs.try_take(now)
@@ -114,6 +115,7 @@ class Tun:
 
 class Uplink:
     """One authenticated box connection: its tunnels by sid and its serialized sends."""
+
     def __init__(self, door: Door, home: str, ws: WebSocketLike) -> None:
         self.door = door
         self.home = home
@@ -124,13 +126,13 @@ class Uplink:
         self.closed = False
 
     def new_sid(self) -> int:
-    """A sid unused on this uplink."""
+        """A sid unused on this uplink."""
         sid = self._next_sid
         self._next_sid += 1
         return sid
 
     async def send_raw(self, data: bytes) -> None:
-    """Send one door message; a dead socket is left to the reader to notice."""
+        """Send one door message; a dead socket is left to the reader to notice."""
         if self.closed:
             return
         try:
@@ -140,7 +142,7 @@ class Uplink:
             log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
 
     async def send_tun(self, sid: int, d: bytes) -> bool:
-    """Send one Noise message on tunnel `sid`; False when the home's limit dropped it."""
+        """Send one Noise message on tunnel `sid`; False when the home's limit dropped it."""
         if self.closed:
             raise TunEnded("uplink_lost")
         data = tun(sid, d)
@@ -151,7 +153,7 @@ class Uplink:
         return True
 
     def end_all(self, reason: str) -> None:
-    """The uplink is gone: every tunnel ends with `reason`."""
+        """The uplink is gone: every tunnel ends with `reason`."""
         self.closed = True
         for t in list(self.tuns.values()):
             t._end(reason)

@@ -69,7 +69,7 @@ class Warm:
     hello_ok: dict[str, Any] = field(default_factory=dict)
 
     def close(self, reason: str) -> None:
-    """End the session with `reason` (its task's finally releases everything)."""
+        """End the session with `reason` (its task's finally releases everything)."""
         if self.end_reason is None:
             self.end_reason = reason
         self.scope.cancel()
