@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ENV_PREFIX = "FTWBRIDGE_"
 
@@ -62,6 +62,13 @@ class Config(BaseModel):
     door_silence_s: float = 45.0
 
     token_ttl_s: int = Field(default=3600, gt=0)
+
+    @field_validator("admin_bind", "keys_socket", "test_anonymous_token", mode="before")
+    @classmethod
+    def _none_words(cls, value: Any) -> Any:
+        """TOML has no null and the environment only text: "" or "none" turns a setting off."""
+        return None if isinstance(value, str) and value.strip().lower() in ("", "none") else value
+
     test_anonymous_token: str | None = None
     """TEST PROFILE ONLY (never set in production): a request with no Authorization header is
     served as if it carried this bearer token. The official conformance suite sends none."""

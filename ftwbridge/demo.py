@@ -291,8 +291,11 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             code = (await console(line["console"], {"op": "claim", "home": DEMO_HOME}))["code"]
             print("\nConnect another MCP client (Streamable HTTP):")
             print(f"  URL:    {url}")
-            print(f"  with OAuth: sign in and type the home's claim code {code} (10 minutes;")
-            print("    the demo home approves every assistant at once)")
+            print(
+                f"  with OAuth: sign in and type the home's claim code {code} (one use, 10 minutes;"
+            )
+            print("    the demo home approves every assistant at once; its console's")
+            print('    {"op": "claim"} shows a new code)')
             print(f"  or a header: Authorization: Bearer {token}")
             print(f"  owner console of the home: 127.0.0.1:{line['console']} (JSON lines)")
             print(f"  metrics: {bridge.admin_url}/metrics")

@@ -161,12 +161,13 @@ class OAuthService(TokenGrants):
             "client_id": client_id,
             "client_id_issued_at": now // 1000,
             "client_name": cut_text(body.get("client_name"), MAX_NAME_CHARS),
-            "client_uri": cut_text(body.get("client_uri"), MAX_URI_CHARS),
             "redirect_uris": list(uris),
             "grant_types": list(grants),
             "response_types": ["code"],
             "token_endpoint_auth_method": "none",
         }
+        if isinstance(body.get("client_uri"), str) and body["client_uri"]:
+            meta["client_uri"] = body["client_uri"][:MAX_URI_CHARS]
         if isinstance(body.get("scope"), str):
             meta["scope"] = body["scope"][:MAX_URI_CHARS]
         if len(uris) != len(set(uris)):
