@@ -19,6 +19,10 @@ from .env import Env, Home
 from .test_access import MODERN, call_body
 
 DEADLINE_S = 25.0
+CLIENT_BOUND_S = 60.0
+"""A sanity bound on the client's own clock, which also counts waiting for one of its pooled
+connections on a loaded machine. The server's 25 s deadline is checked by the outcomes: a call
+past it would have ended E_UNAVAILABLE {timeout}, which is not an allowed outcome."""
 
 
 async def fire(
@@ -79,7 +83,7 @@ async def test_200_calls_from_8_agents_on_one_home(env: Env) -> None:
     )
     assert set(outcomes) <= {"ok", "E_RATE_LIMITED"} and sum(outcomes.values()) == 200
     assert outcomes["ok"] >= 5  # the queue of 4 per home refuses most of a burst at once
-    assert slowest < DEADLINE_S
+    assert slowest < CLIENT_BOUND_S
     assert await box_refusals([home]) == {}
     await check_at_rest(env)
 
@@ -96,6 +100,6 @@ async def test_2000_calls_across_50_homes(env: Env) -> None:
     )
     assert set(outcomes) <= {"ok", "E_RATE_LIMITED"} and sum(outcomes.values()) == 2000
     assert outcomes["ok"] >= 50 * 5
-    assert slowest < DEADLINE_S
+    assert slowest < CLIENT_BOUND_S
     assert await box_refusals(homes) == {}
     await check_at_rest(env)
