@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,14 +135,26 @@ DEMO_REDIRECT = "http://127.0.0.1:9/callback"
 """Where the scripted assistant says it listens for the OAuth redirect (never contacted)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Consent:
+    """What the person saw and where the browser ended: the consent page (HTML and headers)
+    and the redirect to the client (its URL and query)."""
+
+    page: str
+    page_headers: dict[str, str]
+    location: str
+    query: dict[str, list[str]]
+
+
 async def consent_as_person(
     base_url: str, authorize_url: str, console_port: int, home: str
-) -> dict[str, list[str]]:
+) -> Consent:
     """Play the person at the browser: open the consent page, type the code the home shows,
-    wait while the owner approves at home. Returns the query of the redirect to the client.
+    and follow the waiting page while the owner approves at home.
 
     Raises:
-        RuntimeError: the page did not lead back to the client.
+        RuntimeError: any step answered other than the flow says (page 200, post 303, waiting
+            page 200 that reloads itself, then 303 to the client).
     """
     import re
     from urllib.parse import parse_qs, urlsplit
@@ -153,7 +166,9 @@ async def consent_as_person(
         req = re.search(r'name="req" value="([^"]+)"', page.text)
         csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
         if page.status_code != 200 or req is None or csrf is None:
-            raise RuntimeError(f"the consent page did not open: {page.status_code}")
+            raise RuntimeError(
+                f"the consent page did not open: {page.status_code} {page.text[:200]}"
+            )
         code = (await console(console_port, {"op": "claim", "home": home}))["code"]
         print(
             f"  the home shows claim code {code}; the person types it; the owner approves at home"
@@ -161,15 +176,19 @@ async def consent_as_person(
         r = await http.post(
             base_url + "/authorize", data={"req": req.group(1), "csrf": csrf.group(1), "code": code}
         )
-        location = base_url + r.headers.get("location", "")
+        if r.status_code != 303:
+            raise RuntimeError(f"the claim was not taken: {r.status_code} {r.text[:200]}")
+        wait_url = base_url + r.headers["location"]
         with trio.fail_after(30):
-            while r.status_code != 303 or location.startswith(base_url):
-                r = await http.get(location)
+            while True:
+                r = await http.get(wait_url)
                 if r.status_code == 303:
-                    location = r.headers["location"]
-                else:
-                    await trio.sleep(0.2)  # the page reloads itself every 2 s; the demo is quicker
-        return parse_qs(urlsplit(location).query)
+                    break
+                if r.status_code != 200 or 'http-equiv="refresh"' not in r.text:
+                    raise RuntimeError(f"the waiting page broke: {r.status_code} {r.text[:200]}")
+                await trio.sleep(0.1)  # the page reloads itself every 2 s; a script is quicker
+        location = r.headers["location"]
+        return Consent(page.text, dict(page.headers), location, parse_qs(urlsplit(location).query))
 
 
 class MemoryTokenStorage:
@@ -205,7 +224,7 @@ async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: st
     answer: dict[str, list[str]] = {}
 
     async def redirect_handler(url: str) -> None:
-        answer.update(await consent_as_person(base_url, url, console_port, home))
+        answer.update((await consent_as_person(base_url, url, console_port, home)).query)
 
     async def callback_handler() -> AuthorizationCodeResult:
         return AuthorizationCodeResult(

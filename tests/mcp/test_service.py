@@ -49,9 +49,9 @@ class FakeHomes:
         return GRANT
 
 
-def service(answer: Any, on_call: Any = None) -> McpService:
+def service(answer: Any, on_call: Any = None, record: TokenRecord = RECORD) -> McpService:
     async def verify(token: str) -> TokenRecord | None:
-        return RECORD if token == "good" else None
+        return record if token == "good" else None
 
     return McpService(
         homes=FakeHomes(answer),
@@ -223,17 +223,6 @@ async def test_token_for_another_audience_is_401() -> None:
         "h1", "a1", b"k" * 32, ("ftw.live.read",), "https://elsewhere.example/mcp", "c", 2**62
     )
 
-    async def verify(token: str) -> TokenRecord | None:
-        return other
-
-    svc = McpService(
-        homes=FakeHomes(None),
-        verify_token=verify,
-        resource=RESOURCE,
-        resource_metadata=RESOURCE + "-meta",
-        max_body_bytes=1 << 20,
-        call_deadline_s=5,
-        wall_ms=lambda: 1000,
-    )
+    svc = service(None, record=other)
     status, _ = await post(svc, *call("status", {}))
     assert status == 401

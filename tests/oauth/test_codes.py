@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ftwbridge.oauth import OAuthError, OAuthService, Pending
@@ -12,17 +14,22 @@ class Nothing:
     on_denied = None
 
 
-async def test_an_expired_code_is_refused() -> None:
-    now = [1_000_000]
-    svc = OAuthService(
-        store=None,
-        keys=None,
-        door=Nothing(),
+def service(now: list[int], *, keys: Any) -> OAuthService:
+    """An OAuth service with no store or door, on a clock the test moves (`now[0]`, ms)."""
+    return OAuthService(
+        store=None,  # type: ignore[arg-type]
+        keys=keys,
+        door=Nothing(),  # type: ignore[arg-type]
         issuer=lambda: "https://b",
         resource=lambda: "https://b/mcp",
         clock=lambda: now[0],
-        issue_access=None,
-    )  # type: ignore[arg-type]
+        issue_access=None,  # type: ignore[arg-type]
+    )
+
+
+async def test_an_expired_code_is_refused() -> None:
+    now = [1_000_000]
+    svc = service(now, keys=None)
     p = Pending(
         "r",
         "c",
@@ -59,15 +66,7 @@ async def test_an_expired_consent_request_drops_its_key() -> None:
     now = [1_000_000]
     keys = KeysService(None)
     key = await keys.create("h")
-    svc = OAuthService(
-        store=None,
-        keys=keys,
-        door=Nothing(),
-        issuer=lambda: "https://b",
-        resource=lambda: "https://b/mcp",
-        clock=lambda: now[0],
-        issue_access=None,
-    )  # type: ignore[arg-type]
+    svc = service(now, keys=keys)
     p = Pending(
         "r",
         "c",

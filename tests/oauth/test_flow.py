@@ -9,7 +9,6 @@ import hashlib
 import re
 import secrets
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import trio
@@ -21,44 +20,37 @@ from mcp.shared.auth import (
     OAuthClientMetadata,
 )
 
-from ftwbridge.demo import MemoryTokenStorage
+from ftwbridge.demo import MemoryTokenStorage, consent_as_person
 from tests.e2e.env import Env, Home
 
 REDIRECT = "http://127.0.0.1:9/callback"
 
 
 async def person_consents(
-    env: Env, home: Home, authorize_url: str, *, code: str | None = None
+    env: Env, home: Home, authorize_url: str
 ) -> tuple[dict[str, list[str]], str]:
-    """What a person does in the browser: open the page, type the home's code, wait.
-    Returns (the query of the final redirect to the client, the consent page's HTML)."""
-    async with httpx2.AsyncClient(follow_redirects=False, timeout=20) as http:
-        page = await http.get(authorize_url)
-        assert page.status_code == 200, page.text
-        assert (
-            page.headers["x-frame-options"] == "DENY"
-            and "frame-ancestors 'none'" in page.headers["content-security-policy"]
-        )
-        req = re.search(r'name="req" value="([^"]+)"', page.text)
-        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
-        assert req and csrf
-        claim = code or (await home.console(op="claim"))["code"]
-        base = env.bridge.site.public_url
-        r = await http.post(
-            base + "/authorize", data={"req": req.group(1), "csrf": csrf.group(1), "code": claim}
-        )
-        assert r.status_code == 303, r.text
-        location = base + r.headers["location"]
-        with trio.fail_after(20):
-            while True:
-                r = await http.get(location)
-                if r.status_code == 303:
-                    break
-                assert r.status_code == 200 and 'http-equiv="refresh"' in r.text
-                await trio.sleep(0.1)  # the page polls; a person's browser would reload it
-        final = r.headers["location"]
-        assert final.startswith(REDIRECT)
-        return parse_qs(urlsplit(final).query), page.text
+    """What a person does in the browser (`ftwbridge.demo.consent_as_person`, which checks each
+    step), plus the page's headers. Returns (the redirect's query, the consent page's HTML)."""
+    seen = await consent_as_person(
+        env.bridge.site.public_url, authorize_url, home.console_port, home.name
+    )
+    headers = seen.page_headers
+    assert (
+        headers["x-frame-options"] == "DENY"
+        and "frame-ancestors 'none'" in headers["content-security-policy"]
+    )
+    assert seen.location.startswith(REDIRECT)
+    return seen.query, seen.page
+
+
+async def mcp_status(http: httpx2.AsyncClient, env: Env, token: str) -> int:
+    """The HTTP status of an (empty) request to /mcp with `token`: 401 once it stops working."""
+    r = await http.post(
+        env.url,
+        json={},
+        headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
+    )
+    return r.status_code
 
 
 async def test_sdk_oauth_flow_then_status(env: Env) -> None:
@@ -111,15 +103,7 @@ async def test_sdk_oauth_flow_then_status(env: Env) -> None:
     with trio.fail_after(10):
         await env.bridge.door.wait_roster("h1", lambda r: key not in r.agents())
     async with httpx2.AsyncClient() as http:
-        r = await http.post(
-            env.url,
-            json={},
-            headers={
-                "authorization": f"Bearer {storage.tokens.access_token}",
-                "content-type": "application/json",
-            },
-        )
-        assert r.status_code == 401
+        assert await mcp_status(http, env, storage.tokens.access_token) == 401
         t = await http.post(
             env.bridge.site.public_url + "/oauth/token",
             data={"grant_type": "refresh_token", "refresh_token": storage.tokens.refresh_token},
@@ -200,15 +184,7 @@ async def test_token_endpoint_refusals(env: Env) -> None:
         assert ok.headers["cache-control"] == "no-store"
         again = await http.post(token_url, data=form)  # code reuse: refused, and its tokens revoked
         assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
-        r = await http.post(
-            env.url,
-            json={},
-            headers={
-                "authorization": f"Bearer {tokens['access_token']}",
-                "content-type": "application/json",
-            },
-        )
-        assert r.status_code == 401
+        assert await mcp_status(http, env, tokens["access_token"]) == 401
         # a fresh sign-in; then refresh rotation, and reuse of an old refresh token revokes the family
         client_id, verifier, code, token_url = await signed_in(env, home, http)
         first = (
@@ -342,13 +318,7 @@ async def test_revocation_is_immediate_and_clients_cannot_burn_each_others_token
         r = await http.post(token_url, data=form)
         assert r.status_code == 400 and r.json()["error"] == "invalid_grant"  # not a 500
         tokens = (await http.post(token_url, data=form | {"code_verifier": verifier})).json()
-        mcp_headers = {
-            "authorization": f"Bearer {tokens['access_token']}",
-            "content-type": "application/json",
-        }
-        assert (
-            await http.post(env.url, json={}, headers=mcp_headers)
-        ).status_code == 400  # authenticated, bad body
+        assert await mcp_status(http, env, tokens["access_token"]) == 400  # authenticated, bad body
         # another client's refresh attempt is refused without burning the token
         r = await http.post(
             token_url,
@@ -372,9 +342,8 @@ async def test_revocation_is_immediate_and_clients_cannot_burn_each_others_token
         revoke_url = env.bridge.site.public_url + "/oauth/revoke"
         assert (await http.post(revoke_url, data={})).status_code == 400
         # revoking the refresh token stops its access tokens at once (no cache delay)
-        mcp_headers["authorization"] = f"Bearer {fresh['access_token']}"
-        assert (await http.post(env.url, json={}, headers=mcp_headers)).status_code == 400
+        assert await mcp_status(http, env, fresh["access_token"]) == 400
         assert (
             await http.post(revoke_url, data={"token": fresh["refresh_token"]})
         ).status_code == 200
-        assert (await http.post(env.url, json={}, headers=mcp_headers)).status_code == 401
+        assert await mcp_status(http, env, fresh["access_token"]) == 401
