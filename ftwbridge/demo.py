@@ -277,14 +277,16 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ftwbridge-demo-") as tmp:
         state = state_dir or Path(tmp)
-        # The scripted session makes 28 reads of one home at once; a larger pacing burst lets
-        # it run without waiting (every other limit keeps its default).
+        # The scripted session makes 28 reads of one home at once and some 30 requests to /mcp
+        # as one agent: larger pacing and HTTP bursts let it run without waiting (every other
+        # limit keeps its default).
         config = Config(
             bind=f"127.0.0.1:{port}",
             public_url=f"http://127.0.0.1:{port}",
             state_dir=state,
             admin_bind="127.0.0.1:0",
             pace_calls_burst=40,
+            http_burst=60,
         )
         bridge = Bridge(config)
 

@@ -19,7 +19,10 @@ LIST = {
 }
 
 
-async def test_429_past_the_per_agent_burst(env: Env) -> None:
+async def test_429_past_the_per_agent_burst(nursery: trio.Nursery, tmp_path: Path) -> None:
+    # A slow refill (one request per 100 s) so the burst of 30 is all there is: at the default
+    # 10/s, a loaded machine refills a token while the 31 requests are still being sent.
+    env = await start_env(nursery, tmp_path, http_per_s=0.01)
     home = await env.add_home("h1")
     _key, _agent, token = await env.agent(home)
     statuses = []
@@ -32,6 +35,7 @@ async def test_429_past_the_per_agent_burst(env: Env) -> None:
     assert statuses[:30] == [200] * 30 and statuses[30] == 429
     assert int(r.headers["retry-after"]) >= 1
     assert r.json()["id"] == 9 and r.json()["error"]["data"]["retryAfterMs"] > 0
+    nursery.cancel_scope.cancel()
 
 
 async def test_slow_body_is_408_and_metrics_and_health(
