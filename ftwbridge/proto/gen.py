@@ -44,7 +44,8 @@ def render() -> str:
         "",
         "from enum import StrEnum",
     ]
-    lines += _enum("Scope", "Scopes (registry.yaml `scopes`).", [s["name"] for s in reg["scopes"]])
+    scopes = [s["name"] for s in [*reg["scopes"], *agents.get("scopes", [])]]
+    lines += _enum("Scope", "Scopes (registry.yaml and agents.yaml `scopes`).", scopes)
     lines += _enum("Role", "Device roles (agents.yaml `roles`).", agents["roles"])
     lines += _enum("Op", "Command ops (registry.yaml `ops`).", [o["name"] for o in reg["ops"]])
     lines += _enum("Code", "Error codes (registry.yaml and agents.yaml `errors`).", codes)

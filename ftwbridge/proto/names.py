@@ -4,7 +4,7 @@ from enum import StrEnum
 
 
 class Scope(StrEnum):
-    """Scopes (registry.yaml `scopes`)."""
+    """Scopes (registry.yaml and agents.yaml `scopes`)."""
 
     FTW_LIVE_READ = "ftw.live.read"
     FTW_HISTORY_READ = "ftw.history.read"
@@ -15,6 +15,7 @@ class Scope(StrEnum):
     FTW_MODE_WRITE = "ftw.mode.write"
     FTW_MEMBERS_READ = "ftw.members.read"
     FTW_MEMBERS_WRITE = "ftw.members.write"
+    FTW_GOALS_WRITE = "ftw.goals.write"
 
 
 class Role(StrEnum):
@@ -71,6 +72,9 @@ class Cap(StrEnum):
     READS_PER_MIN = "reads_per_min"
     HISTORY_DAYS = "history_days"
     SESSIONS = "sessions"
+    HOLD_S = "hold_s"
+    CMDS_PER_HOUR = "cmds_per_hour"
+    PENDING_REQUESTS = "pending_requests"
 
 
 class Read(StrEnum):
@@ -88,6 +92,7 @@ class Read(StrEnum):
     DRIVERS_GET = "drivers.get"
     CONFIG_GET = "config.get"
     DIAG_RUN = "diag.run"
+    REQUESTS_GET = "requests.get"
 
 
 class Answer(StrEnum):
@@ -106,6 +111,7 @@ class Answer(StrEnum):
     DRIVERS = "drivers"
     CONFIG = "config"
     DIAG = "diag"
+    REQUESTS = "requests"
 
 
 class Refused(StrEnum):

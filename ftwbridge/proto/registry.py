@@ -119,8 +119,17 @@ RESOLUTIONS: Final[dict[Resolution, ResolutionInfo]] = {
 LIMITS: Final[dict[str, dict[str, int]]] = {
     k: {kk: int(vv) for kk, vv in v.items()} for k, v in _AGENTS["limits"].items()
 }
-READ_SCOPES: Final[frozenset[Scope]] = frozenset(r.scope for r in READS.values())
-SCOPE_DESC: Final[dict[Scope, str]] = {Scope(s["name"]): s["desc"] for s in _REGISTRY["scopes"]}
+CONTROL_SCOPES: Final[frozenset[Scope]] = frozenset(
+    Scope(s["name"]) for s in _AGENTS.get("scopes", [])
+)
+"""Scopes agents.yaml adds for control (PROTOCOL.md part E), e.g. `ftw.goals.write`."""
+READ_SCOPES: Final[frozenset[Scope]] = frozenset(
+    r.scope for r in READS.values() if r.scope not in CONTROL_SCOPES
+)
+"""Scopes of the plain reads: what a read-only grant holds (a control scope gates `requests.get`)."""
+SCOPE_DESC: Final[dict[Scope, str]] = {
+    Scope(s["name"]): s["desc"] for s in [*_REGISTRY["scopes"], *_AGENTS.get("scopes", [])]
+}
 OP_SCOPE: Final[dict[str, Scope]] = {o["name"]: Scope(o["scope"]) for o in _REGISTRY["ops"]}
 ROSTER_CONTEXT: Final[bytes] = _AGENTS["roster"]["signing_context"].encode("ascii") + b"\x00"
 DOOR_CONTEXT: Final[bytes] = _AGENTS["roster"]["door_context"].encode("ascii") + b"\x00"
