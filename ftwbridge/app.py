@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+import h11
 from quart import Response, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from ftwbridge.door import Door
+from ftwbridge.door.tunnel import WS_GONE
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.proto.registry import READ_SCOPES
@@ -245,7 +247,10 @@ def create_app(
 
     @app.websocket("/v1/box")
     async def box() -> None:
-        await websocket.accept()
+        try:
+            await websocket.accept()
+        except (h11.LocalProtocolError, *WS_GONE):
+            return  # the connection broke during the handshake: `edge` logs and counts it
         ws = cast(Any, websocket)._get_current_object()  # the proxy is task-local
         await door.serve_uplink(ws)
 

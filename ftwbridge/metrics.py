@@ -100,6 +100,17 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.connection_faults = Counter(
+            "ftwbridge_connection_faults",
+            "Connections ended by a fault of their own (kind: http, websocket, http2, door)",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def on_connection_fault(self, kind: str) -> None:
+        """Count one connection ended by its own fault (`ftwbridge.edge`, the door's 4400)."""
+        self.connection_faults.labels(kind).inc()
+
     def watch(self, pool: Pool, door: Door) -> None:
         """Add the pool's and door's gauges (read at scrape time)."""
         self.registry.register(_Gauges(pool, door))

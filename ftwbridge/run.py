@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from ftwbridge import edge
 from ftwbridge.app import Site, create_app
 from ftwbridge.config import Config
 from ftwbridge.door import Door
@@ -29,6 +29,7 @@ from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
 from ftwbridge.pool import CallRefused, Pool
+from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.registry import READ_SCOPES
 from ftwbridge.proto.roster import AgentGrant, Roster
@@ -105,6 +106,7 @@ class Bridge:
         self._token_cache: dict[bytes, tuple[TokenRecord, float]] = {}
         self.metrics = Metrics()
         self.door = Door(config=config, store=self.store, on_roster=self._on_roster, wall_ms=clock)
+        self.door.on_fault = self.metrics.on_connection_fault
         self.pool = Pool(
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
         )
@@ -242,13 +244,15 @@ class Bridge:
             max_body_bytes=c.max_body_bytes,
             body_timeout_s=c.body_timeout_s,
         )
-        hc = HypercornConfig()
+        edge.install()  # one connection's fault ends that connection alone (ftwbridge/edge.py)
+        hc = edge.EdgeConfig()
+        hc.on_connection_fault = self.metrics.on_connection_fault
         hc.bind = [f"fd://{fd}"]
         hc.websocket_ping_interval = c.door_ping_s
         hc.read_timeout = int(c.door_silence_s)
         hc.accesslog = None
         hc.errorlog = logging.getLogger("hypercorn.error")
-        hc.websocket_max_message_size = 1024 * 1024  # the door itself closes 4400 past 64 KiB
+        hc.websocket_max_message_size = MAX_MESSAGE_BYTES  # past it: close 1009 at once
         hc.graceful_timeout = 1.0
         hc.backlog = 1024
         admin_fd = None
@@ -263,7 +267,8 @@ class Bridge:
                 await nursery.start(self.pool.run)
                 await nursery.start(hypercorn_serve, app, hc)
                 if admin_fd is not None:
-                    ac = HypercornConfig()
+                    ac = edge.EdgeConfig()
+                    ac.on_connection_fault = self.metrics.on_connection_fault
                     ac.bind = [f"fd://{admin_fd}"]
                     ac.accesslog = None
                     ac.errorlog = hc.errorlog

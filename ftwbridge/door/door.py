@@ -38,7 +38,7 @@ from ftwbridge.proto.registry import Msg, peer_reason
 from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
 from ftwbridge.store import Store
 
-from .tunnel import HomeOffline, Limits, Tun, Uplink, WebSocketLike
+from .tunnel import WS_GONE, HomeOffline, Limits, Tun, Uplink, WebSocketLike, close_ws
 
 log = logging.getLogger("ftwbridge.door")
 CLAIM_MAX_MS = 600_000
@@ -84,6 +84,19 @@ class Door:
     """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer`."""
     on_denied: Callable[[str, str], None] | None = None
     """Told (home, req) when a box answers `agent.denied {req}`."""
+    on_fault: Callable[[str], None] | None = None
+    """Told `door` each time an uplink is closed 4400 for a message that breaks part C."""
+
+    async def _bad_message(self, ws: WebSocketLike, why: str) -> None:
+        """Close an uplink that sent a message breaking part C (4400), logged and counted."""
+        log.warning(
+            "connection fault from %s (door): %s; that connection is closed",
+            getattr(ws, "remote_addr", "?"),
+            why,
+        )
+        if self.on_fault is not None:
+            self.on_fault("door")
+        await close_ws(ws, CLOSE_BAD_MESSAGE, "bad message")
 
     def _limits(self, home: str, *, outbound: bool) -> Limits:
         lim = self._buckets.get((home, outbound))
@@ -201,8 +214,7 @@ class Door:
         if older is not None:
             self.stats.takeovers += 1
             older.end_all(TunEndReason.SUPERSEDED.value)
-            with trio.move_on_after(1):
-                await older.ws.close(CLOSE_SUPERSEDED, "superseded")
+            await close_ws(older.ws, CLOSE_SUPERSEDED, "superseded")
         log.info("uplink up home=%s", home)
         try:
             await self._read(uplink)
@@ -215,30 +227,33 @@ class Door:
     async def _authenticate(self, ws: WebSocketLike) -> str | None:
         nonce = os.urandom(NONCE_BYTES)
         body = {"nonce": nonce, "nowMs": self.wall_ms()}
-        await ws.send(Envelope(Msg.DOOR_CHALLENGE, None, body).encode())
+        try:
+            await ws.send(Envelope(Msg.DOOR_CHALLENGE, None, body).encode())
+        except WS_GONE:
+            return None
         with trio.move_on_after(self.config.door_hello_s):
             raw = await ws.receive()
             try:
                 env = decode_door_message(raw)
-            except RemoteProtocolError:
-                await ws.close(CLOSE_BAD_MESSAGE, "bad message")
+            except RemoteProtocolError as exc:
+                await self._bad_message(ws, str(exc))
                 return None
             b: Any = env.b if isinstance(env.b, dict) else {}
             home, sig = b.get("home"), b.get("sig")
             if env.t != Msg.DOOR_HELLO or not isinstance(home, str) or not isinstance(sig, bytes):
-                await ws.close(CLOSE_BAD_SIGNATURE, "door.hello expected")
+                await close_ws(ws, CLOSE_BAD_SIGNATURE, "door.hello expected")
                 return None
             key = await self._home_key(home)
             if key is None:
                 self.stats.uplinks_refused += 1
-                await ws.close(CLOSE_UNKNOWN_HOME, "unknown home")
+                await close_ws(ws, CLOSE_UNKNOWN_HOME, "unknown home")
                 return None
             if not verify_door_signature(key, nonce, home, sig):
                 self.stats.uplinks_refused += 1
-                await ws.close(CLOSE_BAD_SIGNATURE, "bad signature")
+                await close_ws(ws, CLOSE_BAD_SIGNATURE, "bad signature")
                 return None
             return home
-        await ws.close(CLOSE_BAD_SIGNATURE, "no door.hello in time")
+        await close_ws(ws, CLOSE_BAD_SIGNATURE, "no door.hello in time")
         return None
 
     async def _read(self, uplink: Uplink) -> None:
@@ -246,8 +261,8 @@ class Door:
             raw = await uplink.ws.receive()
             try:
                 env = decode_door_message(raw)
-            except RemoteProtocolError:
-                await uplink.ws.close(CLOSE_BAD_MESSAGE, "bad message")
+            except RemoteProtocolError as exc:
+                await self._bad_message(uplink.ws, str(exc))
                 return
             await self._dispatch(uplink, env, raw)
 

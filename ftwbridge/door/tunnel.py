@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import trio
+from hypercorn.utils import UnexpectedMessageError
 
 from ftwbridge.proto.door import tun, tun_end
 from ftwbridge.proto.names import TunEndReason
@@ -26,6 +27,26 @@ class WebSocketLike(Protocol):
     async def receive(self) -> str | bytes: ...
     async def send(self, data: bytes) -> None: ...
     async def close(self, code: int, reason: str = "") -> None: ...
+
+
+WS_GONE = (
+    UnexpectedMessageError,  # hypercorn: a send or close after the WebSocket has closed
+    RuntimeError,  # Quart: "Cannot close websocket multiple times" (a takeover racing a fault)
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    trio.BusyResourceError,  # hypercorn closing the socket while a send is under way
+)
+"""What a send or close on a WebSocket that is already going away can raise."""
+
+
+async def close_ws(ws: WebSocketLike, code: int, reason: str) -> None:
+    """Close `ws` with `code` if it can still be closed; a socket already gone is left as is
+    (bounded to 1 s, so a peer that reads nothing cannot hold the caller)."""
+    with trio.move_on_after(1):
+        try:
+            await ws.close(code, reason)
+        except WS_GONE as exc:
+            log.debug("close %d not sent: %s", code, type(exc).__name__)
 
 
 class HomeOffline(Exception):
@@ -138,7 +159,7 @@ class Uplink:
         try:
             async with self._lock:
                 await self.ws.send(data)
-        except Exception as exc:  # the socket is gone: the reader notices and cleans up
+        except WS_GONE as exc:  # the socket is gone: the reader notices and cleans up
             log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
 
     async def send_tun(self, sid: int, d: bytes) -> bool:

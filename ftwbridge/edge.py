@@ -1,0 +1,144 @@
+"""Fault isolation per connection for hypercorn's trio worker.
+
+hypercorn 0.18 runs each TCP connection as a task in its server's nursery, and lets any error
+other than `OSError` escape that task: an h11 `LocalProtocolError` (one byte sent right after a
+WebSocket upgrade request), a `trio.BusyResourceError` (a malformed Close frame racing the
+server's ping), and their kin then cancel the nursery, and with it every connection of the
+process. `docs/upstream-hypercorn.md` has the report for its maintainers.
+
+`install()` puts `GuardedTCPServer` in the place where hypercorn's trio worker looks up its
+connection class. The guard keeps hypercorn's behaviour for every well-formed connection and
+changes one thing: an error out of one connection ends that connection alone. Its last words
+are a plain `400` when the connection has sent nothing yet, or a WebSocket Close with code
+`1002` (protocol error, RFC 6455 section 7.4.1) after the upgrade when no Close went out; then
+the socket closes, every task of the connection is cancelled, one warning line names the peer
+and the kind, and `on_connection_fault(kind)` of the listener's `EdgeConfig` counts it.
+
+`tests/edge/test_hypercorn.py` runs hypercorn's own class against the inputs that take it
+down, so an upgrade that fixes them is noticed and this module can go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import hypercorn.trio.run as hypercorn_run
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Event, RawData
+from hypercorn.trio.tcp_server import TCPServer
+
+log = logging.getLogger("ftwbridge.edge")
+
+BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+"""The last words to an HTTP peer that has been sent nothing yet (RFC 9112 section 9.6)."""
+CLOSE_PROTOCOL_ERROR: Final = b"\x88\x02\x03\xea"
+"""An unmasked server Close frame with code 1002 (RFC 6455 sections 5.5.1 and 7.4.1)."""
+LAST_WORDS_S: Final = 1.0
+"""How long the guard tries to send its last words before it closes the socket (seconds)."""
+
+
+class EdgeConfig(HypercornConfig):
+    """hypercorn's `Config` with the guard's hook: `on_connection_fault(kind)` is called once per
+    connection ended by a fault; kind is `http`, `websocket` or `http2`."""
+
+    on_connection_fault: Callable[[str], None] | None = None
+
+
+class GuardedTCPServer(TCPServer):
+    """hypercorn's connection handler with one change: a fault ends this connection alone.
+
+    Everything a peer can make hypercorn raise is caught at the two places it surfaces: the
+    read loop (`_read_data`, where received bytes are parsed) and the connection task as a whole
+    (`run`, where errors of the connection's own tasks such as pings arrive). Cancellation is
+    never caught.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._bytes_sent = 0
+        self._upgraded = False
+        self._close_sent = False
+        self._faulted = False
+
+    async def protocol_send(self, event: Event) -> None:
+        """hypercorn's send, noting what went out: any bytes, the 101, and a Close frame."""
+        if isinstance(event, RawData) and event.data:
+            if self._bytes_sent == 0 and event.data.startswith(b"HTTP/1.1 101 "):
+                self._upgraded = True
+            elif self._upgraded and event.data[0] == 0x88:
+                self._close_sent = True
+            self._bytes_sent += len(event.data)
+        await super().protocol_send(event)
+
+    async def _read_data(self) -> None:
+        try:
+            await super()._read_data()
+        except Exception as exc:
+            await self._fault(exc)
+
+    async def run(self) -> None:
+        """Serve the connection; a fault anywhere in it ends it alone (see the module)."""
+        try:
+            await super().run()
+        except Exception as exc:  # the stream is closed by hypercorn's own `finally`
+            if not self._faulted:
+                self._report(exc)
+
+    def _kind(self) -> str:
+        protocol = getattr(getattr(self, "protocol", None), "protocol", None)
+        if type(protocol).__name__ == "H2Protocol":
+            return "http2"
+        return "websocket" if self._upgraded else "http"
+
+    def _report(self, exc: BaseException) -> None:
+        self._faulted = True
+        kind = self._kind()
+        try:
+            peer = self.stream.socket.getpeername()
+        except (OSError, AttributeError):
+            peer = "?"
+        log.warning(
+            "connection fault from %s (%s): %s: %s; that connection is closed",
+            peer,
+            kind,
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+        hook = getattr(self.config, "on_connection_fault", None)
+        if hook is not None:
+            hook(kind)
+
+    async def _fault(self, exc: Exception) -> None:
+        """Say what can still be said, close the socket, and end every task of the connection."""
+        self._report(exc)
+        last_words = b""
+        if self._bytes_sent == 0 and not self._upgraded:
+            last_words = BAD_REQUEST
+        elif self._upgraded and not self._close_sent:
+            last_words = CLOSE_PROTOCOL_ERROR
+        with trio.move_on_after(LAST_WORDS_S):
+            if last_words:
+                try:
+                    async with self.send_lock:
+                        await self.stream.send_all(last_words)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                    pass  # the peer is gone already; closing is all that is left
+        with trio.CancelScope(shield=True):
+            await self.stream.aclose()
+        nursery = self._task_group._nursery
+        if nursery is not None:
+            nursery.cancel_scope.cancel()
+
+
+def install() -> None:
+    """Make hypercorn's trio worker serve every connection through `GuardedTCPServer`
+    (idempotent; affects every hypercorn server this process starts afterwards)."""
+    hypercorn_run.TCPServer = GuardedTCPServer  # type: ignore[attr-defined]
+
+
+def installed() -> bool:
+    """Whether hypercorn's trio worker uses the guard now."""
+    return getattr(hypercorn_run, "TCPServer", None) is GuardedTCPServer
