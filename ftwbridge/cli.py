@@ -75,6 +75,8 @@ async def _serve(config: Config) -> int:
     async def run(nursery: trio.Nursery) -> None:
         await nursery.start(bridge.serve)
         print(f"ftwbridge serving {bridge.site.resource}", flush=True)
+        if bridge.admin_url is not None:
+            print(f"admin on {bridge.admin_url}", flush=True)
         await trio.sleep_forever()
 
     return await until_signalled(run, drain=bridge.drain)

@@ -27,7 +27,7 @@ from typing import Any, Final
 import hypercorn.trio.run as hypercorn_run
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Event, RawData
+from hypercorn.events import Closed, Event, RawData
 from hypercorn.trio.tcp_server import TCPServer
 
 log = logging.getLogger("ftwbridge.edge")
@@ -38,6 +38,10 @@ CLOSE_PROTOCOL_ERROR: Final = b"\x88\x02\x03\xea"
 """An unmasked server Close frame with code 1002 (RFC 6455 sections 5.5.1 and 7.4.1)."""
 LAST_WORDS_S: Final = 1.0
 """How long the guard tries to send its last words before it closes the socket (seconds)."""
+
+
+class ProtocolViolation(Exception):
+    """What the guard reports for a peer's bytes that hypercorn refused without raising."""
 
 
 class EdgeConfig(HypercornConfig):
@@ -71,7 +75,20 @@ class GuardedTCPServer(TCPServer):
             elif self._upgraded and event.data[0] == 0x88:
                 self._close_sent = True
             self._bytes_sent += len(event.data)
+        elif isinstance(event, Closed) and self._upgraded and not self._close_sent:
+            # hypercorn ends a WebSocket whose frame wsproto could not parse without a Close;
+            # RFC 6455 section 7.1.7 asks for one first, with 1002 for a protocol error.
+            self._report(ProtocolViolation("a frame that breaks RFC 6455 section 5"))
+            self._close_sent = True
+            await super().protocol_send(RawData(CLOSE_PROTOCOL_ERROR))
         await super().protocol_send(event)
+
+    async def _close(self) -> None:
+        # hypercorn closes from whichever task sends `Closed`; when that is the app's task,
+        # Quart-trio is cancelling it already and the close never happened: a response to
+        # `Connection: close` left its socket open until the read timeout. Shielded, bounded.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
+            await super()._close()
 
     async def _read_data(self) -> None:
         try:

@@ -17,7 +17,10 @@ _RANGE = re.compile(r"^([1-9][0-9]{0,3})([hd])$")
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Arguments checked as the advertised `inputSchema` says, no coercion: an integer is a
+    JSON integer (not `true`, not `2.5`, not `"2"`), a string a JSON string."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class NoArgs(_Args):

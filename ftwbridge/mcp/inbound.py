@@ -103,9 +103,38 @@ def decode_header(value: str) -> str | None:
         return None
 
 
+class JsonRefused(ValueError):
+    """Text that Python's `json` would take but that is not the JSON we accept."""
+
+
+def _no_constant(name: str) -> Any:
+    raise JsonRefused(f"{name} is not JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise JsonRefused("an object names the same member twice")
+    return out
+
+
+def loads_strict(text: bytes | str) -> Any:
+    """Parse JSON as RFC 8259 writes it, and no further.
+
+    `NaN`, `Infinity` and `-Infinity` are refused (RFC 8259 section 6 has no such numbers),
+    and so is an object that names a member twice (section 4 leaves the meaning open; two
+    parsers that read it differently are how a proxy and a server come to disagree).
+
+    Raises:
+        ValueError: not JSON by these rules (`json.JSONDecodeError`, `JsonRefused`), or
+            `RecursionError` for nesting deeper than the interpreter's stack.
+    """
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+
+
 def _parse(body: bytes) -> Any | Rejection:
     try:
-        return json.loads(body)
+        return loads_strict(body)
     except (ValueError, RecursionError):
         return Rejection(400, jsonrpc.PARSE_ERROR, "Parse error")
 

@@ -175,8 +175,10 @@ class McpService:
         )
         return _json(429, rej.body(), {"retry-after": str(max(1, math.ceil(wait_ms / 1000)))})
 
-    def _challenge(self, error: str, description: str, scope: str | None = None) -> str:
-        parts = [f'error="{error}"', f'error_description="{description}"']
+    def _challenge(self, error: str | None, description: str = "", scope: str | None = None) -> str:
+        """A `WWW-Authenticate: Bearer` value; `error=None` for a request that sent no
+        credentials, which RFC 6750 section 3.1 says gets no error attribute."""
+        parts = [] if error is None else [f'error="{error}"', f'error_description="{description}"']
         if scope is not None:
             parts.append(f'scope="{scope}"')
         parts.append(f'resource_metadata="{self._metadata}"')
@@ -238,6 +240,13 @@ class McpService:
             record = None
         if record is not None and await self._homes.grant(record.home, record.agent_key) is None:
             record = None
+        if record is None and not values:
+            headers = {"www-authenticate": self._challenge(None)}
+            return _json(
+                401,
+                {"error": "unauthorized", "error_description": "Authentication required"},
+                headers,
+            )
         if record is None:
             headers = {
                 "www-authenticate": self._challenge(
@@ -246,7 +255,7 @@ class McpService:
             }
             return _json(
                 401,
-                {"error": "invalid_token", "error_description": "Authentication required"},
+                {"error": "invalid_token", "error_description": "The access token is not valid"},
                 headers,
             )
         return record
@@ -292,6 +301,14 @@ class McpService:
         if route.era == "legacy" and m == "ping":
             return self._result(route, {})
         if m == "tools/list":
+            cursor = route.params.get("cursor")
+            if cursor is not None:  # one page holds every tool: no cursor was ever issued
+                return self._error(
+                    route,
+                    jsonrpc.INVALID_PARAMS,
+                    "Invalid params: unknown cursor",
+                    {"cursor": "unknown"},
+                )
             return self._result(route, {"tools": self._tool_list}, cacheable=True)
         if m == "tools/call":
             return await self._call(route, token, headers)
@@ -307,8 +324,13 @@ class McpService:
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
             )
         spec = TOOLS_BY_NAME.get(name)
-        if spec is None:
-            return self._result(route, text_error(f"There is no tool called {name[:64]!r}."))
+        if spec is None:  # a protocol error (MCP tools, "Error Handling"): not a tool's result
+            return self._error(
+                route,
+                jsonrpc.INVALID_PARAMS,
+                f"Unknown tool: {log_safe(name[:64])}",
+                {"tools": sorted(TOOLS_BY_NAME)},
+            )
         missing = [s.value for s in spec.scopes if s.value not in token.scopes]
         if missing:
             scope = " ".join(missing)

@@ -6,7 +6,8 @@ vectors (`webapp-vectors.json`, frame `cmd_with_id`) keep insertion order inside
 vectors win over RFC 8949 section 4.2's key sort. Rosters, whose bytes are signed, use the full
 section 4.2 order (see `roster.py`).
 
-Decoding refuses duplicate keys, indefinite lengths, tags, and nesting deeper than 32; unknown
+Decoding refuses trailing bytes, duplicate keys, indefinite lengths, every tag (bignums and
+self-describe included), simple values but false/true/null, and nesting deeper than 32; unknown
 envelope keys are ignored. Every failure raises `RemoteProtocolError`.
 """
 
@@ -24,50 +25,92 @@ MAX_ID: Final = 2**32 - 1
 MAX_DEPTH: Final = 32
 """Deepest nesting we decode; box answers need at most 6."""
 
-_PLAIN = (str, bytes, int, float, bool, type(None))
+_ARG_BYTES: Final = {24: 1, 25: 2, 26: 4, 27: 8}
+_SIMPLE_OK: Final = frozenset({20, 21, 22, 25, 26, 27})
+"""Major type 7 values we take: false, true, null, and half, single and double floats."""
+_KEY_MAJORS: Final = frozenset({0, 1, 3})
+"""Map keys are unsigned or negative integers, or text."""
 
 
-def _check_value(value: Any, depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise RemoteProtocolError("CBOR nested too deep")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, (str, int)) or isinstance(k, bool):
-                raise RemoteProtocolError("CBOR map key is neither text nor integer")
-            _check_value(v, depth + 1)
-    elif isinstance(value, list):
-        for v in value:
-            _check_value(v, depth + 1)
-    elif not isinstance(value, _PLAIN):
-        raise RemoteProtocolError(f"CBOR item of type {type(value).__name__} is not allowed")
+def scan(data: bytes) -> None:
+    """Check the structure of one CBOR item (RFC 8949 section 3) before anything decodes it.
 
+    Refused: anything after the item, any tag (major type 6, bignums and self-describe
+    included), indefinite lengths, simple values other than false/true/null, undefined,
+    reserved additional information, map keys that are neither integer nor text, nesting
+    deeper than `MAX_DEPTH`, and lengths past the end of `data`.
 
-def _refuse_tag(_decoder: Any, tag: Any) -> Any:
-    raise RemoteProtocolError(f"CBOR tag {tag.tag} is not allowed")
+    Raises:
+        RemoteProtocolError: naming the first rule broken.
+    """
+    end = len(data)
+    pos = 0
+    stack: list[int] = []  # items still due in each open array or map (maps count 2 per pair)
+    maps: list[bool] = []
+    while True:
+        if pos >= end:
+            raise RemoteProtocolError("CBOR ends inside an item")
+        head = data[pos]
+        major, info = head >> 5, head & 0x1F
+        pos += 1
+        if info < 24:
+            arg = info
+        elif info in _ARG_BYTES:
+            n = _ARG_BYTES[info]
+            if pos + n > end:
+                raise RemoteProtocolError("CBOR ends inside an item's head")
+            arg = int.from_bytes(data[pos : pos + n], "big")
+            pos += n
+        elif info == 31:
+            raise RemoteProtocolError("CBOR indefinite lengths are not allowed")
+        else:
+            raise RemoteProtocolError("CBOR reserved additional information")
+        if stack and maps[-1] and stack[-1] % 2 == 0 and major not in _KEY_MAJORS:
+            raise RemoteProtocolError("CBOR map key is neither text nor integer")
+        if major in (2, 3):
+            if arg > end - pos:
+                raise RemoteProtocolError("CBOR string runs past the end")
+            pos += arg
+        elif major in (4, 5):
+            count = arg * (2 if major == 5 else 1)
+            if count > end - pos:  # every item takes at least one byte
+                raise RemoteProtocolError("CBOR container runs past the end")
+            if count:
+                if len(stack) >= MAX_DEPTH:
+                    raise RemoteProtocolError("CBOR nested too deep")
+                stack.append(count + 1)  # +1: the decrement below counts the container itself
+                maps.append(major == 5)
+        elif major == 6:
+            raise RemoteProtocolError(f"CBOR tag {arg} is not allowed")
+        elif major == 7 and info not in _SIMPLE_OK:
+            raise RemoteProtocolError(f"CBOR simple value {arg} is not allowed")
+        while stack:
+            stack[-1] -= 1
+            if stack[-1]:
+                break
+            stack.pop()
+            maps.pop()
+        if not stack:
+            break
+    if pos != end:
+        raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
 
 
 def loads(data: bytes) -> Any:
     """Decode one CBOR item (bytes) into plain values: dict, list, str, bytes, int, float, bool, None.
 
+    `scan` checks the structure first; cbor2 then decodes what passed, refusing duplicate
+    map keys and text that is not UTF-8.
+
     Raises:
         RemoteProtocolError: malformed CBOR, trailing bytes, duplicate keys, tags, indefinite
             lengths, non-text/integer map keys, or nesting deeper than `MAX_DEPTH`.
     """
+    scan(data)
     try:
-        value = cbor2.loads(
-            data,
-            allow_duplicate_keys=False,
-            allow_indefinite=False,
-            max_depth=MAX_DEPTH + 2,
-            tag_hook=_refuse_tag,
-            semantic_decoders={},
-        )
-    except RemoteProtocolError:
-        raise
+        return cbor2.loads(data, allow_duplicate_keys=False, max_depth=MAX_DEPTH + 2)
     except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise RemoteProtocolError(f"undecodable CBOR: {exc}") from exc
-    _check_value(value)
-    return value
 
 
 def dumps(value: Any, *, canonical: bool = False) -> bytes:

@@ -184,7 +184,6 @@ async def test_range_with_a_trailing_newline_is_refused() -> None:
     [
         b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}',
         b'{"jsonrpc":"2.0","id":1,"method":"\\ud800"}',
-        b'{"jsonrpc":"2.0","id":1,"id":"\\ud800","method":"tools/list"}',
     ],
 )
 async def test_lone_surrogates_are_400_not_500(raw: bytes) -> None:
