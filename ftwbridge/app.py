@@ -18,6 +18,7 @@ from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from ftwbridge.door import Door
 from ftwbridge.door.tunnel import WS_GONE
+from ftwbridge.edge import framing_and_coding
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.proto.registry import READ_SCOPES
@@ -68,51 +69,6 @@ def _json_response(status: int, value: Any, headers: dict[str, str] | None = Non
     return Response(
         json.dumps(value), status, {"content-type": "application/json", **(headers or {})}
     )
-
-
-def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:
-    """A refusal before any route runs: JSON-RPC on `/mcp`, an OAuth-style error elsewhere."""
-    if request.path == "/mcp":
-        body: dict[str, Any] = {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32600, "message": message},
-        }
-    else:
-        body = {"error": "invalid_request", "error_description": message}
-    return _json_response(status, body, headers)
-
-
-async def _framing_and_coding() -> Response | None:
-    """Rules on every request's framing and coding, before its route reads a byte.
-
-    - `Content-Length` and `Transfer-Encoding` together: refused with 400 and the connection
-      closed (RFC 9112 section 6.1: "the server MUST close the connection after responding";
-      refusing is the safer of its two choices, since a proxy in front may have framed the
-      request by the other header).
-    - A `Content-Encoding` other than `identity`: 415 with `Accept-Encoding: identity` (RFC
-      9110 sections 8.4 and 15.5.16); the bridge decodes no coding, and a coded body read as
-      plain would be misread, not refused.
-    """
-    if "content-length" in request.headers and "transfer-encoding" in request.headers:
-        return _refusal(
-            400,
-            "Content-Length and Transfer-Encoding together are refused",
-            {"connection": "close"},
-        )
-    codings = [
-        c.strip().lower()
-        for value in request.headers.getlist("content-encoding")
-        for c in value.split(",")
-        if c.strip()
-    ]
-    if any(c != "identity" for c in codings):
-        return _refusal(
-            415,
-            "Content-Encoding is not supported: send the body uncompressed",
-            {"accept-encoding": "identity"},
-        )
-    return None
 
 
 def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
@@ -239,7 +195,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.config["BODY_TIMEOUT"] = body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
-    app.before_request(_framing_and_coding)
+    app.before_request(framing_and_coding)
 
     def _metadata() -> dict[str, Any]:
         return {

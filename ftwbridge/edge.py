@@ -20,6 +20,7 @@ down, so an upgrade that fixes them is noticed and this module can go.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -29,6 +30,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.trio.tcp_server import TCPServer
+from quart import Response, request
 
 log = logging.getLogger("ftwbridge.edge")
 
@@ -38,6 +40,9 @@ CLOSE_PROTOCOL_ERROR: Final = b"\x88\x02\x03\xea"
 """An unmasked server Close frame with code 1002 (RFC 6455 sections 5.5.1 and 7.4.1)."""
 LAST_WORDS_S: Final = 1.0
 """How long the guard tries to send its last words before it closes the socket (seconds)."""
+CLOSE_REPLY_S: Final = 2.0
+"""How long a peer has to answer our WebSocket Close before the socket is closed (seconds);
+hypercorn alone waits for the read timeout (45 s on the door), a socket held per stranger."""
 
 
 class ProtocolViolation(Exception):
@@ -66,14 +71,16 @@ class GuardedTCPServer(TCPServer):
         self._upgraded = False
         self._close_sent = False
         self._faulted = False
+        self._close_timer = trio.CancelScope()
 
     async def protocol_send(self, event: Event) -> None:
         """hypercorn's send, noting what went out: any bytes, the 101, and a Close frame."""
         if isinstance(event, RawData) and event.data:
             if self._bytes_sent == 0 and event.data.startswith(b"HTTP/1.1 101 "):
                 self._upgraded = True
-            elif self._upgraded and event.data[0] == 0x88:
+            elif self._upgraded and event.data[0] == 0x88 and not self._close_sent:
                 self._close_sent = True
+                self._task_group.spawn(self._close_unanswered)
             self._bytes_sent += len(event.data)
         elif isinstance(event, Closed) and self._upgraded and not self._close_sent:
             # hypercorn ends a WebSocket whose frame wsproto could not parse without a Close;
@@ -83,10 +90,19 @@ class GuardedTCPServer(TCPServer):
             await super().protocol_send(RawData(CLOSE_PROTOCOL_ERROR))
         await super().protocol_send(event)
 
+    async def _close_unanswered(self) -> None:
+        """RFC 6455 section 7.1.1: after its Close, the server closes the TCP connection; give
+        the peer `CLOSE_REPLY_S` to answer, then close as hypercorn's idle path does."""
+        with self._close_timer:
+            await trio.sleep(CLOSE_REPLY_S)
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
+                await self._initiate_server_close()
+
     async def _close(self) -> None:
         # hypercorn closes from whichever task sends `Closed`; when that is the app's task,
         # Quart-trio is cancelling it already and the close never happened: a response to
         # `Connection: close` left its socket open until the read timeout. Shielded, bounded.
+        self._close_timer.cancel()
         with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
             await super()._close()
 
@@ -95,6 +111,8 @@ class GuardedTCPServer(TCPServer):
             await super()._read_data()
         except Exception as exc:
             await self._fault(exc)
+        finally:
+            self._close_timer.cancel()  # the connection has ended: no Close left to wait for
 
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module)."""
@@ -148,6 +166,51 @@ class GuardedTCPServer(TCPServer):
         nursery = self._task_group._nursery
         if nursery is not None:
             nursery.cancel_scope.cancel()
+
+
+def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:
+    """A refusal before any route runs: JSON-RPC on `/mcp`, an OAuth-style error elsewhere."""
+    if request.path == "/mcp":
+        body: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": message},
+        }
+    else:
+        body = {"error": "invalid_request", "error_description": message}
+    return Response(json.dumps(body), status, {"content-type": "application/json", **headers})
+
+
+async def framing_and_coding() -> Response | None:
+    """Rules on every request's framing and coding, before its route reads a byte.
+
+    - `Content-Length` and `Transfer-Encoding` together: refused with 400 and the connection
+      closed (RFC 9112 section 6.1: "the server MUST close the connection after responding";
+      refusing is the safer of its two choices, since a proxy in front may have framed the
+      request by the other header).
+    - A `Content-Encoding` other than `identity`: 415 with `Accept-Encoding: identity` (RFC
+      9110 sections 8.4 and 15.5.16); the bridge decodes no coding, and a coded body read as
+      plain would be misread, not refused.
+    """
+    if "content-length" in request.headers and "transfer-encoding" in request.headers:
+        return _refusal(
+            400,
+            "Content-Length and Transfer-Encoding together are refused",
+            {"connection": "close"},
+        )
+    codings = [
+        c.strip().lower()
+        for value in request.headers.getlist("content-encoding")
+        for c in value.split(",")
+        if c.strip()
+    ]
+    if any(c != "identity" for c in codings):
+        return _refusal(
+            415,
+            "Content-Encoding is not supported: send the body uncompressed",
+            {"accept-encoding": "identity"},
+        )
+    return None
 
 
 def install() -> None:

@@ -15,6 +15,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from ftwbridge.door import Door
+from ftwbridge.edge import framing_and_coding
 from ftwbridge.pool import Pool
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
@@ -138,6 +139,7 @@ class Metrics:
 def create_admin_app(metrics: Metrics, ready: Callable[[], Awaitable[bool]]) -> QuartTrio:
     """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (`ready()`)."""
     app = QuartTrio("ftwbridge-admin")
+    app.before_request(framing_and_coding)
 
     @app.route("/metrics")
     async def metrics_route() -> Response:

@@ -23,7 +23,11 @@ from typing import Any
 
 import cbor2
 
+from ftwbridge.proto.registry import READ_SCOPES
+
 HOME = "edge-home"
+AGENTS = 5
+"""Agents granted at the home: four take turns in the checks, the last runs the demo session."""
 WAIT_S = 30.0
 """Bound on every wait for a process or socket here; generous for a loaded 2-core machine."""
 
@@ -60,6 +64,26 @@ def frame(
     return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
+def read_close_code(
+    sock: socket.socket, already: bytes = b"", timeout_s: float = WAIT_S
+) -> int | None:
+    """Read server frames until a Close frame (returns its code, 1005 when it has none) or
+    until the server ends the connection without one (None)."""
+    sock.settimeout(timeout_s)
+    data = already
+    while True:
+        code = close_code(data)
+        if code is not None:
+            return code
+        try:
+            chunk = sock.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            return None
+        if not chunk:
+            return None
+        data += chunk
+
+
 def read_until_closed(sock: socket.socket, timeout_s: float = 10.0) -> bytes:
     """Everything the server sends until it closes (or `timeout_s` passes, or it resets)."""
     sock.settimeout(timeout_s)
@@ -77,7 +101,7 @@ def read_until_closed(sock: socket.socket, timeout_s: float = 10.0) -> bytes:
 
 
 def close_code(rest: bytes) -> int | None:
-    """The code of the first server Close frame in `rest` (bytes after the 101), if any."""
+    """The code of the first whole server Close frame in `rest` (bytes after the 101), if any."""
     while len(rest) >= 2:
         opcode, n = rest[0] & 0x0F, rest[1] & 0x7F
         off = 2
@@ -86,6 +110,8 @@ def close_code(rest: bytes) -> int | None:
         elif n == 127:
             n, off = struct.unpack("!Q", rest[2:10])[0], 10
         payload = rest[off : off + n]
+        if len(payload) < n:
+            return None
         if opcode == 0x8:
             return int(struct.unpack("!H", payload[:2])[0]) if len(payload) >= 2 else 1005
         rest = rest[off + n :]
@@ -99,8 +125,10 @@ class LiveBridge:
     tmp: Path
     url: str = ""
     admin_url: str = ""
-    token: str = ""
+    tokens: list[str] = field(default_factory=list)
+    _checks: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Any] = field(default_factory=list)
 
     @property
     def main(self) -> tuple[str, int]:
@@ -123,11 +151,9 @@ class LiveBridge:
         return out.stdout.strip()
 
     def _spawn(self, *argv: str) -> tuple[subprocess.Popen[bytes], str]:
-        proc = subprocess.Popen(
-            [sys.executable, *argv],
-            stdout=subprocess.PIPE,
-            stderr=open(self.tmp / f"{argv[1]}.{len(self.procs)}.err", "wb"),  # noqa: SIM115
-        )
+        log = open(self.tmp / f"{argv[1]}.{len(self.procs)}.err", "wb")  # noqa: SIM115
+        self.logs.append(log)
+        proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=log)
         self.procs.append(proc)
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], WAIT_S)
@@ -168,28 +194,39 @@ class LiveBridge:
         door = live.url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
         _, line = live._spawn("-m", "stubbox", "--bridge", door, "--home", HOME, "--seed", HOME)
         console_port = json.loads(line)["console"]
-        agent_key = live._cli("agent", "create", "--home", HOME)
-        grant = {
-            "op": "put_agent",
-            "home": HOME,
-            "key": agent_key,
-            "id": "edge-agent",
-            "name": "Edge test assistant",
-            "scopes": ["ftw.live.read"],
-            "expiresAtMs": int(time.time() * 1000) + 86_400_000,
-        }
-        with socket.create_connection(("127.0.0.1", console_port), timeout=WAIT_S) as c:
-            c.sendall(json.dumps(grant).encode() + b"\n")
-            assert b'"ok"' in c.recv(65536)
+        for n in range(AGENTS):
+            grant = {
+                "op": "put_agent",
+                "home": HOME,
+                "key": live._cli("agent", "create", "--home", HOME),
+                "id": f"edge-agent-{n}",
+                "name": f"Edge test assistant {n}",
+                "scopes": sorted(s.value for s in READ_SCOPES),
+                "expiresAtMs": int(time.time() * 1000) + 86_400_000,
+            }
+            with socket.create_connection(("127.0.0.1", console_port), timeout=WAIT_S) as c:
+                c.sendall(json.dumps(grant).encode() + b"\n")
+                assert b'"ok"' in c.recv(65536)
         deadline = time.monotonic() + WAIT_S
-        while True:  # the roster travels box -> door -> store; no event crosses the processes
-            try:
-                live.token = live._cli("token", "issue", "--home", HOME, "--agent", "edge-agent")
-                break
+        while len(live.tokens) < AGENTS:  # the roster travels box -> door -> store: no event
+            try:  # crosses the processes, so ask until the bridge holds it
+                agent = f"edge-agent-{len(live.tokens)}"
+                live.tokens.append(live._cli("token", "issue", "--home", HOME, "--agent", agent))
             except subprocess.CalledProcessError:
                 assert time.monotonic() < deadline, "the granted roster never reached the bridge"
                 time.sleep(0.1)
         return live
+
+    @property
+    def token(self) -> str:
+        """The last agent's token, kept for the demo session (its read budget untouched)."""
+        return self.tokens[-1]
+
+    def _check_token(self) -> str:
+        """The next of the other agents' tokens: the box serves each agent 60 reads a minute
+        (agents.yaml `reads_per_min`), and the corpus checks the bridge after every case."""
+        self._checks += 1
+        return self.tokens[self._checks % (AGENTS - 1)]
 
     def stop(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL after the bound)."""
@@ -201,6 +238,10 @@ class LiveBridge:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        for log in self.logs:
+            log.close()
 
     @property
     def alive(self) -> bool:
@@ -225,7 +266,7 @@ class LiveBridge:
         return sock, head.partition(b"\r\n\r\n")[2]
 
     def mcp_status(self) -> dict[str, Any]:
-        """A normal `tools/call status` with the agent's token; returns the JSON-RPC answer."""
+        """A normal `tools/call status` with an agent's token; returns the JSON-RPC answer."""
         body = json.dumps(
             {
                 "jsonrpc": "2.0",
@@ -236,7 +277,7 @@ class LiveBridge:
         ).encode()
         host, port = self.main
         request = (
-            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {self.token}\r\n"
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {self._check_token()}\r\n"
             "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         ).encode() + body

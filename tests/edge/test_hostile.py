@@ -1,0 +1,271 @@
+"""The standing hostile-bytes corpus: raw sockets against a real `ftwbridge serve` process.
+
+Every case sends what an attacker would, checks the answer the protocol owes (an HTTP status,
+or a WebSocket Close code), and then checks that the bridge still serves: the process is up, a
+normal `/mcp` call reads the home through its existing uplink, and a new uplink is challenged.
+The last test runs the demo's scripted assistant session against the same process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Callable
+
+import cbor2
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ftwbridge.demo import assistant_session
+from ftwbridge.proto.door import MAX_MESSAGE_BYTES
+
+from .live import WAIT_S, WS_UPGRADE, LiveBridge, frame, read_close_code, read_until_closed
+
+# -- HTTP/1.1, on the main listener and on the admin listener -------------------------------
+
+
+def _http_cases(host: str) -> dict[str, tuple[bytes, Callable[[bytes], bool]]]:
+    """name -> (raw bytes, what the answer must satisfy)."""
+    h = f"Host: {host}\r\n"
+
+    def status(*codes: int) -> Callable[[bytes], bool]:
+        return lambda data: any(data.startswith(b"HTTP/1.1 %d " % c) for c in codes)
+
+    def no_5xx(data: bytes) -> bool:
+        return not data.startswith(b"HTTP/1.1 5")
+
+    upgrade = WS_UPGRADE.format(path="{path}", host=host)
+    cases: dict[str, tuple[bytes, Callable[[bytes], bool]]] = {}
+    for path in ("/v1/box", "/mcp", "/", "/metrics", "/nowhere"):
+        cases[f"upgrade {path} then a byte"] = (
+            upgrade.format(path=path).encode() + b"x",
+            status(400, 404),
+        )
+    cases["upgrade then a frame at once"] = (
+        upgrade.format(path="/v1/box").encode() + frame(2, b"\x01"),
+        lambda data: data.startswith((b"HTTP/1.1 101 ", b"HTTP/1.1 400 ", b"HTTP/1.1 404 ")),
+    )
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+    post = f"POST /mcp HTTP/1.1\r\n{h}Content-Type: application/json\r\n"
+    cases["Content-Length with Transfer-Encoding"] = (
+        f"{post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode(),
+        status(400),
+    )
+    cases["two different Content-Lengths"] = (
+        f"{post}Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!".encode(),
+        status(400),
+    )
+    cases["obsolete line fold"] = (
+        f"GET /.well-known/oauth-protected-resource HTTP/1.1\r\n{h}X-A: a\r\n b\r\n"
+        "Connection: close\r\n\r\n".encode(),
+        lambda data: data.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 400 ", b"HTTP/1.1 404 ")),
+    )
+    cases["bare LF line ends"] = (
+        f"GET /.well-known/oauth-protected-resource HTTP/1.1\n{h.strip()}\nConnection: close\n\n".encode(),
+        lambda data: data.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 400 ", b"HTTP/1.1 404 ")),
+    )
+    cases["chunk size that is not hex"] = (
+        f"{post}Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n".encode(),
+        status(400),
+    )
+    cases["request line of garbage"] = (
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+        status(400),
+    )
+    cases["NUL in a header"] = (f"GET / HTTP/1.1\r\n{h}X-A: a\x00b\r\n\r\n".encode(), status(400))
+    cases["header of 20 KB in one piece"] = (
+        f"GET / HTTP/1.1\r\n{h}X-A: {'a' * 20000}\r\nConnection: close\r\n\r\n".encode(),
+        no_5xx,
+    )
+    cases["header of 200 KB"] = (
+        f"GET / HTTP/1.1\r\n{h}X-A: {'a' * 200_000}\r\n\r\n".encode(),
+        status(400, 431),
+    )
+    cases["HTTP/2 preface then DATA on stream 0"] = (
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x01\x00\x00\x00\x00\x00\x00x",
+        no_5xx,
+    )
+    cases["h2c upgrade with a bad settings header"] = (
+        f"GET / HTTP/1.1\r\n{h}Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+        "HTTP2-Settings: !!!\r\n\r\nnot the HTTP/2 preface\r\n\r\n".encode(),
+        no_5xx,
+    )
+    cases["Content-Encoding br on /mcp"] = (
+        f"{post}Content-Encoding: br\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body,
+        status(415),
+    )
+    cases["Content-Encoding gzip on the token endpoint"] = (
+        f"POST /oauth/token HTTP/1.1\r\n{h}Content-Type: application/x-www-form-urlencoded\r\n"
+        "Content-Encoding: gzip\r\nContent-Length: 4\r\nConnection: close\r\n\r\na=b&".encode(),
+        status(415, 404),
+    )
+    return cases
+
+
+@pytest.mark.parametrize("listener", ["main", "admin"])
+def test_http_corpus(live: LiveBridge, listener: str) -> None:
+    admin = listener == "admin"
+    host, port = live.admin if admin else live.main
+    failures = []
+    for name, (raw, ok) in _http_cases(f"{host}:{port}").items():
+        started = time.monotonic()
+        with live.connect(admin=admin) as sock:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(raw)
+            answer = read_until_closed(sock, WAIT_S)  # each case must end its connection
+        took = time.monotonic() - started
+        if not ok(answer) or took > WAIT_S / 2:
+            failures.append((name, f"{took:.1f} s", answer[:120]))
+        live.assert_serving()
+    assert not failures, failures
+
+
+def test_half_closed_mid_body(live: LiveBridge) -> None:
+    host, port = live.main
+    for admin in (False, True):
+        with live.connect(admin=admin) as sock:
+            sock.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                'Content-Length: 100\r\n\r\n{"jsonrpc"'.encode()
+            )
+            sock.shutdown(socket.SHUT_WR)
+            answer = read_until_closed(sock, WAIT_S)
+        assert not answer.startswith(b"HTTP/1.1 5"), answer[:100]
+        live.assert_serving()
+
+
+# -- RFC 6455 section 5 and the door's CBOR, after the 101 on /v1/box ----------------------
+
+BIG = MAX_MESSAGE_BYTES + 1
+WS_CASES: dict[str, tuple[bytes, set[int]]] = {
+    "unmasked client frame": (frame(2, b"\xa0", mask=False), {1002}),
+    "RSV1 without an extension": (frame(2, b"\xa0", rsv=4), {1002}),
+    "RSV2 without an extension": (frame(2, b"\xa0", rsv=2), {1002}),
+    "RSV3 without an extension": (frame(2, b"\xa0", rsv=1), {1002}),
+    "fragmented ping": (frame(9, b"a", fin=False), {1002}),
+    "ping over 125 bytes": (frame(9, b"a" * 126), {1002}),
+    "continuation without a start": (frame(0, b"abc"), {1002}),
+    "reserved data opcode": (frame(3, b"a"), {1002}),
+    "reserved control opcode": (frame(0xB, b"a"), {1002}),
+    "close body of one byte": (frame(8, b"\x03"), {1002}),
+    "close code 1005": (frame(8, b"\x03\xed"), {1002}),
+    "close code 1006": (frame(8, b"\x03\xee"), {1002}),
+    "close code 999": (frame(8, b"\x03\xe7"), {1002}),
+    "close reason not UTF-8": (frame(8, b"\x03\xe8\xff\xfe"), {1002, 1007}),
+    "text frame": (frame(1, b"hello"), {4400}),
+    "text frame not UTF-8": (frame(1, b"\xff\xfe"), {1007, 1002, 4400}),
+    "message over the door's size": (frame(2, b"\xa0" * BIG), {1009}),
+    "fragments over the door's size": (
+        frame(2, b"a" * 40000, fin=False) + frame(0, b"a" * 40000),
+        {1009},
+    ),
+    "64-bit length then data": (
+        bytes([0x82, 0xFF]) + (2**62).to_bytes(8, "big") + b"\x00" * 4 + b"a" * BIG,
+        {1009, 1002},
+    ),
+    "binary that is not CBOR": (frame(2, b"\xff\xff"), {4400}),
+    "CBOR with bytes after it": (frame(2, cbor2.dumps({"t": "door.hello"}) + b"\x00"), {4400}),
+    "CBOR with a bignum tag": (frame(2, b"\xa1\x61t\xc2\x41\x01"), {4400}),
+    "CBOR self-described": (frame(2, b"\xd9\xd9\xf7" + cbor2.dumps({"t": "x"})), {4400}),
+    "CBOR with indefinite length": (frame(2, b"\xbf\x61t\x61x\xff"), {4400}),
+    "CBOR nested past 32": (frame(2, b"\x81" * 40 + b"\x01"), {4400}),
+    "door.hello with a bad signature": (
+        frame(2, cbor2.dumps({"t": "door.hello", "b": {"home": "edge-home", "sig": b"\x00" * 64}})),
+        {4401},
+    ),
+    "door.hello for an unknown home": (
+        frame(2, cbor2.dumps({"t": "door.hello", "b": {"home": "nobody", "sig": b"\x00" * 64}})),
+        {4403},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(WS_CASES))
+def test_websocket_corpus(live: LiveBridge, name: str) -> None:
+    payload, codes = WS_CASES[name]
+    sock, after_101 = live.upgrade()
+    with sock:
+        # a message over the limit is closed while we still send: then read the close
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(payload)
+        code = read_close_code(sock, after_101)
+    assert code in codes, (name, code)
+    live.assert_serving()
+
+
+def test_the_crash_inputs_in_a_burst(live: LiveBridge) -> None:
+    """The two inputs that used to stop the process, many at once, racing the server's pings."""
+    host, port = live.main
+    socks = []
+    for _ in range(20):
+        sock = live.connect()
+        sock.sendall(WS_UPGRADE.format(path="/v1/box", host=f"{host}:{port}").encode() + b"x")
+        socks.append(sock)
+        sock, _ = live.upgrade()
+        sock.sendall(b"\x88\x81\x00\x00\x00\x00\x03")
+        socks.append(sock)
+    for sock in socks:
+        read_until_closed(sock, WAIT_S)
+        sock.close()
+    live.assert_serving()
+
+
+frames = st.builds(
+    frame,
+    opcode=st.sampled_from([0, 1, 2, 3, 8, 9, 10, 11, 15]),
+    payload=st.binary(max_size=140),
+    fin=st.booleans(),
+    rsv=st.integers(0, 7),
+    mask=st.booleans(),
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.lists(frames, min_size=1, max_size=6), st.integers(0, 3))
+def test_generated_frame_sequences(live: LiveBridge, sequence: list[bytes], cut: int) -> None:
+    """Sequences of frames, valid and not, some cut short mid-frame; the bridge survives each."""
+    data = b"".join(sequence)
+    data = data[: len(data) - cut] if cut else data
+    sock, _ = live.upgrade()
+    with sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(data)
+        read_until_closed(sock, 0.3)
+    assert live.alive
+    live.assert_serving()
+
+
+def test_connection_faults_are_counted(live: LiveBridge) -> None:
+    text = live.metrics()
+    faults = {
+        line.split('kind="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("ftwbridge_connection_faults_total{")
+    }
+    print("ftwbridge_connection_faults_total after the corpus:", faults)
+    assert faults.get("http", 0) >= 1 and faults.get("websocket", 0) >= 10
+    assert faults.get("door", 0) >= 5
+
+
+def test_the_demo_session_after_the_corpus(live: LiveBridge) -> None:
+    """A bridge that has taken the whole corpus still passes the demo's scripted session."""
+
+    async def session() -> list[str]:
+        with trio.fail_after(120):
+            lines = await assistant_session(live.url, "2026-07-28", token=live.token)
+            lines += await assistant_session(live.url, "legacy", token=live.token)
+        return lines
+
+    started = time.monotonic()
+    lines = trio.run(session)
+    assert len(lines) == 2 * 14, lines
+    assert not any(" E_" in line for line in lines), lines
+    assert live.alive, f"the bridge stopped after {time.monotonic() - started:.1f} s"

@@ -1,0 +1,107 @@
+"""hypercorn's own behaviour against the inputs `ftwbridge.edge` guards, with and without the guard.
+
+If the unguarded case stops failing, hypercorn has fixed it upstream: this test then fails on
+purpose, so that whoever upgrades reads `docs/upstream-hypercorn.md` and decides whether the
+guard can go.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import hypercorn
+import hypercorn.trio.run as hypercorn_run
+import pytest
+import trio
+from hypercorn.trio import serve
+from hypercorn.trio.tcp_server import TCPServer
+from quart import websocket
+from quart_trio import QuartTrio
+
+from ftwbridge import edge
+
+from .live import WS_UPGRADE
+
+UNGUARDED = TCPServer
+
+
+def _app() -> QuartTrio:
+    app = QuartTrio("probe")
+
+    @app.websocket("/ws")
+    async def ws() -> None:
+        await websocket.accept()
+        await websocket.receive()
+
+    @app.route("/")
+    async def index() -> str:
+        return "ok"
+
+    return app
+
+
+def _byte_after_upgrade(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(WS_UPGRADE.format(path="/ws", host=f"127.0.0.1:{port}").encode() + b"x")
+        out = b""
+        while chunk := sock.recv(4096):
+            out += chunk
+        return out
+
+
+def _get(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        out = b""
+        while chunk := sock.recv(4096):
+            out += chunk
+        return out
+
+
+async def _serve(
+    server_class: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[BaseException | None, bytes, bytes]:
+    """Serve the probe app with `server_class` for each connection, send the byte after the
+    upgrade, then a normal GET; returns (what serve raised, the first answer, the GET's)."""
+    monkeypatch.setattr(hypercorn_run, "TCPServer", server_class)
+    config = edge.EdgeConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    failure: BaseException | None = None
+    first = second = b""
+    with trio.fail_after(30):
+        try:
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(serve, _app(), config)
+                port = int(binds[0].rsplit(":", 1)[1])
+                first = await trio.to_thread.run_sync(_byte_after_upgrade, port)
+                await trio.sleep(0.2)  # the connection task ends; an escaping error lands now
+                second = await trio.to_thread.run_sync(_get, port)
+                nursery.cancel_scope.cancel()
+        except Exception as exc:
+            failure = exc
+    return failure, first, second
+
+
+async def test_unguarded_hypercorn_still_falls_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    failure, _, _ = await _serve(UNGUARDED, monkeypatch)
+    assert failure is not None, (
+        f"hypercorn {hypercorn.__version__ if hasattr(hypercorn, '__version__') else ''} no longer"
+        " lets one connection's error stop the server: see docs/upstream-hypercorn.md and"
+        " consider retiring ftwbridge/edge.py"
+    )
+
+
+async def test_guarded_hypercorn_ends_only_that_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    failure, first, second = await _serve(edge.GuardedTCPServer, monkeypatch)
+    assert failure is None
+    assert first.startswith(b"HTTP/1.1 400 ")
+    assert second.startswith(b"HTTP/1.1 200 ") and second.endswith(b"ok")
+
+
+def test_the_guard_relies_on_what_hypercorn_has() -> None:
+    """The private names the guard overrides or calls; a rename upstream fails here first."""
+    for name in ("run", "_read_data", "_close", "protocol_send", "_initiate_server_close"):
+        assert callable(getattr(UNGUARDED, name, None)), name
+    assert hasattr(hypercorn_run, "TCPServer")
