@@ -25,38 +25,17 @@ from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
 from ftwbridge.proto.names import Cap, Code, Read, Refused, Role, TerminateReason
 from ftwbridge.proto.noise import Responder
-from ftwbridge.proto.registry import CAPS, CODES, READS, Msg
+from ftwbridge.proto.registry import CAPS, READS, Msg
 from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
 from ftwbridge.proto.session import Channel
 
 from . import reads
 from .home import Home
+from .problem import Problem, error_body
 
 ClockSource = Literal["ntp", "rtc", "none"]
 MINUTE_MS = 60_000
 BOX_SESSION_LIMIT = CAPS[Cap.SESSIONS].ceiling
-
-
-class Problem(Exception):
-    """A read refused with a registry code and args (becomes an `error` body)."""
-
-    def __init__(self, code: Code, retry_after_ms: int | None = None, **args: Any) -> None:
-        super().__init__(code)
-        self.code = code
-        self.args_ = args
-        self.retry_after_ms = retry_after_ms
-
-
-def error_body(
-    code: Code, args: dict[str, Any], retry_after_ms: int | None = None
-) -> dict[str, Any]:
-    """An upstream `error` body `{code, retryable, retryAfterMs?, args?}`."""
-    body: dict[str, Any] = {"code": code.value, "retryable": CODES[code].retryable}
-    if retry_after_ms is not None:
-        body["retryAfterMs"] = retry_after_ms
-    if args:
-        body["args"] = args
-    return body
 
 
 @dataclass(slots=True)

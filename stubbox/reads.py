@@ -1,14 +1,14 @@
 """The stub box's answers to agent reads: argument checks, caps and limits, then the home.
 
 `answer(box, grant, read, body, now_ms, uptime_ms)` returns [(answer type, body), ...]; a
-refusal raises `box.Problem`. Request bodies and answer shapes: PROTOCOL.md part B and
+refusal raises `problem.Problem`. Request bodies and answer shapes: PROTOCOL.md part B and
 agents.yaml (`answers`, `limits`); `plan`, `price` and `hist.*` as upstream.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
@@ -17,9 +17,20 @@ from ftwbridge.proto.registry import CAPS, LIMITS, limit
 from ftwbridge.proto.roster import AgentGrant
 
 from .history import build_tiles
+from .home import Home
+from .problem import Problem
 
-if TYPE_CHECKING:
-    from .box import Box
+
+class BoxView(Protocol):
+    """What a read needs of the box that answers it (`box.Box` fits)."""
+
+    @property
+    def box_id(self) -> str: ...
+    @property
+    def clock_source(self) -> str: ...
+    @property
+    def home(self) -> Home: ...
+
 
 DAY_MS = 86_400_000
 CLOCK_SLACK_MS = 300_000
@@ -31,8 +42,6 @@ BOX_BUILD = "stubbox-0.1"
 
 
 def _problem(code: Code, **args: Any) -> Exception:
-    from .box import Problem
-
     return Problem(code, **args)
 
 
@@ -73,7 +82,7 @@ def cap_value(grant: AgentGrant, cap: Cap) -> int:
     return min(grant.caps.get(cap.value, info.default), info.ceiling)
 
 
-def hello_ok(box: Box, grant: AgentGrant, now_ms: int, uptime_ms: int) -> dict[str, Any]:
+def hello_ok(box: BoxView, grant: AgentGrant, now_ms: int, uptime_ms: int) -> dict[str, Any]:
     """The `hello_ok` body for an agent: upstream fields plus part B's agent fields.
 
     Upstream `caps` already names the box's capabilities, so the grant's caps travel as
@@ -110,12 +119,12 @@ def _fit_plan(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def answer(
-    box: Box, grant: AgentGrant, read: Read, body: Any, now_ms: int, uptime_ms: int
+    box: BoxView, grant: AgentGrant, read: Read, body: Any, now_ms: int, uptime_ms: int
 ) -> list[tuple[str, Any]]:
     """Serve one agent read; returns [(answer type, body), ...] (several for `hist.query`).
 
     Raises:
-        box.Problem: the read's arguments, a cap or a limit refuse it.
+        problem.Problem: the read's arguments, a cap or a limit refuse it.
     """
     home = box.home
     b = _body(body)

@@ -64,12 +64,15 @@ class Link:
     from_stub: Any
     close_code: int | None = None
     closed: trio.Event = field(default_factory=trio.Event)
+    sent: list[bytes] = field(default_factory=list)
+    """Every message the door sent to the box, in order."""
 
     # door side (WebSocketLike)
     async def receive(self) -> bytes:
         return await self.from_stub.receive()  # type: ignore[no-any-return]
 
     async def send(self, data: bytes) -> None:
+        self.sent.append(data)
         await self.to_stub.send(data)
 
     async def close(self, code: int, reason: str = "") -> None:

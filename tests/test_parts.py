@@ -68,30 +68,64 @@ async def test_sqlite_store(tmp_path: Path) -> None:
     store.close()
 
 
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def _imports(path: Path) -> set[str]:
+    """Every module `path` imports at run time, relative imports resolved to absolute names
+    (`from . import x` counts as both the package and `package.x`); imports under
+    `if TYPE_CHECKING:` are left out, as they never run."""
     tree = ast.parse(path.read_text())
+    package = _module(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     out: set[str] = set()
+    typing_only: set[int] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
     return out
+
+
+def _ours() -> dict[str, set[str]]:
+    """Our modules (ftwbridge, stubbox) -> the modules of ours each imports."""
+    paths = [*(ROOT / "ftwbridge").rglob("*.py"), *(ROOT / "stubbox").rglob("*.py")]
+    modules = {_module(p): p for p in paths}
+    return {n: {i for i in _imports(p) if i in modules and i != n} for n, p in modules.items()}
+
+
+def test_relative_imports_resolve() -> None:
+    proto = ROOT / "ftwbridge" / "proto"
+    assert "ftwbridge.proto.envelope" in _imports(proto / "door.py")
+    assert "ftwbridge.door.tunnel" in _imports(ROOT / "ftwbridge/door/door.py")
+    assert "stubbox.reads" in _imports(ROOT / "stubbox" / "box.py")
 
 
 def test_import_rules() -> None:
     stdlib = set(sys.stdlib_module_names)
+    allowed = stdlib | {"cbor2", "nacl", "noise", "cryptography", "yaml", "ftwbridge"}
     for path in (ROOT / "ftwbridge" / "proto").glob("*.py"):
         for name in _imports(path):
             top = name.split(".")[0]
-            assert top in stdlib | {
-                "cbor2",
-                "nacl",
-                "noise",
-                "cryptography",
-                "yaml",
-                "ftwbridge",
-            }, (path, name)
+            assert top in allowed, (path, name)
+            assert not name.startswith("ftwbridge.") or name.startswith("ftwbridge.proto"), (
+                path,
+                name,
+            )  # proto keeps to itself
             assert top not in {"trio", "quart", "hypercorn", "pydantic", "time", "os"} or (
                 path.name,
                 top,
@@ -103,6 +137,33 @@ def test_import_rules() -> None:
             ), path
     for path in (ROOT / "ftwbridge").rglob("*.py"):
         assert not any(n.startswith("stubbox") for n in _imports(path)), path
+
+
+def test_no_import_cycles() -> None:
+    """No module of ours reaches itself through its imports (a package's `__init__` counts as
+    importing what it re-exports, its modules as importing nothing of the package)."""
+    graph = _ours()
+    for name, deps in graph.items():
+        pkg = name.rsplit(".", 1)[0]
+        graph[name] = {d for d in deps if d != pkg}  # a module needs its package started
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycle = [*path[path.index(dep) :], dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
 
 
 def test_cli_demo_once_reads_every_tool(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ from ftwbridge.proto.registry import Msg, peer_reason
 from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
 from ftwbridge.store import Store
 
-from .tunnel import WS_GONE, HomeOffline, Limits, Tun, Uplink, WebSocketLike, close_ws
+from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSocketLike, close_ws
 
 log = logging.getLogger("ftwbridge.door")
 CLAIM_MAX_MS = 600_000
@@ -219,7 +219,7 @@ class Door:
         try:
             await self._read(uplink)
         finally:
-            uplink.end_all("uplink_lost")
+            uplink.end_all(LocalEnd.UPLINK_LOST.value)
             if self._uplinks.get(home) is uplink:
                 del self._uplinks[home]
             log.info("uplink down home=%s", home)

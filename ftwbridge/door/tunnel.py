@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from .door import Door
 
 log = logging.getLogger("ftwbridge.door")
+ACLOSE_S = 1.0
+"""The most `Tun.aclose` waits to tell the box `tun.end` (seconds)."""
 TUN_QUEUE = 16
 """Messages a tunnel buffers from the box before the uplink's reader waits (back-pressure)."""
 
@@ -47,6 +50,29 @@ async def close_ws(ws: WebSocketLike, code: int, reason: str) -> None:
             await ws.close(code, reason)
         except WS_GONE as exc:
             log.debug("close %d not sent: %s", code, type(exc).__name__)
+
+
+class LocalEnd(StrEnum):
+    """Why a session ended, when no `tun.end` reason of the contract says it: these name the
+    cause in metrics, logs and the caller's refusal, and never travel to a box."""
+
+    REFUSED = "refused"
+    """Opening the session was refused (keys part, handshake, clock, the box's own error)."""
+    PROTOCOL_ERROR = "protocol_error"
+    """The box sent what the session layer refuses (authentication failure, replay)."""
+    UPLINK_LOST = "uplink_lost"
+    """The box's uplink ended under the tunnel."""
+
+
+def tun_end_reason(cause: str) -> TunEndReason:
+    """The `tun.end` reason (agents.yaml `tun_end_reasons`) for a session that ended by `cause`:
+    a contract reason stays itself; a local cause or a box's `session.terminate` reason that
+    `tun.end` lacks (`box_shutdown`, `epoch_changed`) becomes `closed`. The one place that
+    chooses what a box hears."""
+    try:
+        return TunEndReason(cause)
+    except ValueError:
+        return TunEndReason.CLOSED
 
 
 class HomeOffline(Exception):
@@ -123,14 +149,18 @@ class Tun:
             self.end_reason = reason
         self._send.close()
 
-    async def aclose(self, reason: str) -> None:
-        """End the tunnel; the box hears `tun.end {sid, reason}` if the uplink is up."""
+    async def aclose(self, reason: TunEndReason) -> None:
+        """End the tunnel; the box hears `tun.end {sid, reason}` if the uplink is up.
+
+        Shielded from the caller's cancellation and bounded by `ACLOSE_S` of its own, so a
+        send that blocks (a box that reads nothing) cannot hold the caller's cleanup.
+        """
         if self.end_reason is not None:
             self._uplink.tuns.pop(self.sid, None)
             return
-        self._end(reason)
+        self._end(reason.value)
         self._uplink.tuns.pop(self.sid, None)
-        with trio.move_on_after(1), trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + ACLOSE_S):
             await self._uplink.send_raw(tun_end(self.sid, reason))
 
 
@@ -165,7 +195,7 @@ class Uplink:
     async def send_tun(self, sid: int, d: bytes) -> bool:
         """Send one Noise message on tunnel `sid`; False when the home's limit dropped it."""
         if self.closed:
-            raise TunEnded("uplink_lost")
+            raise TunEnded(LocalEnd.UPLINK_LOST.value)
         data = tun(sid, d)
         if not self.door._limits(self.home, outbound=True).allow(trio.current_time(), len(data)):
             self.door.stats.dropped_to_box += 1

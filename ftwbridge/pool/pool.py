@@ -25,7 +25,7 @@ from typing import Any
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.door import Door, HomeOffline, TunEnded
+from ftwbridge.door import Door, HomeOffline, LocalEnd, TunEnded, tun_end_reason
 from ftwbridge.keys.service import KeysError, KeysPort
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
@@ -272,7 +272,7 @@ class Pool:
                 except CallRefused as exc:
                     self._observed_open(exc.code, started)
                     w.failure = exc
-                    w.end_reason = w.end_reason or "refused"
+                    w.end_reason = w.end_reason or LocalEnd.REFUSED.value
                     return
                 finally:
                     w.ready.set()
@@ -284,7 +284,7 @@ class Pool:
         except TunEnded as exc:
             w.end_reason = w.end_reason or exc.reason
         except ProtocolError:
-            w.end_reason = w.end_reason or "protocol_error"
+            w.end_reason = w.end_reason or LocalEnd.PROTOCOL_ERROR.value
         finally:
             reason = w.end_reason or TunEndReason.CLOSED.value
             w.end_reason = reason
@@ -294,9 +294,8 @@ class Pool:
             if w.waiter is not None and not w.waiter.done.is_set():
                 w.waiter.refusal = refusal_for_end(reason)
                 w.waiter.done.set()
-            if w.tun is not None:
-                with trio.CancelScope(shield=True):
-                    await w.tun.aclose(reason)  # the box hears tun.end before we forget it
+            if w.tun is not None:  # the box hears tun.end before we forget it (bounded)
+                await w.tun.aclose(tun_end_reason(reason))
             if self._warm.get((w.home, w.agent_key)) is w:
                 del self._warm[(w.home, w.agent_key)]
             self._drops[reason] = self._drops.get(reason, 0) + 1

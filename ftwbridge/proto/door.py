@@ -15,7 +15,8 @@ from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey, VerifyKey
 
 from .envelope import Envelope, decode_envelope
-from .errors import RemoteProtocolError
+from .errors import LocalProtocolError, RemoteProtocolError
+from .names import TunEndReason
 from .registry import DOOR_CONTEXT, Msg
 
 MAX_MESSAGE_BYTES: Final = 64 * 1024
@@ -72,6 +73,12 @@ def tun(sid: int, d: bytes) -> bytes:
     return Envelope(Msg.TUN, None, {"sid": sid, "d": d}).encode()
 
 
-def tun_end(sid: int, reason: str) -> bytes:
-    """A `tun.end {sid, reason}` message."""
-    return Envelope(Msg.TUN_END, None, {"sid": sid, "reason": reason}).encode()
+def tun_end(sid: int, reason: TunEndReason) -> bytes:
+    """A `tun.end {sid, reason}` message; `reason` is one of agents.yaml `tun_end_reasons`.
+
+    Raises:
+        LocalProtocolError: a reason the contract does not list.
+    """
+    if not isinstance(reason, TunEndReason):
+        raise LocalProtocolError(f"{reason!r} is not a tun.end reason")
+    return Envelope(Msg.TUN_END, None, {"sid": sid, "reason": reason.value}).encode()

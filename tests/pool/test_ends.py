@@ -1,0 +1,110 @@
+"""How sessions end, as the box hears it: only `tun.end` reasons of the contract, and a bounded
+`Tun.aclose` even when the send under it blocks. MockClock (autojump) throughout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from ftwbridge.config import Config
+from ftwbridge.door import Tun
+from ftwbridge.door.tunnel import ACLOSE_S, Uplink
+from ftwbridge.pool import CallRefused
+from ftwbridge.proto.envelope import decode_envelope
+from ftwbridge.proto.names import Read, TunEndReason
+from ftwbridge.proto.registry import Msg
+from tests.harness import Rig
+
+
+def _tun_ends(rig: Rig) -> list[str]:
+    out = []
+    for link in rig.links:
+        for data in link.sent:
+            env = decode_envelope(data)
+            if env.t == Msg.TUN_END:
+                out.append(env.b["reason"])
+    return out
+
+
+async def _call(rig: Rig, key: bytes) -> Any:
+    with trio.fail_after(30):
+        try:
+            return await rig.pool.call("h1", key, Read.LIVE_GET)
+        except CallRefused as exc:
+            return exc
+
+
+async def test_local_causes_reach_the_box_as_closed(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+) -> None:
+    rig = Rig(nursery, Config(idle_close_s=10))
+    await rig.start()
+    stub = await rig.add_home()
+    key, _ = await rig.grant(stub)
+
+    stub.hold = True  # the handshake times out: a local cause ("no_answer")
+    assert isinstance(await _call(rig, key), CallRefused)
+    stub.hold = False
+    stub.clock_offset_ms = 6 * 60_000  # hello_ok with a clock too far off: refused
+    assert isinstance(await _call(rig, key), CallRefused)
+    stub.clock_offset_ms = 0
+    assert not isinstance(await _call(rig, key), CallRefused)
+    (tun,) = next(iter(rig.door._uplinks.values())).tuns.values()
+    tun._deliver(b"\x00" * 40)  # bytes that fail the session's authentication
+    with trio.fail_after(5):
+        await rig.pool._wait_until(lambda: not rig.pool.statistics().sessions)
+    assert rig.pool.statistics().drops.get("protocol_error") == 1
+    assert not isinstance(await _call(rig, key), CallRefused)
+    await trio.sleep(11)  # idle close
+    ends = _tun_ends(rig)
+    contract = {r.value for r in TunEndReason}
+    assert ends and set(ends) <= contract, ends
+    assert ends == ["closed", "closed", "closed", "idle"], ends
+
+
+class _Stuck:
+    """A WebSocket whose sends never complete (a box that reads nothing)."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    async def receive(self) -> bytes:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async def send(self, data: bytes) -> None:
+        self.sends += 1
+        await trio.sleep_forever()
+
+    async def close(self, code: int, reason: str = "") -> None:
+        return None
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+async def test_tun_aclose_is_bounded_when_the_send_blocks(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock, cancelled: bool
+) -> None:
+    rig = Rig(nursery)
+    ws = _Stuck()
+    uplink = Uplink(rig.door, "h1", ws)
+    tun = Tun(uplink, uplink.new_sid())
+    uplink.tuns[tun.sid] = tun
+    start = trio.current_time()
+    with trio.fail_after(10), trio.CancelScope() as scope:
+        if cancelled:
+            scope.cancel()  # the caller is being cancelled: the shield still lets it try, bounded
+        await tun.aclose(TunEndReason.REVOKED)
+    assert trio.current_time() - start == pytest.approx(ACLOSE_S)
+    assert ws.sends == 1 and tun.sid not in uplink.tuns and tun.end_reason == "revoked"
+
+
+def test_tun_end_takes_only_contract_reasons() -> None:
+    from ftwbridge.proto.door import tun_end
+    from ftwbridge.proto.errors import LocalProtocolError
+
+    assert decode_envelope(tun_end(3, TunEndReason.IDLE)).b == {"sid": 3, "reason": "idle"}
+    for bad in ("refused", "protocol_error", "uplink_lost"):
+        with pytest.raises(LocalProtocolError):
+            tun_end(3, bad)  # type: ignore[arg-type]
