@@ -24,6 +24,7 @@ import trio
 
 from ftwbridge.config import Config, load_config
 from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
+from ftwbridge.keys.keyfile import StateFileError
 from ftwbridge.lifecycle import until_signalled
 from ftwbridge.proto.roster import RosterRefused, verify_roster
 from ftwbridge.run import Bridge
@@ -174,6 +175,9 @@ def main(argv: list[str] | None = None) -> None:
     job = jobs[(args.command, getattr(args, "action", None))]
     try:
         status = trio.run(job)
+    except StateFileError as exc:
+        print(f"ftwbridge: {exc}", file=sys.stderr)
+        status = 2
     except BaseException as exc:
         if not _only_interrupts(exc):
             raise

@@ -8,16 +8,16 @@ leaves it. A key is forgotten once a roster that listed its agent no longer does
 from __future__ import annotations
 
 import itertools
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.noise import Initiator, TransportKeys, generate_static
+
+from .keyfile import StateFileError, read_json, update_json
 
 MAX_PENDING_HANDSHAKES = 4096
 
@@ -68,10 +68,17 @@ class _Key:
 
 
 class KeysService:
-    """`KeysPort` in-process; keys persist in `path` (written 0600, replaced atomically).
+    """`KeysPort` in-process; keys persist in `path` (0600, see `keyfile` for how it is written).
+
+    Each change is applied to the file as a delta (keys added, flags changed, keys removed)
+    under the file's lock, so another process writing the same file (`ftwbridge agent create`)
+    and many homes changing rosters at once lose nothing.
 
     Args:
         path: the key file, or None to keep keys in memory only (tests).
+
+    Raises:
+        StateFileError: the key file exists and cannot be used (a sentence for the operator).
     """
 
     def __init__(self, path: Path | None) -> None:
@@ -80,17 +87,28 @@ class KeysService:
         self._pending: dict[int, Initiator] = {}
         self._ids = itertools.count(1)
         self._forgotten: set[bytes] = set()
-        self._keys.update(self._read())
+        self._lock = trio.Lock()
+        if path is not None:
+            self._keys.update(_parse(read_json(path), path))
 
-    async def _save(self) -> None:
+    async def _save(self, upserts: dict[bytes, _Key], removals: set[bytes]) -> None:
+        """Apply this change to the file, in order with this process's other changes."""
         if self._path is None:
             return
-        self._merge(await trio.to_thread.run_sync(self._read))
-        data = {
-            pub.hex(): {"home": k.home, "private": k.private.hex(), "listed": k.listed}
-            for pub, k in self._keys.items()
-        }
-        await trio.to_thread.run_sync(self._write, data)
+        path = self._path
+        rows = {pub.hex(): _row(key) for pub, key in upserts.items()}
+        gone = {pub.hex() for pub in removals}
+
+        def change(value: Any) -> Any:
+            current = dict(value) if isinstance(value, dict) else {}
+            for pub in gone:
+                current.pop(pub, None)
+            current.update(rows)
+            return current
+
+        async with self._lock:
+            written = await trio.to_thread.run_sync(update_json, path, change)
+        self._merge(_parse(written, path))
 
     def _merge(self, found: dict[bytes, _Key]) -> None:
         """Take keys another process (`ftwbridge agent create`) added to the file; keys this
@@ -98,15 +116,6 @@ class KeysService:
         for pub, key in found.items():
             if pub not in self._keys and pub not in self._forgotten:
                 self._keys[pub] = key
-
-    def _write(self, data: dict[str, dict[str, object]]) -> None:
-        assert self._path is not None
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, self._path)
 
     @property
     def pending_handshakes(self) -> int:
@@ -116,8 +125,8 @@ class KeysService:
     async def create(self, home: str) -> bytes:
         """See `KeysPort.create`."""
         private, public = generate_static()
-        self._keys[public] = _Key(home, private)
-        await self._save()
+        key = self._keys[public] = _Key(home, private)
+        await self._save({public: key}, set())
         return public
 
     async def begin(self, agent_key: bytes, box_noise_key: bytes) -> tuple[int, bytes]:
@@ -159,19 +168,20 @@ class KeysService:
     async def sync(self, home: str, listed: frozenset[bytes]) -> list[bytes]:
         """See `KeysPort.sync`: keys listed now are marked; keys listed before and not now go."""
         gone: list[bytes] = []
-        changed = False
+        marked: dict[bytes, _Key] = {}
         for pub, key in list(self._keys.items()):
             if key.home != home:
                 continue
             if pub in listed:
-                changed |= not key.listed
-                key.listed = True
+                if not key.listed:
+                    key.listed = True
+                    marked[pub] = key
             elif key.listed:
                 del self._keys[pub]
                 self._forgotten.add(pub)
                 gone.append(pub)
-        if gone or changed:
-            await self._save()
+        if gone or marked:
+            await self._save(marked, set(gone))
         return gone
 
     async def drop(self, agent_key: bytes) -> None:
@@ -180,24 +190,47 @@ class KeysService:
         if key is not None and not key.listed:
             del self._keys[agent_key]
             self._forgotten.add(agent_key)
-            await self._save()
+            await self._save({}, {agent_key})
 
     async def has(self, agent_key: bytes) -> bool:
         """See `KeysPort.has`."""
         return agent_key in self._keys or await self._reload(agent_key) is not None
 
     async def _reload(self, agent_key: bytes) -> _Key | None:
-        """Look in the file for a key another process added since we read it."""
+        """Look in the file for a key another process added since we read it.
+
+        Raises:
+            KeysError: the file cannot be read now (its sentence says why).
+        """
         if self._path is None:
             return None
-        self._merge(await trio.to_thread.run_sync(self._read))
+        try:
+            value = await trio.to_thread.run_sync(read_json, self._path)
+            self._merge(_parse(value, self._path))
+        except StateFileError as exc:
+            raise KeysError(str(exc)) from exc
         return self._keys.get(agent_key)
 
-    def _read(self) -> dict[bytes, _Key]:
-        if self._path is None or not self._path.exists():
-            return {}
-        rows = json.loads(self._path.read_text("utf-8"))
+
+def _row(key: _Key) -> dict[str, Any]:
+    return {"home": key.home, "private": key.private.hex(), "listed": key.listed}
+
+
+def _parse(value: Any, path: Path) -> dict[bytes, _Key]:
+    """Keys from the file's JSON value (None: no file yet).
+
+    Raises:
+        StateFileError: a value that is not the key file's shape.
+    """
+    if value is None:
+        return {}
+    try:
         return {
             bytes.fromhex(pub): _Key(row["home"], bytes.fromhex(row["private"]), row["listed"])
-            for pub, row in rows.items()
+            for pub, row in value.items()
         }
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise StateFileError(
+            f"the agent keys file {path} does not hold agent keys ({type(exc).__name__});"
+            " restore it from a backup, or move it aside to start with no agent keys"
+        ) from exc
