@@ -15,7 +15,7 @@ import httpx2
 import pytest
 import trio
 
-from tests.e2e.env import Env
+from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.test_flow import pkce
 
 DRIVER = Path(__file__).with_name("drive_consent.py")
@@ -26,7 +26,7 @@ async def assistant_listener(nursery: trio.Nursery) -> str:
 
     async def answer(stream: trio.SocketStream) -> None:
         async with stream:
-            with trio.move_on_after(5):
+            with trio.move_on_after(REAL_WAIT_S):
                 buf = b""
                 while b"\r\n\r\n" not in buf:
                     chunk = await stream.receive_some(4096)

@@ -9,7 +9,7 @@ import trio
 
 from ftwbridge.store import TokenRecord, hash_token
 
-from .env import Env
+from .env import REAL_WAIT_S, Env
 
 MODERN = {
     "content-type": "application/json",
@@ -75,7 +75,7 @@ async def test_roster_drop_gives_401_and_keys_part_forgets(env: Env) -> None:
     r = await post_call(env, token, "status")
     assert r.status_code == 200 and not r.json()["result"]["isError"]
     await home.console(op="drop_agent", key=key.hex())
-    with trio.fail_after(10):
+    with trio.fail_after(REAL_WAIT_S):
         await env.bridge.door.wait_roster("h1", lambda ro: key not in ro.agents())
     r = await post_call(env, token, "status")
     assert r.status_code == 401
@@ -142,7 +142,7 @@ async def test_box_disconnect_mid_call_ends_in_words(env: Env) -> None:
             got.append(await post_call(env, token, "status"))
 
         inner.start_soon(caller)
-        with trio.fail_after(10):
+        with trio.fail_after(REAL_WAIT_S):
             while env.bridge.pool.statistics().calls_in_flight == 0:  # noqa: ASYNC110 - real sockets, bounded
                 await trio.sleep(0.01)
         await home.console(op="drop_uplink")
@@ -176,7 +176,7 @@ async def test_operator_flow_from_the_cli(env: Env) -> None:
         scopes=["ftw.live.read"],
         expiresAtMs=expires,
     )
-    with trio.fail_after(10):
+    with trio.fail_after(REAL_WAIT_S):
         await env.bridge.door.wait_roster("h1", lambda r: key in r.agents())
     done = await trio.run_process(
         [*cli, "token", "issue", "--home", "h1", "--agent", "cli-agent"],
@@ -209,7 +209,7 @@ async def test_a_key_the_keys_part_never_held_is_refused_in_words(env: Env) -> N
         scopes=["ftw.live.read"],
         expiresAtMs=expires,
     )
-    with trio.fail_after(10):
+    with trio.fail_after(REAL_WAIT_S):
         await env.bridge.door.wait_roster("h1", lambda r: stranger in r.agents())
     token = await env.bridge.issue_token("h1", stranger, "x", ("ftw.live.read",))
     result = (await post_call(env, token, "status")).json()["result"]

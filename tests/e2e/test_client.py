@@ -11,7 +11,7 @@ from ftwbridge.demo import DEMO_CALLS
 from ftwbridge.proto.clean import clean, to_json
 from stubbox.home import HOSTILE_FRAGMENTS, Home
 
-from .env import Env, now_ms
+from .env import REAL_WAIT_S, Env, now_ms
 
 TOOL_NAMES = {name for name, _ in DEMO_CALLS}
 
@@ -33,7 +33,7 @@ async def test_every_tool_reads_what_the_home_holds(env: Env, mode: str) -> None
     _key, agent_id, token = await env.agent(home)
     sim = Home(seed=1)
     async with env.http(token) as http, env.client(http, mode) as client:
-        with trio.fail_after(30):
+        with trio.fail_after(REAL_WAIT_S):
             tools = await client.list_tools()
             assert {t.name for t in tools.tools} == TOOL_NAMES
             assert all(t.annotations and t.annotations.read_only_hint for t in tools.tools)
@@ -68,7 +68,7 @@ async def test_hostile_strings_arrive_cleaned(env: Env) -> None:
     _key, _agent, token = await env.agent(home)
     seen = []
     async with env.http(token) as http, env.client(http, "2026-07-28") as client:
-        with trio.fail_after(30):
+        with trio.fail_after(REAL_WAIT_S):
             for name, args in [
                 ("chargers_list", {}),
                 ("cars_list", {}),

@@ -16,7 +16,7 @@ from ftwbridge.proto.envelope import Envelope, decode_envelope
 from ftwbridge.proto.registry import Msg
 from stubbox.owner import Owner
 
-from .env import Env
+from .env import REAL_WAIT_S, Env
 
 
 async def closed_with(env: Env, *messages: bytes | str) -> int | None:
@@ -26,7 +26,7 @@ async def closed_with(env: Env, *messages: bytes | str) -> int | None:
         try:
             for m in messages:
                 await ws.send_message(m)
-            with trio.fail_after(15):
+            with trio.fail_after(REAL_WAIT_S):
                 while True:
                     await ws.get_message()
         except ConnectionClosed as exc:

@@ -21,7 +21,7 @@ from mcp.shared.auth import (
 )
 
 from ftwbridge.demo import MemoryTokenStorage, consent_as_person
-from tests.e2e.env import Env, Home
+from tests.e2e.env import REAL_WAIT_S, Env, Home
 
 REDIRECT = "http://127.0.0.1:9/callback"
 
@@ -100,7 +100,7 @@ async def test_sdk_oauth_flow_then_status(env: Env) -> None:
     assert roster is not None
     [key] = list(roster.agents())
     await home.console(op="drop_agent", key=key.hex())
-    with trio.fail_after(10):
+    with trio.fail_after(REAL_WAIT_S):
         await env.bridge.door.wait_roster("h1", lambda r: key not in r.agents())
     async with httpx2.AsyncClient() as http:
         assert await mcp_status(http, env, storage.tokens.access_token) == 401
@@ -292,7 +292,7 @@ async def test_authorize_refusals(env: Env) -> None:
             await trio.sleep(0.05)
         [pending] = await home.console(op="requests")
         await home.console(op="deny", req=pending["req"])
-        with trio.fail_after(10):
+        with trio.fail_after(REAL_WAIT_S):
             while True:
                 r = await http.get(base + f"/authorize/wait?req={req}")
                 if r.status_code == 303:
