@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 from ftwbridge.config import Config  # noqa: E402
 from ftwbridge.demo import console, start_stub  # noqa: E402
 from ftwbridge.keys import KeysService  # noqa: E402
+from ftwbridge.lifecycle import until_stdin_closes  # noqa: E402
 from ftwbridge.proto.names import Read  # noqa: E402
 from ftwbridge.run import Bridge  # noqa: E402
 
@@ -139,7 +140,8 @@ async def main(args: argparse.Namespace) -> None:
             tokens = [await bridge.issue_token(h, k, a, ("ftw.live.read",)) for h, k, a in granted]
             await trio.Path(args.tokens).write_text(json.dumps(tokens))
             print("ready", flush=True)
-            await trio.sleep_forever()
+            await until_stdin_closes()  # the bench passes a pipe: its end is ours
+            nursery.cancel_scope.cancel()
 
 
 if __name__ == "__main__":

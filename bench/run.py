@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -147,6 +148,9 @@ def files_for(
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a server of the run: its lifeline closes, then SIGTERM, then SIGKILL after 10 s."""
+    if proc.stdin is not None:
+        proc.stdin.close()
     proc.terminate()
     try:
         proc.wait(10)
@@ -192,6 +196,7 @@ def http_cases(tmp: Path) -> list[dict[str, Any]]:
             "1",
         ],
         cwd=ROOT,
+        stdin=subprocess.PIPE,  # its lifeline: it exits when this process ends, however
         stdout=subprocess.PIPE,
     )
     try:
@@ -308,5 +313,10 @@ def main() -> None:
     print(f"\nwritten {out.relative_to(ROOT)}; whole run {time.monotonic() - started:.0f} s")
 
 
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through every `finally: stop(proc)`
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     main()

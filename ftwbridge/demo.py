@@ -74,11 +74,17 @@ async def start_stub(
     prefix: tuple[str, ...] = (),
 ) -> tuple[trio.Process, dict[str, Any]]:
     """Start `python -m stubbox` for `home` (`prefix` goes before it, e.g. `taskset -c 1`);
-    returns (process, its start line)."""
+    returns (process, its start line).
+
+    The stub is owned twice over: cancelling `nursery` stops it, and it watches a pipe on its
+    standard input (`--exit-with-parent`), so it also exits when this process dies uncleanly.
+    """
     argv = [*prefix, sys.executable, "-m", "stubbox", "--bridge", door_url]
-    argv += ["--home", home, "--seed", home, *extra]
+    argv += ["--home", home, "--seed", home, "--exit-with-parent", *extra]
     proc: trio.Process = await nursery.start(
-        functools.partial(trio.run_process, argv, stdout=subprocess.PIPE, check=False)
+        functools.partial(
+            trio.run_process, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, check=False
+        )
     )
     assert proc.stdout is not None
     buf = b""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -47,3 +49,17 @@ async def until_signalled(
             nursery.start_soon(watch)
             nursery.start_soon(main)
     return status
+
+
+async def until_stdin_closes() -> None:
+    """Return once standard input reaches end-of-file.
+
+    A parent that starts this process with a pipe on its standard input (and never writes to
+    it) makes it a lifeline: when the parent ends, however it ends (SIGKILL included), the
+    pipe closes and this returns, so the child can stop instead of living on as an orphan.
+    Anything written is read and ignored.
+    """
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    async with stdin:
+        while await stdin.receive_some(4096):
+            pass

@@ -4,6 +4,12 @@ On start it prints one JSON line: `{"home", "homeKey" (hex Ed25519 public key), 
 (port)}`, or with `--fleet N`, `{"fleet": [{"home", "homeKey"}, ...], "console"}`, so a parent
 process (the demo, tests, benchmarks) can enroll the homes and drive their owners.
 `--print-key` prints that line and exits without dialing.
+
+Stopping: the first SIGTERM or SIGINT closes every uplink with a Close frame (1001, going away)
+and exits within `STOP_S`, whatever the stub is doing (dialling, backing off, answering); a
+second signal exits at once. With `--exit-with-parent`, the stub also exits when its standard
+input reaches end-of-file: a parent that starts it with a pipe there (and never writes) takes it
+along when it dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 
@@ -18,6 +25,9 @@ import trio
 
 from .console import serve_console
 from .uplink import StubHome, run_uplink
+
+STOP_S = 1.0
+"""The most a stop takes from the first signal (seconds); uplinks close within it."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +48,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fleet", type=int, default=1, help="run N homes named HOME-0 .. HOME-(N-1)")
     p.add_argument("--print-key", action="store_true", help="print the home key line and exit")
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="exit when standard input closes (a parent passes a pipe it never writes)",
+    )
     return p
+
+
+async def _until_stdin_closes() -> None:
+    """Return once standard input reaches end-of-file (its writer, the parent, is gone)."""
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    async with stdin:
+        while await stdin.receive_some(4096):
+            pass  # a parent never writes here; anything it did is ignored
+
+
+async def _stop(stubs: dict[str, StubHome], nursery: trio.Nursery) -> None:
+    """Close every uplink with a Close frame (bounded by `STOP_S`), then end everything."""
+    with trio.move_on_after(STOP_S):
+        async with trio.open_nursery() as closing:
+            for stub in stubs.values():
+                closing.start_soon(stub.drop_uplink)
+    nursery.cancel_scope.cancel()
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -69,9 +101,20 @@ async def _main(args: argparse.Namespace) -> None:
             print(json.dumps(line | {"console": port}), flush=True)
             for stub in stubs.values():
                 nursery.start_soon(run_uplink, stub, args.bridge)
-            async for _sig in signals:  # SIGTERM or SIGINT: stop quietly
-                nursery.cancel_scope.cancel()
-                break
+            if args.exit_with_parent:
+
+                async def orphaned() -> None:
+                    await _until_stdin_closes()
+                    await _stop(stubs, nursery)
+
+                nursery.start_soon(orphaned)
+            stopping = False
+            async for _sig in signals:
+                if stopping:  # a second signal: at once
+                    os._exit(130)
+                stopping = True
+                nursery.start_soon(_stop, stubs, nursery)
+                nursery.cancel_scope.deadline = trio.current_time() + STOP_S * 2
 
 
 def main(argv: list[str] | None = None) -> None:
