@@ -12,12 +12,14 @@ to `bench/results/<date>.json` and a Markdown table, which also replaces the tab
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +30,11 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PY = sys.executable
-SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "2"))
+"""Seconds of one measurement (one case, one connection count, one round)."""
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+TOO_WIDE = 0.25
+"""A ratio whose rounds spread more than this fraction of its median is flagged: too wide to judge."""
 CONNECTIONS = (1, 16, 64)
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -101,7 +107,7 @@ def wrk(url: str, conns: int, seconds: int, files: dict[str, str]) -> dict[str, 
 
 
 def run_case(name: str, url: str, pid: int, files: dict[str, str]) -> list[dict[str, Any]]:
-    wrk(url, 16, 2, files)  # warm-up
+    """One sample of case `name` at every connection count (`SECONDS` each)."""
     rows = []
     for conns in CONNECTIONS:
         before = cpu_seconds(pid)
@@ -159,95 +165,120 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def http_cases(tmp: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for name, stack in (("sdk-trio", "trio"), ("sdk-uvicorn", "uvicorn")):
+Case = tuple[str, str, int, dict[str, str]]
+"""(name, url, server pid, wrk files) of one measured case."""
+
+
+def _server(
+    stack: contextlib.ExitStack, argv: list[str], **options: Any
+) -> subprocess.Popen[bytes]:
+    """Start one server of the run (on CPU 0), stopped when `stack` closes, however it closes."""
+    proc = subprocess.Popen([*pin(0), PY, *argv], stdin=subprocess.PIPE, **options)
+    stack.callback(stop, proc)
+    return proc
+
+
+def start_cases(stack: contextlib.ExitStack, tmp: Path) -> list[Case]:
+    """Start every server at once (each idle while another is measured); returns the cases."""
+    cases: list[Case] = []
+    for name, kind in (("sdk-trio", "trio"), ("sdk-uvicorn", "uvicorn")):
         port = free_port()
-        proc = subprocess.Popen(
-            [*pin(0), PY, str(BENCH / "sdk_server.py"), "--port", str(port), "--stack", stack],
-            cwd=BENCH,
+        proc = _server(
+            stack, [str(BENCH / "sdk_server.py"), "--port", str(port), "--stack", kind], cwd=BENCH
         )
-        try:
-            wait_port(port, proc)
-            rows += run_case(
-                name,
-                f"http://127.0.0.1:{port}/mcp",
-                proc.pid,
-                files_for(tmp, name, MODERN_BODY, MODERN_HEADERS, ["bench-token"]),
-            )
-        finally:
-            stop(proc)
+        wait_port(port, proc)
+        files = files_for(tmp, name, MODERN_BODY, MODERN_HEADERS, ["bench-token"])
+        cases.append((name, f"http://127.0.0.1:{port}/mcp", proc.pid, files))
     port = free_port()
     tokens = tmp / "bridge.tokens"
-    proc = subprocess.Popen(
-        [
-            *pin(0),
-            PY,
-            str(BENCH / "bridge_server.py"),
-            "--port",
-            str(port),
-            "--homes",
-            "32",
-            "--agents",
-            "4",
-            "--tokens",
-            str(tokens),
-            "--stub-cpu",
-            "1",
-        ],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,  # its lifeline: it exits when this process ends, however
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError("the bridge did not get ready")
-        url = f"http://127.0.0.1:{port}/mcp"
-        rows += run_case(
+    argv = [str(BENCH / "bridge_server.py"), "--port", str(port), "--homes", "32", "--agents", "4"]
+    argv += ["--tokens", str(tokens), "--stub-cpu", "1"]
+    proc = _server(stack, argv, cwd=ROOT, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        raise RuntimeError("the bridge did not get ready")
+    url = f"http://127.0.0.1:{port}/mcp"
+    cases.append(
+        (
             "bridge",
             url,
             proc.pid,
             files_for(tmp, "bridge", MODERN_BODY, MODERN_HEADERS, None, tokens),
         )
-        rows += run_case(
+    )
+    cases.append(
+        (
             "bridge-legacy",
             url,
             proc.pid,
             files_for(tmp, "legacy", LEGACY_BODY, LEGACY_HEADERS, None, tokens),
         )
-    finally:
-        stop(proc)
-    port = free_port()
-    proc = subprocess.Popen(
-        [*pin(0), PY, str(BENCH / "ceiling_server.py"), "--port", str(port)], cwd=BENCH
     )
-    try:
-        wait_port(port, proc)
-        rows += run_case(
+    port = free_port()
+    proc = _server(stack, [str(BENCH / "ceiling_server.py"), "--port", str(port)], cwd=BENCH)
+    wait_port(port, proc)
+    cases.append(
+        (
             "ceiling",
             f"http://127.0.0.1:{port}/mcp",
             proc.pid,
             files_for(tmp, "ceiling", MODERN_BODY, MODERN_HEADERS, ["x"]),
         )
-    finally:
-        stop(proc)
-    base = {r["connections"]: r["rps"] for r in rows if r["case"] == "sdk-trio"}
-    for r in rows:
-        r["vs_sdk_trio"] = (
-            round(r["rps"] / base[r["connections"]], 2) if base.get(r["connections"]) else None
+    )
+    return cases
+
+
+def http_cases(tmp: Path) -> list[dict[str, Any]]:
+    """Interleaved rounds: every round measures every case at every connection count, the
+    cases in a rotating order, so a disturbance (another process, a frequency change) lands on
+    all of them alike. Each row is the median of its rounds; `vs_sdk_trio` is the median of the
+    per-round ratios (same round, same connections), with their spread."""
+    with contextlib.ExitStack() as stack:
+        cases = start_cases(stack, tmp)
+        for _name, url, _pid, files in cases:
+            wrk(url, 16, 2, files)  # warm-up
+        samples: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for rnd in range(ROUNDS):
+            print(f" round {rnd + 1} of {ROUNDS}", flush=True)
+            order = cases[rnd % len(cases) :] + cases[: rnd % len(cases)]
+            for case in order:
+                for row in run_case(*case):
+                    samples.setdefault((row["case"], row["connections"]), []).append(row)
+    rows = []
+    for (name, conns), got in samples.items():
+        base = samples.get(("sdk-trio", conns), [])
+        ratios = sorted(g["rps"] / b["rps"] for g, b in zip(got, base, strict=True) if b["rps"])
+        med = statistics.median(ratios) if ratios else None
+        spread = (ratios[-1] - ratios[0]) / med if med else None
+        rows.append(
+            {
+                "case": name,
+                "connections": conns,
+                "rounds": len(got),
+                **{
+                    k: round(statistics.median(g[k] for g in got), 3)
+                    for k in ("rps", "p50_ms", "p99_ms", "cpu_ms_per_call")
+                },
+                "requests": sum(g["requests"] for g in got),
+                "bad": sum(g["bad"] for g in got),
+                "vs_sdk_trio": None if med is None else round(med, 2),
+                "ratio_range": None if not ratios else [round(ratios[0], 2), round(ratios[-1], 2)],
+                "too_wide": spread is not None and spread > TOO_WIDE,
+            }
         )
     return rows
 
 
 def table(rows: list[dict[str, Any]], sessions: dict[str, Any], micro: dict[str, Any]) -> str:
     out = [
-        "| case | conns | req/s | p50 ms | p99 ms | CPU ms/call | vs sdk-trio | bad |",
+        "| case | conns | req/s | p50 ms | p99 ms | CPU ms/call | vs sdk-trio (rounds' range) | bad |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        spread = "" if not r["ratio_range"] else f" ({r['ratio_range'][0]}-{r['ratio_range'][1]})"
+        wide = " too wide to judge" if r["too_wide"] else ""
         out.append(
-            f"| {r['case']} | {r['connections']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_ms_per_call']:.2f} | {r['vs_sdk_trio']} | {r['bad']} |"
+            f"| {r['case']} | {r['connections']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_ms_per_call']:.2f} | {r['vs_sdk_trio']}{spread}{wide} | {r['bad']} |"
         )
     out += ["", "| sessions | bridge RSS MiB | KiB per session |", "|---|---|---|"]
     for n, rss in sessions["rss_kib"].items():
@@ -286,6 +317,7 @@ def main() -> None:
     result = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "seconds_per_run": SECONDS,
+        "rounds": ROUNDS,
         "cases": rows,
         "sessions": sessions,
         "micro": micro,
@@ -303,7 +335,7 @@ def main() -> None:
             doc.write_text(
                 head
                 + start
-                + f"\nLatest run: {result['date']}, {SECONDS} s per run.\n\n"
+                + f"\nLatest run: {result['date']}, {ROUNDS} interleaved rounds of {SECONDS} s per case.\n\n"
                 + md
                 + "\n"
                 + end

@@ -27,7 +27,6 @@ from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
 from ftwbridge.lifecycle import until_signalled
 from ftwbridge.proto.roster import RosterRefused, verify_roster
-from ftwbridge.run import Bridge
 from ftwbridge.store import SqliteStore
 
 
@@ -71,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(config: Config) -> int:
+    from ftwbridge.run import Bridge  # the HTTP stack loads only for commands that serve
+
     bridge = Bridge(config)
 
     async def run(nursery: trio.Nursery) -> None:
@@ -135,6 +136,8 @@ async def _issue(config: Config, home: str, agent: str) -> int:
             return 1
         for agent_key, grant in roster.agents().items():
             if grant.id == agent:
+                from ftwbridge.run import Bridge
+
                 bridge = Bridge(config)
                 try:
                     token = await bridge.issue_token(home, agent_key, agent, grant.scopes)

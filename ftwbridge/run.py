@@ -23,12 +23,11 @@ from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
 from ftwbridge.keys.service import KeysError
-from ftwbridge.mcp.results import Refused
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
-from ftwbridge.pool import CallRefused, Pool
+from ftwbridge.pool import Pool
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.registry import READ_SCOPES
@@ -57,10 +56,7 @@ class _Homes:
         self._door = door
 
     async def call(self, home: str, agent_key: bytes, read: Read, body: Any) -> Reply:
-        try:
-            return await self._pool.call(home, agent_key, read, body)
-        except CallRefused as exc:
-            raise Refused(exc.code, exc.args_, exc.retry_after_ms) from None
+        return await self._pool.call(home, agent_key, read, body)
 
     async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
         roster = await self._door.roster(home)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
-from ftwbridge.proto.names import Cap, Code, Read, Refused, Role, TerminateReason
+from ftwbridge.proto.names import Cap, Code, Read, RefusedToAgents, Role, TerminateReason
 from ftwbridge.proto.noise import Responder
 from ftwbridge.proto.registry import CAPS, READS, Msg
 from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
@@ -216,7 +216,7 @@ class Box:
         g = sess.grant
         if now_ms >= g.expires_at_ms:
             raise Problem(Code.E_GRANT_EXPIRED, expiresAtMs=g.expires_at_ms)
-        if env.t in set(Refused):
+        if env.t in set(RefusedToAgents):
             raise Problem(Code.E_OP_NOT_GRANTED, t=env.t)
         if env.t == Msg.CMD:
             op = env.b.get("op") if isinstance(env.b, dict) else None

@@ -26,6 +26,7 @@ from ftwbridge import __version__
 from ftwbridge.proto.clean import to_json
 from ftwbridge.proto.names import Code, Read
 from ftwbridge.proto.pacing import TokenBucket
+from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
@@ -33,7 +34,6 @@ from ftwbridge.store import TokenRecord
 from . import inbound
 from .results import (
     KNOWN_OUTCOMES,
-    Refused,
     conforms,
     log_safe,
     ok_result,
@@ -56,7 +56,7 @@ class HomePort(Protocol):
     """What `/mcp` needs of the rest of the bridge (the pool and the rosters)."""
 
     async def call(self, home: str, agent_key: bytes, read: Read, body: Any) -> Reply:
-        """One box read; raises `Refused`."""
+        """One box read; raises `Refusal`."""
 
     async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
         """The agent's row in the home's newest roster, or None when it is not listed."""
@@ -360,7 +360,7 @@ class McpService:
         try:
             result = await self._run(spec, args, token)
             outcome = "ok"
-        except Refused as exc:
+        except Refusal as exc:
             outcome = exc.code
             result = refusal_result(exc)
         finally:
@@ -403,7 +403,7 @@ class McpService:
             for read, body in spec.requests(args, now_ms):
                 replies.append(await self._homes.call(token.home, token.agent_key, read, body))
         if scope.cancelled_caught:
-            raise Refused(Code.E_UNAVAILABLE.value, {"reason": "timeout"})
+            raise Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})
         try:
             value = spec.shape(args, replies, ToolContext(now_ms))
             if not conforms(value, spec.output):
@@ -413,4 +413,4 @@ class McpService:
             logging.getLogger("ftwbridge.mcp").warning(
                 "unreadable answer for %s: %s", spec.name, type(exc).__name__
             )
-            raise Refused(Code.E_BAD_BODY.value) from exc
+            raise Refusal(Code.E_BAD_BODY) from exc

@@ -1,6 +1,6 @@
 """Warm Noise sessions per agent: open, hello, one call at a time, idle close, revoke."""
 
 from .pool import Pool
-from .warm import CallRefused, PoolStats
+from .warm import PoolStats
 
-__all__ = ["CallRefused", "Pool", "PoolStats"]
+__all__ = ["Pool", "PoolStats"]

@@ -19,8 +19,7 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
-
-from .warm import CallRefused
+from ftwbridge.proto.refusal import Refusal
 
 
 @dataclass(slots=True)
@@ -63,7 +62,7 @@ class HomePacer:
         """Wait for this call's turn at `home`; returns the seconds waited.
 
         Raises:
-            CallRefused: `E_RATE_LIMITED {retryAfterMs}` when the wait would pass `pace_wait_s`.
+            Refusal: `E_RATE_LIMITED {retryAfterMs}` when the wait would pass `pace_wait_s`.
         """
         b = self._buckets(home)
         now = trio.current_time()
@@ -71,7 +70,7 @@ class HomePacer:
         if wait > self._config.pace_wait_s:
             self.refusals += 1
             retry_ms = math.ceil(wait * 1000)
-            raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
+            raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
         b.calls.charge(now, 1)  # reserve: later arrivals wait behind this one
         if wait <= 0:
             return 0.0

@@ -4,8 +4,8 @@
 the bridge's own clock, opens its session if none is warm (Noise handshake via the keys part
 through a door tunnel, then `hello` and `hello_ok`), sends the read, and waits for the answer
 to that request's own id. Each session is owned by one task in the pool's nursery; callers
-only wait on it. Refusals are `CallRefused` with a registry code and args; the MCP layer owns
-the words.
+only wait on it. Refusals are `proto.refusal.Refusal` (a registry code and its details); the
+MCP layer owns the words.
 
 Resource handling: a session's task owns its tunnel and its keys-part handshake; whatever ends
 it (idle, roster drop, expiry, the box leaving, cancellation) runs one shielded `finally` that
@@ -29,12 +29,13 @@ from ftwbridge.door import Door, HomeOffline, LocalEnd, TunEnded, tun_end_reason
 from ftwbridge.keys.service import KeysError, KeysPort
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
-from ftwbridge.proto.registry import Msg, peer_code, peer_reason, peer_retry_ms
-from ftwbridge.proto.roster import AgentGrant, Refused, Roster, admit
+from ftwbridge.proto.refusal import Refusal
+from ftwbridge.proto.registry import Msg, peer_code, peer_reason
+from ftwbridge.proto.roster import AgentGrant, Roster, admit
 from ftwbridge.proto.session import AgentSession, Push, Reply, Terminated
 
 from .pacing import HomePacer
-from .warm import HELLO_BODY, CallRefused, PoolObserver, PoolStats, Waiter, Warm, refusal_for_end
+from .warm import HELLO_BODY, PoolObserver, PoolStats, Waiter, Warm, refusal_for_end
 
 log = logging.getLogger("ftwbridge.pool")
 
@@ -145,15 +146,15 @@ class Pool:
         The caller owns the deadline (a cancel scope); a cancelled call frees its place.
 
         Raises:
-            CallRefused: admission, the queue, the box, or the session ending refused it.
+            Refusal: admission, the queue, the box, or the session ending refused it.
         """
         if self._draining:
-            raise CallRefused(Code.E_UNAVAILABLE, {"reason": "restarting"})
+            raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"})
         if self._queued.get(home, 0) >= self._config.queue_per_home:
             retry_ms = math.ceil(
                 1000 * max(self.pacer.wait_s(home), 1 / self._config.pace_calls_per_s)
             )
-            raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
+            raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
         self._queued[home] = self._queued.get(home, 0) + 1
         queued = True
         arrived = trio.current_time()
@@ -189,9 +190,9 @@ class Pool:
     async def _admit(self, home: str, agent_key: bytes) -> AgentGrant:
         roster = await self._door.roster(home)
         if roster is None:
-            raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "home"})
+            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "home"})
         decision = admit(roster, agent_key, self._wall_ms())
-        if isinstance(decision, Refused):
+        if isinstance(decision, Refusal):
             w = self._warm.get((home, agent_key))
             if w is not None:
                 w.close(
@@ -199,16 +200,16 @@ class Pool:
                     if decision.code is Code.E_GRANT_EXPIRED
                     else TunEndReason.REVOKED.value
                 )
-            raise CallRefused(decision.code, decision.args)
+            raise decision
         return decision.grant
 
     def _start(self, home: str, agent_key: bytes) -> Warm:
         if self._nursery is None:
-            raise CallRefused(Code.E_UNAVAILABLE, {"reason": "restarting"})
+            raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"})
         at_home = sum(1 for h, _ in self._warm if h == home)
         top = self._config.sessions_per_home
         if at_home >= top:
-            raise CallRefused(
+            raise Refusal(
                 Code.E_CAP_EXCEEDED, {"cap": Cap.SESSIONS.value, "max": top, "asked": at_home + 1}
             )
         self._evict_for_room()
@@ -232,7 +233,7 @@ class Pool:
             raise refusal_for_end(w.end_reason or "closed")
         if w.grant is not None and self._wall_ms() >= w.grant.expires_at_ms:
             w.close(TunEndReason.EXPIRED.value)
-            raise CallRefused(Code.E_GRANT_EXPIRED, {"expiresAtMs": w.grant.expires_at_ms})
+            raise Refusal(Code.E_GRANT_EXPIRED, {"expiresAtMs": w.grant.expires_at_ms})
         async with self._limiter:
             self._in_flight += 1
             w.idle.deadline = math.inf
@@ -246,7 +247,7 @@ class Pool:
                     raise refusal_for_end(exc.reason) from None
                 if not sent:  # the door dropped it past the home's limit: say so now
                     retry_ms = math.ceil(1000 / self._config.door_msgs_per_s)
-                    raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
+                    raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
                 await waiter.done.wait()
             finally:
                 self._in_flight -= 1
@@ -269,7 +270,7 @@ class Pool:
                 try:
                     await self._open(w)
                     self._observed_open("ok", started)
-                except CallRefused as exc:
+                except Refusal as exc:
                     self._observed_open(exc.code, started)
                     w.failure = exc
                     w.end_reason = w.end_reason or LocalEnd.REFUSED.value
@@ -314,21 +315,21 @@ class Pool:
         try:
             w.tun = await self._door.open_tun(w.home)
         except HomeOffline:
-            raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "door"}) from None
+            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "door"}) from None
         handle: int | None = None
         with trio.move_on_after(self._config.handshake_s) as deadline:
             try:
                 handle, m1 = await self._keys.begin(w.agent_key, roster.noise)
                 if not await w.tun.send(m1):
-                    raise CallRefused(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
+                    raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
                 m2 = await w.tun.receive()
                 keys = await self._keys.finish(handle, m2)
                 handle = None
             except KeysError as exc:
                 if exc.bad_message:  # the box's message 2 did not complete the handshake
-                    raise CallRefused(Code.E_UNAVAILABLE, {"reason": "handshake_failed"}) from None
+                    raise Refusal(Code.E_UNAVAILABLE, {"reason": "handshake_failed"}) from None
                 what = "agent_key" if exc.unknown_key else "keys"
-                raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": what}) from None
+                raise Refusal(Code.E_UNAVAILABLE, {"subsystem": what}) from None
             except TunEnded as exc:
                 raise refusal_for_end(exc.reason) from None
             finally:
@@ -343,7 +344,7 @@ class Pool:
             await w.tun.send(w.agent.notify(Msg.HELLO, HELLO_BODY))
             await self._wait_hello_ok(w)
         if deadline.cancelled_caught:
-            raise CallRefused(Code.E_UNAVAILABLE, {"reason": "no_answer"})
+            raise Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
 
     async def _wait_hello_ok(self, w: Warm) -> None:
         assert w.agent is not None and w.tun is not None
@@ -355,7 +356,7 @@ class Pool:
                     return
                 if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
                     args = ev.body.get("args")
-                    raise CallRefused(
+                    raise Refusal(
                         peer_code(ev.body.get("code")), args if isinstance(args, dict) else {}
                     )
                 if isinstance(ev, Terminated):
@@ -369,11 +370,11 @@ class Pool:
             or not isinstance(now_ms, int)
             or (isinstance(clock, dict) and clock.get("source") == "none")
         ):
-            raise CallRefused(Code.E_UNAVAILABLE, {"subsystem": "clock"})
+            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "clock"})
         skew = abs(now_ms - self._wall_ms())
         top = self._config.clock_skew_max_ms
         if skew > top:
-            raise CallRefused(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": top})
+            raise Refusal(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": top})
 
     async def _read(self, w: Warm) -> None:
         assert w.agent is not None and w.tun is not None
@@ -392,7 +393,5 @@ class Pool:
                 if isinstance(ev, Reply):
                     waiter.reply = ev
                 else:
-                    waiter.refusal = CallRefused(
-                        peer_code(ev.code), ev.args, peer_retry_ms(ev.retry_after_ms, ev.args)
-                    )
+                    waiter.refusal = ev.refusal
                 waiter.done.set()

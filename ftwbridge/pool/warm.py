@@ -9,23 +9,9 @@ import trio
 
 from ftwbridge.door import Tun
 from ftwbridge.proto.names import Code, TunEndReason
+from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import AgentSession, Reply
-
-
-class CallRefused(Exception):
-    """A call that cannot be answered: a registry `code`, its `args`, and a retry hint in ms."""
-
-    def __init__(
-        self,
-        code: Code | str,
-        args: dict[str, Any] | None = None,
-        retry_after_ms: int | None = None,
-    ):
-        super().__init__(str(code))
-        self.code = str(code)
-        self.args_ = args or {}
-        self.retry_after_ms = retry_after_ms
 
 
 @dataclass(slots=True)
@@ -47,7 +33,7 @@ class Waiter:
     rid: int
     done: trio.Event = field(default_factory=trio.Event)
     reply: Reply | None = None
-    refusal: CallRefused | None = None
+    refusal: Refusal | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -60,7 +46,7 @@ class Warm:
     agent: AgentSession | None = None
     tun: Tun | None = None
     ready: trio.Event = field(default_factory=trio.Event)
-    failure: CallRefused | None = None
+    failure: Refusal | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     idle: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -89,10 +75,10 @@ class PoolObserver(Protocol):
     def on_open(self, outcome: str, seconds: float) -> None: ...
 
 
-def refusal_for_end(reason: str) -> CallRefused:
+def refusal_for_end(reason: str) -> Refusal:
     """The refusal a waiting call gets when its session ends with `reason`."""
     if reason == TunEndReason.REVOKED:
-        return CallRefused(Code.E_GRANT_REVOKED)
+        return Refusal(Code.E_GRANT_REVOKED)
     if reason == TunEndReason.EXPIRED:
-        return CallRefused(Code.E_GRANT_EXPIRED)
-    return CallRefused(Code.E_UNAVAILABLE, {"reason": reason})
+        return Refusal(Code.E_GRANT_EXPIRED)
+    return Refusal(Code.E_UNAVAILABLE, {"reason": reason})

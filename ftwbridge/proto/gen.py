@@ -55,7 +55,7 @@ def render() -> str:
     )
     lines += _enum("Answer", "Answers to agent reads (agents.yaml `reads`).", answers)
     lines += _enum(
-        "Refused",
+        "RefusedToAgents",
         "Message types refused to agents (agents.yaml `agent_refused`).",
         agents["agent_refused"],
     )

@@ -114,7 +114,7 @@ class Answer(StrEnum):
     REQUESTS = "requests"
 
 
-class Refused(StrEnum):
+class RefusedToAgents(StrEnum):
     """Message types refused to agents (agents.yaml `agent_refused`)."""
 
     API_REQ = "api.req"

@@ -18,6 +18,7 @@ from nacl.signing import SigningKey, VerifyKey
 from .envelope import dumps, loads
 from .errors import RemoteProtocolError
 from .names import Code, Role
+from .refusal import Refusal
 from .registry import ROSTER_CONTEXT
 
 ROSTER_VERSION = 1
@@ -248,15 +249,7 @@ class Admitted:
     box_noise_key: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The agent may not open a session: a registry code and its args."""
-
-    code: Code
-    args: dict[str, Any]
-
-
-def admit(roster: Roster, agent_key: bytes, now_ms: int) -> Admitted | Refused:
+def admit(roster: Roster, agent_key: bytes, now_ms: int) -> Admitted | Refusal:
     """Decide whether `agent_key` may open a session at `now_ms` (ms since the epoch).
 
     Rules (PROTOCOL.md part B): the key's row must be an agent row (a phone's row is never an
@@ -266,9 +259,9 @@ def admit(roster: Roster, agent_key: bytes, now_ms: int) -> Admitted | Refused:
     """
     dev = roster.device(agent_key)
     if dev is None or dev.agent is None or dev.role != Role.AGENT:
-        return Refused(Code.E_GRANT_REVOKED, {})
+        return Refusal(Code.E_GRANT_REVOKED)
     if now_ms >= dev.agent.expires_at_ms:
-        return Refused(Code.E_GRANT_EXPIRED, {"expiresAtMs": dev.agent.expires_at_ms})
+        return Refusal(Code.E_GRANT_EXPIRED, {"expiresAtMs": dev.agent.expires_at_ms})
     if roster.noise is None:
-        return Refused(Code.E_UNAVAILABLE, {"subsystem": "assistants"})
+        return Refusal(Code.E_UNAVAILABLE, {"subsystem": "assistants"})
     return Admitted(dev.agent, roster.noise)

@@ -19,7 +19,8 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .frame import DEFAULT_CONTROL_BUCKET, LANE_BULK, decode_frame, encode_frame, lane_for
 from .names import Answer, Code, Read
 from .noise import Transport, TransportKeys
-from .registry import Msg
+from .refusal import Refusal
+from .registry import Msg, peer_code, peer_retry_ms
 
 
 class Channel:
@@ -81,13 +82,11 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
-    """An `error` answer to request `id`: the box's code, args, and retry hint in ms."""
+class Failed:
+    """An `error` answer to request `id`, as a `Refusal` (its code and retry hint cleaned)."""
 
     id: int
-    code: str
-    args: dict[str, Any]
-    retry_after_ms: int | None
+    refusal: Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +104,7 @@ class Push:
     body: Any
 
 
-SessionEvent = Reply | Refusal | Terminated | Push
+SessionEvent = Reply | Failed | Terminated | Push
 
 _MAX_CHUNKS = 64
 """Most `hist.chunk`s one answer may bring (16 series x 2000 points fits well inside)."""
@@ -221,7 +220,7 @@ class AgentSession:
         if env.t == Answer.HIST_CHUNK and pending.t == Read.HIST_QUERY:
             if len(pending.chunks) >= _MAX_CHUNKS:
                 self._pending = None
-                return [Refusal(env.id, Code.E_RESPONSE_TOO_LARGE, {}, None)]
+                return [Failed(env.id, Refusal(Code.E_RESPONSE_TOO_LARGE))]
             pending.chunks.append(env.b)
             return []
         self._pending = None
@@ -235,14 +234,12 @@ def _is_known_answer(t: str) -> bool:
     return t in _KNOWN_ANSWERS
 
 
-def _refusal(env: Envelope) -> Refusal:
+def _refusal(env: Envelope) -> Failed:
+    """The box's `error {code, args?, retryAfterMs?}` as a `Refusal`, its code made safe and its
+    retry hint (its own, else its args') cleaned and capped (`registry.peer_*`)."""
     body = env.b if isinstance(env.b, dict) else {}
     args = body.get("args")
-    retry = body.get("retryAfterMs")
+    details = args if isinstance(args, dict) else {}
     assert env.id is not None
-    return Refusal(
-        env.id,
-        str(body.get("code", "")),
-        args if isinstance(args, dict) else {},
-        retry if isinstance(retry, int) and not isinstance(retry, bool) and retry >= 0 else None,
-    )
+    hint = peer_retry_ms(body.get("retryAfterMs"), details)
+    return Failed(env.id, Refusal(peer_code(body.get("code")), details, hint))

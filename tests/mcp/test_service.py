@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from ftwbridge.mcp.results import Refused
 from ftwbridge.mcp.server import HttpRequest, McpService
 from ftwbridge.mcp.words import sentence
 from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Read
+from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import peer_code, peer_reason, peer_retry_ms
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
@@ -41,7 +41,7 @@ class FakeHomes:
 
     async def call(self, home: str, agent_key: bytes, read: Read, body: Any) -> Reply:
         self.calls.append(read)
-        if isinstance(self.answer, Refused):
+        if isinstance(self.answer, Refusal):
             raise self.answer
         return self.answer  # type: ignore[no-any-return]
 
@@ -133,7 +133,7 @@ def test_peer_values_are_bounded() -> None:
 async def test_refusal_words_and_codes_are_clean() -> None:
     outcomes: list[str] = []
     svc = service(
-        Refused("E_X\n\x1b[1mforged", {"needScope": "\u202eevil"}, 2**63),
+        Refusal("E_X\n\x1b[1mforged", {"needScope": "\u202eevil"}, 2**63),
         lambda t, o, s: outcomes.append(o),
     )
     status, body = await post(svc, *call("status", {}))
@@ -142,7 +142,7 @@ async def test_refusal_words_and_codes_are_clean() -> None:
     err = result["_meta"]["ftwbridge/error"]
     assert err["code"] == "E_BAD_BODY" and clean(err["message"]) == err["message"]
     assert outcomes == ["other"]
-    svc = service(Refused("E_SCOPE_DENIED", {"needScope": "\x1b[2J\u202eIGNORE\u200b\x07"}, None))
+    svc = service(Refusal("E_SCOPE_DENIED", {"needScope": "\x1b[2J\u202eIGNORE\u200b\x07"}, None))
     _, body = await post(svc, *call("status", {}))
     text = body["result"]["content"][0]["text"]
     assert clean(text) == text and "IGNORE" in text

@@ -11,9 +11,9 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.door import Tun
 from ftwbridge.door.tunnel import ACLOSE_S, Uplink
-from ftwbridge.pool import CallRefused
 from ftwbridge.proto.envelope import decode_envelope
 from ftwbridge.proto.names import Read, TunEndReason
+from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import Msg
 from tests.harness import Rig
 
@@ -32,7 +32,7 @@ async def _call(rig: Rig, key: bytes) -> Any:
     with trio.fail_after(30):
         try:
             return await rig.pool.call("h1", key, Read.LIVE_GET)
-        except CallRefused as exc:
+        except Refusal as exc:
             return exc
 
 
@@ -45,18 +45,18 @@ async def test_local_causes_reach_the_box_as_closed(
     key, _ = await rig.grant(stub)
 
     stub.hold = True  # the handshake times out: a local cause ("no_answer")
-    assert isinstance(await _call(rig, key), CallRefused)
+    assert isinstance(await _call(rig, key), Refusal)
     stub.hold = False
     stub.clock_offset_ms = 6 * 60_000  # hello_ok with a clock too far off: refused
-    assert isinstance(await _call(rig, key), CallRefused)
+    assert isinstance(await _call(rig, key), Refusal)
     stub.clock_offset_ms = 0
-    assert not isinstance(await _call(rig, key), CallRefused)
+    assert not isinstance(await _call(rig, key), Refusal)
     (tun,) = next(iter(rig.door._uplinks.values())).tuns.values()
     tun._deliver(b"\x00" * 40)  # bytes that fail the session's authentication
     with trio.fail_after(5):
         await rig.pool._wait_until(lambda: not rig.pool.statistics().sessions)
     assert rig.pool.statistics().drops.get("protocol_error") == 1
-    assert not isinstance(await _call(rig, key), CallRefused)
+    assert not isinstance(await _call(rig, key), Refusal)
     await trio.sleep(11)  # idle close
     ends = _tun_ends(rig)
     contract = {r.value for r in TunEndReason}

@@ -10,8 +10,8 @@ import trio.testing
 
 from ftwbridge.config import Config
 from ftwbridge.door import Door
-from ftwbridge.pool import CallRefused
 from ftwbridge.proto.names import Code, Read
+from ftwbridge.proto.refusal import Refusal
 from tests.harness import Rig
 from tests.pool.test_pool import refused
 
@@ -44,7 +44,7 @@ async def test_sixteenth_call_waits_and_the_over_wait_is_refused(
         inner.start_soon(one, keys[2])
         await trio.testing.wait_all_tasks_blocked()
         err = await refused(rig, "h1", keys[3])
-        assert err.code == Code.E_RATE_LIMITED and err.args_ == {"retryAfterMs": 4000}
+        assert err.code == Code.E_RATE_LIMITED and err.details == {"retryAfterMs": 4000}
         assert trio.current_time() == t0  # refused at once
     assert done == pytest.approx([4 / 3, 8 / 3], abs=0.005)
     assert rig.pool.pacer.refusals == 1
@@ -150,7 +150,7 @@ async def test_drain_finishes_calls_then_closes_sessions(
     assert stats.drops == {"restarting": 2}
     assert stub.box.session_count == 0
     err = await refused(rig, "h1", key)
-    assert err.args_ == {"reason": "restarting"}
+    assert err.details == {"reason": "restarting"}
 
 
 class _CheckpointDoor(Door):
@@ -211,7 +211,7 @@ async def test_session_dropped_at_each_opening_checkpoint_leaves_nothing(
     try:
         with trio.fail_after(10):
             await rig.pool.call("h1", key, Read.LIVE_GET)
-    except CallRefused as exc:
+    except Refusal as exc:
         assert exc.code in (Code.E_GRANT_REVOKED, Code.E_UNAVAILABLE)
     await trio.sleep(1)
     stats = rig.pool.statistics()

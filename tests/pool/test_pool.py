@@ -9,16 +9,16 @@ import pytest
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.pool import CallRefused
 from ftwbridge.proto.door import CLOSE_SUPERSEDED
 from ftwbridge.proto.names import Code, Read
+from ftwbridge.proto.refusal import Refusal
 from tests.harness import Rig, wall_ms
 
 
 async def refused(
     rig: Rig, home: str, key: bytes, read: Read = Read.LIVE_GET, body: object = None
-) -> CallRefused:
-    with pytest.raises(CallRefused) as info, trio.fail_after(30):
+) -> Refusal:
+    with pytest.raises(Refusal) as info, trio.fail_after(30):
         await rig.pool.call(home, key, read, body)
     return info.value
 
@@ -106,7 +106,7 @@ async def test_box_vanishing_mid_call_ends_in_words(
     with trio.fail_after(5):
         await rig.pool.call("h1", key, Read.LIVE_GET)
     stub.hold = True
-    result: list[CallRefused] = []
+    result: list[Refusal] = []
 
     async def caller() -> None:
         result.append(await refused(rig, "h1", key))
@@ -116,7 +116,7 @@ async def test_box_vanishing_mid_call_ends_in_words(
         await trio.sleep(1)
         assert rig.pool.statistics().calls_in_flight == 1
         await rig.links[0].close(1006)
-    assert result[0].code == Code.E_UNAVAILABLE and result[0].args_ == {"reason": "uplink_lost"}
+    assert result[0].code == Code.E_UNAVAILABLE and result[0].details == {"reason": "uplink_lost"}
     stats = rig.pool.statistics()
     assert (stats.sessions, stats.calls_in_flight, stats.queued) == (0, 0, 0)
 
@@ -131,7 +131,7 @@ async def test_unanswered_handshake_leaves_nothing(
     stub.hold = True
     start = trio.current_time()
     err = await refused(rig, "h1", key)
-    assert err.args_ == {"reason": "no_answer"}
+    assert err.details == {"reason": "no_answer"}
     assert trio.current_time() - start == pytest.approx(5, abs=0.1)
     assert rig.keys.pending_handshakes == 0
     assert rig.pool.statistics().sessions == 0
@@ -172,7 +172,7 @@ async def test_door_drops_tun_past_limit_and_counts(
         try:
             with trio.fail_after(1):
                 await rig.pool.call("h1", key, Read.LIVE_GET)
-        except CallRefused as exc:  # the door says at once that it dropped the request
+        except Refusal as exc:  # the door says at once that it dropped the request
             refusals.append(exc.code)
     assert refusals and set(refusals) == {Code.E_RATE_LIMITED}
     assert rig.door.stats.dropped_to_box >= 1
@@ -224,7 +224,7 @@ async def test_box_that_takes_no_assistants_says_so_at_once(
     key, _ = await rig.grant(stub)
     start = trio.current_time()
     err = await refused(rig, "h1", key)
-    assert (err.code, err.args_) == (code, args)
+    assert (err.code, err.details) == (code, args)
     assert trio.current_time() - start < 1
 
 
@@ -235,7 +235,7 @@ async def test_clock_skew_refused(nursery: trio.Nursery, autojump_clock: trio.ab
     key, _ = await rig.grant(stub)
     stub.clock_offset_ms = 6 * 60_000
     err = await refused(rig, "h1", key)
-    assert err.code == Code.E_CLOCK_SKEW and err.args_["maxMs"] == 300_000
+    assert err.code == Code.E_CLOCK_SKEW and err.details["maxMs"] == 300_000
 
 
 async def test_agent_key_aimed_at_another_home_is_refused_before_a_byte_leaves(
@@ -260,4 +260,4 @@ async def test_sessions_per_home_cap(nursery: trio.Nursery, autojump_clock: trio
         for k in keys[:2]:
             await rig.pool.call("h1", k, Read.LIVE_GET)
     err = await refused(rig, "h1", keys[2])
-    assert err.code == Code.E_CAP_EXCEEDED and err.args_["cap"] == "sessions"
+    assert err.code == Code.E_CAP_EXCEEDED and err.details["cap"] == "sessions"

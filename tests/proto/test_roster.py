@@ -9,12 +9,12 @@ from nacl.signing import SigningKey
 
 from ftwbridge.proto.envelope import dumps, loads
 from ftwbridge.proto.names import Code, Role
+from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import ROSTER_CONTEXT
 from ftwbridge.proto.roster import (
     Admitted,
     AgentGrant,
     Device,
-    Refused,
     Roster,
     RosterProblem,
     RosterRefused,
@@ -70,11 +70,11 @@ def test_roundtrip_and_admit() -> None:
 
 def test_admit_refusals() -> None:
     r = verify(sign_roster(roster(), KEY))
-    assert admit(r, AGENT, 5000) == Refused(Code.E_GRANT_EXPIRED, {"expiresAtMs": 5000})
-    assert admit(r, PHONE, 2000) == Refused(Code.E_GRANT_REVOKED, {})  # a phone is never an agent
-    assert admit(r, b"\x00" * 32, 2000) == Refused(Code.E_GRANT_REVOKED, {})
+    assert admit(r, AGENT, 5000) == Refusal(Code.E_GRANT_EXPIRED, {"expiresAtMs": 5000})
+    assert admit(r, PHONE, 2000) == Refusal(Code.E_GRANT_REVOKED, {})  # a phone is never an agent
+    assert admit(r, b"\x00" * 32, 2000) == Refusal(Code.E_GRANT_REVOKED, {})
     no_noise = verify(sign_roster(roster(noise=None), KEY))
-    assert admit(no_noise, AGENT, 2000) == Refused(Code.E_UNAVAILABLE, {"subsystem": "assistants"})
+    assert admit(no_noise, AGENT, 2000) == Refusal(Code.E_UNAVAILABLE, {"subsystem": "assistants"})
 
 
 def test_bad_signature_and_other_homes_key() -> None:

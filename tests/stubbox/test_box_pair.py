@@ -16,7 +16,7 @@ from ftwbridge.proto.names import Code, Read, Scope
 from ftwbridge.proto.noise import Initiator, generate_static
 from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import AgentGrant
-from ftwbridge.proto.session import AgentSession, Push, Refusal, Reply, Terminated
+from ftwbridge.proto.session import AgentSession, Failed, Push, Reply, Terminated
 from stubbox.box import Box
 from stubbox.home import Home
 from stubbox.owner import Owner
@@ -79,8 +79,8 @@ class Pair:
 
 
 def refusal(event: Any) -> tuple[str, dict[str, Any]]:
-    assert isinstance(event, Refusal), event
-    return event.code, event.args
+    assert isinstance(event, Failed), event
+    return event.refusal.code, event.refusal.details
 
 
 def test_hello_ok_carries_the_grant() -> None:
