@@ -276,7 +276,9 @@ class Door:
                 self.stats.dropped_from_box += 1
                 return
             t = uplink.tuns.get(sid)
-            if t is not None and not t._deliver(d):
+            if t is not None and t.sink is not None:
+                await t.sink(d)  # the warm path: the session's handler, in this task
+            elif t is not None and not t._deliver(d):
                 self.stats.dropped_from_box += 1
         elif env.t == Msg.TUN_END:
             b = env.b if isinstance(env.b, dict) else {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -112,6 +113,10 @@ class Tun:
         self._uplink = uplink
         self._send, self._recv = trio.open_memory_channel[bytes](TUN_QUEUE)
         self.end_reason: str | None = None
+        self.sink: Callable[[bytes], Awaitable[None]] | None = None
+        """Once set, the uplink's reader hands each Noise message from the box straight to it
+        (no queue, no task switch); before, messages wait in the tunnel's queue."""
+        self._ended = trio.Event()
 
     async def send(self, d: bytes) -> bool:
         """Send one Noise message to the box; returns False when the door dropped it (past the
@@ -135,6 +140,20 @@ class Tun:
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise TunEnded(self.end_reason or TunEndReason.CLOSED.value) from None
 
+    async def wait_ended(self) -> str:
+        """Wait until the tunnel ends (the box or the uplink ended it); returns the reason."""
+        await self._ended.wait()
+        return self.end_reason or TunEndReason.CLOSED.value
+
+    def queued(self) -> list[bytes]:
+        """Take every message waiting in the queue (those that came before `sink` was set)."""
+        out = []
+        while True:
+            try:
+                out.append(self._recv.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return out
+
     def _deliver(self, d: bytes) -> bool:
         try:
             self._send.send_nowait(d)
@@ -148,6 +167,7 @@ class Tun:
         if self.end_reason is None:
             self.end_reason = reason
         self._send.close()
+        self._ended.set()
 
     async def aclose(self, reason: TunEndReason) -> None:
         """End the tunnel; the box hears `tun.end {sid, reason}` if the uplink is up.

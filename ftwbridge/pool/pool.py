@@ -16,6 +16,7 @@ caller with a refusal, so nothing is left behind and no call hangs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections import OrderedDict
@@ -38,6 +39,12 @@ from .pacing import HomePacer
 from .warm import HELLO_BODY, PoolObserver, PoolStats, Waiter, Warm, refusal_for_end
 
 log = logging.getLogger("ftwbridge.pool")
+
+
+def _closed_idle(w: Warm) -> bool:
+    """Whether `w` is closing or closed for idleness (its deadline passed, perhaps this very
+    moment): a close the caller did not ask for, so the call takes a new session."""
+    return w.idle.cancel_called or w.end_reason == TunEndReason.IDLE.value
 
 
 class Pool:
@@ -161,13 +168,18 @@ class Pool:
         try:
             await self._admit(home, agent_key)
             await self.pacer.turn(home)
-            w = await self._session(home, agent_key)
-            async with w.lock:
-                self._queued[home] -= 1
-                queued = False
-                if self._observer is not None:
-                    self._observer.on_queue_wait(trio.current_time() - arrived)
-                reply = await self._exchange(w, read, body)
+            for fresh in (False, True):
+                w = await self._session(home, agent_key)
+                async with w.lock:
+                    if queued:
+                        self._queued[home] -= 1
+                        queued = False
+                        if self._observer is not None:
+                            self._observer.on_queue_wait(trio.current_time() - arrived)
+                    if _closed_idle(w) and not fresh:
+                        continue  # it closed for idleness as we came: a new one (issue 11, D5)
+                    reply = await self._exchange(w, read, body)
+                    break
             self.pacer.charge_bytes(home, reply.size)
             return reply
         finally:
@@ -178,7 +190,7 @@ class Pool:
     async def _session(self, home: str, agent_key: bytes) -> Warm:
         key = (home, agent_key)
         w = self._warm.get(key)
-        if w is None or w.end_reason is not None:
+        if w is None or w.end_reason is not None or _closed_idle(w):
             w = self._start(home, agent_key)
         else:
             self._warm.move_to_end(key)
@@ -279,7 +291,11 @@ class Pool:
                     w.ready.set()
                 w.idle.deadline = trio.current_time() + self._config.idle_close_s
                 with w.idle:
-                    await self._read(w)
+                    assert w.tun is not None
+                    w.tun.sink = functools.partial(self._on_message, w)
+                    for early in w.tun.queued():  # came between hello_ok and the sink
+                        await self._on_message(w, early)
+                    raise TunEnded(await w.tun.wait_ended())
                 if w.idle.cancelled_caught:
                     w.end_reason = w.end_reason or TunEndReason.IDLE.value
         except TunEnded as exc:
@@ -376,22 +392,31 @@ class Pool:
         if skew > top:
             raise Refusal(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": top})
 
-    async def _read(self, w: Warm) -> None:
-        assert w.agent is not None and w.tun is not None
-        while True:
-            message = await w.tun.receive()
+    async def _on_message(self, w: Warm, message: bytes) -> None:
+        """One Noise message from the box on a ready session, handled in the uplink reader's
+        task: the answer goes to the waiting call directly. A message that fails the session
+        (authentication, replay) or a `session.terminate` ends the session."""
+        if w.agent is None or w.tun is None or w.end_reason is not None:
+            return
+        try:
             events = w.agent.receive(message)
-            for out in w.agent.data_to_send():
+        except ProtocolError:
+            w.close(LocalEnd.PROTOCOL_ERROR.value)
+            return
+        for out in w.agent.data_to_send():
+            try:
                 await w.tun.send(out)
-            for ev in events:
-                waiter = w.waiter
-                if isinstance(ev, Terminated):
-                    w.end_reason = w.end_reason or peer_reason(ev.reason)
-                    return
-                if waiter is None or isinstance(ev, Push) or ev.id != waiter.rid:
-                    continue
-                if isinstance(ev, Reply):
-                    waiter.reply = ev
-                else:
-                    waiter.refusal = ev.refusal
-                waiter.done.set()
+            except TunEnded:
+                return
+        for ev in events:
+            waiter = w.waiter
+            if isinstance(ev, Terminated):
+                w.close(peer_reason(ev.reason))
+                return
+            if waiter is None or isinstance(ev, Push) or ev.id != waiter.rid:
+                continue
+            if isinstance(ev, Reply):
+                waiter.reply = ev
+            else:
+                waiter.refusal = ev.refusal
+            waiter.done.set()

@@ -11,6 +11,7 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.door import Tun
 from ftwbridge.door.tunnel import ACLOSE_S, Uplink
+from ftwbridge.proto.door import tun as tun_message
 from ftwbridge.proto.envelope import decode_envelope
 from ftwbridge.proto.names import Read, TunEndReason
 from ftwbridge.proto.refusal import Refusal
@@ -51,8 +52,10 @@ async def test_local_causes_reach_the_box_as_closed(
     assert isinstance(await _call(rig, key), Refusal)
     stub.clock_offset_ms = 0
     assert not isinstance(await _call(rig, key), Refusal)
-    (tun,) = next(iter(rig.door._uplinks.values())).tuns.values()
-    tun._deliver(b"\x00" * 40)  # bytes that fail the session's authentication
+    uplink = next(iter(rig.door._uplinks.values()))
+    (tun,) = uplink.tuns.values()
+    garbage = tun_message(tun.sid, b"\x00" * 40)  # bytes that fail the session's authentication
+    await rig.door._dispatch(uplink, decode_envelope(garbage), garbage)
     with trio.fail_after(5):
         await rig.pool._wait_until(lambda: not rig.pool.statistics().sessions)
     assert rig.pool.statistics().drops.get("protocol_error") == 1
@@ -108,3 +111,42 @@ def test_tun_end_takes_only_contract_reasons() -> None:
     for bad in ("refused", "protocol_error", "uplink_lost"):
         with pytest.raises(LocalProtocolError):
             tun_end(3, bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("offset_s", [-0.001, 0.0, 0.001])
+async def test_cancelled_while_the_reader_hands_over_the_answer(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock, offset_s: float
+) -> None:
+    """The uplink's reader answers the waiting call in its own task; a call cancelled around
+    that moment leaves nothing behind, and the session's next call gets its own answer."""
+    rig = Rig(nursery)
+    await rig.start()
+    stub = await rig.add_home(answer_delay_ms=1000)
+    key, _ = await rig.grant(stub)
+    first = await _call(rig, key)  # opens the session (one read: 1 s at the box)
+    assert not isinstance(first, Refusal)
+    with trio.move_on_after(1.0 + offset_s):
+        await rig.pool.call("h1", key, Read.LIVE_GET)
+    stats = rig.pool.statistics()
+    assert (stats.calls_in_flight, stats.queued) == (0, 0)
+    await trio.sleep(2)  # the abandoned answer, if still coming, arrives and is dropped
+    with trio.fail_after(10):
+        reply = await rig.pool.call("h1", key, Read.LOADPOINTS_GET)
+    assert reply.t == "loadpoints"
+    assert rig.pool.statistics().sessions == 1
+
+
+@pytest.mark.parametrize("repeat", range(12))
+async def test_a_call_racing_the_idle_close_gets_a_new_session(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock, repeat: int
+) -> None:
+    """Issue 11, D5: no call is refused for a close it did not ask for. Pacing makes the second
+    call wait until the very moment the idle close fires (trio wakes both in either order)."""
+    config = Config(idle_close_s=10, pace_calls_burst=1, pace_calls_per_s=0.1, pace_wait_s=20)
+    rig = Rig(nursery, config)
+    await rig.start()
+    stub = await rig.add_home()
+    key, _ = await rig.grant(stub)
+    assert not isinstance(await _call(rig, key), Refusal)  # takes no mock time
+    answer = await _call(rig, key)  # its pacing turn comes at the idle deadline
+    assert not isinstance(answer, Refusal), answer.details
