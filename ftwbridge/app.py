@@ -19,6 +19,7 @@ from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 from ftwbridge.door import Door
 from ftwbridge.door.tunnel import WS_GONE
 from ftwbridge.edge import framing_and_coding
+from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.proto.registry import READ_SCOPES
@@ -92,7 +93,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         if request.method == "OPTIONS":
             return Response(b"", 204, CORS | {"access-control-allow-methods": "POST"})
         try:
-            body = json.loads(await request.get_data(as_text=True))
+            body = loads_strict(await request.get_data(as_text=False))
             return _json_response(201, await oauth.register(body), CORS | NO_STORE)
         except (ValueError, RecursionError):
             return form_error(OAuthError("invalid_client_metadata", "the body must be JSON"))

@@ -76,8 +76,9 @@ class GuardedTCPServer(TCPServer):
     async def protocol_send(self, event: Event) -> None:
         """hypercorn's send, noting what went out: any bytes, the 101, and a Close frame."""
         if isinstance(event, RawData) and event.data:
-            if self._bytes_sent == 0 and event.data.startswith(b"HTTP/1.1 101 "):
-                self._upgraded = True
+            head = event.data[:1024].lower()
+            if head.startswith(b"http/1.1 101 ") and b"\r\nupgrade: websocket" in head:
+                self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
             elif self._upgraded and event.data[0] == 0x88 and not self._close_sent:
                 self._close_sent = True
                 self._task_group.spawn(self._close_unanswered)
@@ -95,8 +96,12 @@ class GuardedTCPServer(TCPServer):
         the peer `CLOSE_REPLY_S` to answer, then close as hypercorn's idle path does."""
         with self._close_timer:
             await trio.sleep(CLOSE_REPLY_S)
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
-                await self._initiate_server_close()
+            try:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
+                    await self.protocol.handle(Closed())  # may wait on a full app queue
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self.stream.aclose()  # closes the socket, whatever happened above
 
     async def _close(self) -> None:
         # hypercorn closes from whichever task sends `Closed`; when that is the app's task,
@@ -118,7 +123,15 @@ class GuardedTCPServer(TCPServer):
         """Serve the connection; a fault anywhere in it ends it alone (see the module)."""
         try:
             await super().run()
-        except Exception as exc:  # the stream is closed by hypercorn's own `finally`
+        except BaseExceptionGroup as group:  # the stream is closed by hypercorn's `finally`
+            cancelled, other = group.split(trio.Cancelled)
+            if other is not None and not self._faulted:
+                self._report(other)
+            if cancelled is not None:
+                raise cancelled from None  # the server's own cancellation goes on its way
+            if other is not None and other.split(Exception)[1] is not None:
+                raise  # KeyboardInterrupt and its kind are not a connection's fault
+        except Exception as exc:
             if not self._faulted:
                 self._report(exc)
 

@@ -66,6 +66,8 @@ async def _until_stdin_closes() -> None:
 
 async def _stop(stubs: dict[str, StubHome], nursery: trio.Nursery) -> None:
     """Close every uplink with a Close frame (bounded by `STOP_S`), then end everything."""
+    for stub in stubs.values():
+        stub.stopping = True  # no redial from here on
     with trio.move_on_after(STOP_S):
         async with trio.open_nursery() as closing:
             for stub in stubs.values():

@@ -83,6 +83,8 @@ class StubHome:
         """Assistants waiting for the owner's answer (`agent.request` bodies by `req`)."""
         self.approve_all = False
         self.uplinks = 0
+        self.stopping = False
+        """Set when the process stops: `run_uplink` dials no more."""
 
     @property
     def home(self) -> str:
@@ -251,12 +253,14 @@ def _binary(message: str | bytes) -> bytes:
 async def run_uplink(stub: StubHome, url: str) -> None:
     """Keep `stub`'s uplink to `url` up until cancelled, reconnecting with jittered backoff."""
     backoff_s = 0.5
-    while True:
+    while not stub.stopping:
         try:
             async with open_websocket_url(url, message_queue_size=64, max_message_size=65536) as ws:
                 backoff_s = 0.5
                 await stub.run_session(ws)
         except (HandshakeError, ConnectionClosed, OSError, ProtocolError) as exc:
             log.info("uplink for %s lost: %s", stub.home, type(exc).__name__)
+        if stub.stopping:
+            return
         await trio.sleep(backoff_s * random.uniform(0.5, 1.5))
         backoff_s = min(backoff_s * 2, 30.0)

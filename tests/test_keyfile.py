@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ftwbridge.keys import KeysService
+from ftwbridge.keys import KeysService, service
 from ftwbridge.keys.keyfile import StateFileError
 
 HOMES = 50
@@ -88,3 +88,26 @@ def test_serve_on_a_damaged_key_file_says_so_and_exits_2(tmp_path: Path) -> None
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert "agent-keys.json is not valid JSON" in done.stderr and "backup" in done.stderr
+
+
+async def test_a_failed_write_is_retried_with_the_next_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A roster that drops an agent while the disk is full still forgets the key: the removal
+    stays due and goes with the next write that works."""
+    path = tmp_path / "agent-keys.json"
+    keys = KeysService(path)
+    a, b = await keys.create("h"), await keys.create("h")
+    await keys.sync("h", frozenset({a, b}))
+    real = service.update_json
+
+    def full(*args: object) -> object:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(service, "update_json", full)
+    assert await keys.sync("h", frozenset({a})) == [b]  # applied in memory, logged, kept due
+    assert b.hex() in _on_disk(path)
+    monkeypatch.setattr(service, "update_json", real)
+    c = await keys.create("h")
+    on_disk = _on_disk(path)
+    assert b.hex() not in on_disk and {a.hex(), c.hex()} <= set(on_disk)

@@ -8,6 +8,7 @@ leaves it. A key is forgotten once a roster that listed its agent no longer does
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,6 +20,7 @@ from ftwbridge.proto.noise import Initiator, TransportKeys, generate_static
 
 from .keyfile import StateFileError, read_json, update_json
 
+log = logging.getLogger("ftwbridge.keys")
 MAX_PENDING_HANDSHAKES = 4096
 
 
@@ -88,14 +90,27 @@ class KeysService:
         self._ids = itertools.count(1)
         self._forgotten: set[bytes] = set()
         self._lock = trio.Lock()
+        self._unsaved: tuple[dict[bytes, _Key], set[bytes]] = ({}, set())
+        """Changes a failed write left out; the next write carries them."""
         if path is not None:
             self._keys.update(_parse(read_json(path), path))
 
     async def _save(self, upserts: dict[bytes, _Key], removals: set[bytes]) -> None:
-        """Apply this change to the file, in order with this process's other changes."""
+        """Apply this change to the file, in order with this process's other changes.
+
+        A change that a failed write left out (a full disk, a damaged file) stays due and goes
+        with the next write, so a forgotten key is removed from the file once writing works.
+
+        Raises:
+            StateFileError, OSError: the file could not be written now.
+        """
         if self._path is None:
             return
         path = self._path
+        due_rows, due_gone = self._unsaved
+        upserts = {k: v for k, v in due_rows.items() if k not in removals} | upserts
+        removals = (due_gone - set(upserts)) | removals
+        self._unsaved = (upserts, removals)
         rows = {pub.hex(): _row(key) for pub, key in upserts.items()}
         gone = {pub.hex() for pub in removals}
 
@@ -108,6 +123,8 @@ class KeysService:
 
         async with self._lock:
             written = await trio.to_thread.run_sync(update_json, path, change)
+        if self._unsaved == (upserts, removals):
+            self._unsaved = ({}, set())
         self._merge(_parse(written, path))
 
     def _merge(self, found: dict[bytes, _Key]) -> None:
@@ -181,7 +198,10 @@ class KeysService:
                 self._forgotten.add(pub)
                 gone.append(pub)
         if gone or marked:
-            await self._save(marked, set(gone))
+            try:
+                await self._save(marked, set(gone))
+            except (StateFileError, OSError) as exc:  # kept due; the roster still applies
+                log.error("agent keys file not written (the next change retries): %s", exc)
         return gone
 
     async def drop(self, agent_key: bytes) -> None:
@@ -190,7 +210,10 @@ class KeysService:
         if key is not None and not key.listed:
             del self._keys[agent_key]
             self._forgotten.add(agent_key)
-            await self._save({}, {agent_key})
+            try:
+                await self._save({}, {agent_key})
+            except (StateFileError, OSError) as exc:  # kept due for the next write
+                log.error("agent keys file not written (the next change retries): %s", exc)
 
     async def has(self, agent_key: bytes) -> bool:
         """See `KeysPort.has`."""

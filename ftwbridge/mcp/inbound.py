@@ -121,14 +121,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads_strict(text: bytes | str) -> Any:
     """Parse JSON as RFC 8259 writes it, and no further.
 
-    `NaN`, `Infinity` and `-Infinity` are refused (RFC 8259 section 6 has no such numbers),
-    and so is an object that names a member twice (section 4 leaves the meaning open; two
-    parsers that read it differently are how a proxy and a server come to disagree).
+    Bytes must be UTF-8 (section 8.1; `json.loads` alone also takes UTF-16 and UTF-32).
+    `NaN`, `Infinity` and `-Infinity` are refused (section 6 has no such numbers), and so is an
+    object that names a member twice (section 4 leaves its meaning open; two parsers that read
+    it differently are how a proxy and a server come to disagree).
 
     Raises:
         ValueError: not JSON by these rules (`json.JSONDecodeError`, `JsonRefused`), or
             `RecursionError` for nesting deeper than the interpreter's stack.
     """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")  # UnicodeDecodeError is a ValueError
     return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
 
 

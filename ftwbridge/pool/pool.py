@@ -28,7 +28,7 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.door import Door, HomeOffline, LocalEnd, TunEnded, tun_end_reason
 from ftwbridge.keys.service import KeysError, KeysPort
-from ftwbridge.proto.errors import ProtocolError
+from ftwbridge.proto.errors import LocalProtocolError, ProtocolError
 from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import Msg, peer_code, peer_reason
@@ -178,7 +178,11 @@ class Pool:
                             self._observer.on_queue_wait(trio.current_time() - arrived)
                     if _closed_idle(w) and not fresh:
                         continue  # it closed for idleness as we came: a new one (issue 11, D5)
-                    reply = await self._exchange(w, read, body)
+                    w.idle.deadline = math.inf  # held from here, before any await: no idle close
+                    try:
+                        reply = await self._exchange(w, read, body)
+                    finally:
+                        w.idle.deadline = trio.current_time() + self._config.idle_close_s
                     break
             self.pacer.charge_bytes(home, reply.size)
             return reply
@@ -218,13 +222,14 @@ class Pool:
     def _start(self, home: str, agent_key: bytes) -> Warm:
         if self._nursery is None:
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"})
-        at_home = sum(1 for h, _ in self._warm if h == home)
+        at_home = sum(1 for h, k in self._warm if h == home and k != agent_key)
         top = self._config.sessions_per_home
         if at_home >= top:
             raise Refusal(
                 Code.E_CAP_EXCEEDED, {"cap": Cap.SESSIONS.value, "max": top, "asked": at_home + 1}
             )
-        self._evict_for_room()
+        if (home, agent_key) not in self._warm:  # replacing a dying session needs no room
+            self._evict_for_room()
         w = Warm(home, agent_key)
         self._warm[(home, agent_key)] = w
         self._nursery.start_soon(self._run_session, w)
@@ -248,9 +253,11 @@ class Pool:
             raise Refusal(Code.E_GRANT_EXPIRED, {"expiresAtMs": w.grant.expires_at_ms})
         async with self._limiter:
             self._in_flight += 1
-            w.idle.deadline = math.inf
             try:
-                rid, message = w.agent.request(read.value, body)
+                try:
+                    rid, message = w.agent.request(read.value, body)
+                except LocalProtocolError:  # the box ended the session while we waited
+                    raise refusal_for_end(w.end_reason or TunEndReason.CLOSED.value) from None
                 waiter = Waiter(rid)
                 w.waiter = waiter
                 try:
@@ -267,7 +274,6 @@ class Pool:
                 if w.waiter is not None and not w.waiter.done.is_set():
                     w.agent.abandon()
                 w.waiter = None
-                w.idle.deadline = trio.current_time() + self._config.idle_close_s
         if waiter.refusal is not None:
             raise waiter.refusal
         assert waiter.reply is not None
@@ -292,9 +298,10 @@ class Pool:
                 w.idle.deadline = trio.current_time() + self._config.idle_close_s
                 with w.idle:
                     assert w.tun is not None
-                    w.tun.sink = functools.partial(self._on_message, w)
-                    for early in w.tun.queued():  # came between hello_ok and the sink
-                        await self._on_message(w, early)
+                    while early := w.tun.queued():  # came between hello_ok and now, in order
+                        for message in early:
+                            await self._on_message(w, message)
+                    w.tun.sink = functools.partial(self._on_message, w)  # no await since: in order
                     raise TunEnded(await w.tun.wait_ended())
                 if w.idle.cancelled_caught:
                     w.end_reason = w.end_reason or TunEndReason.IDLE.value

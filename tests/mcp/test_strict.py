@@ -31,6 +31,8 @@ EVERY_SCOPE = dataclasses.replace(RECORD, scopes=tuple(sorted(s.value for s in R
         b'{"jsonrpc":"2.0","id":1,"id":"\\ud800","method":"tools/list"}',
         b'{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call"}',
         b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"a":{"b":1,"b":2}}}',
+        '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'.encode("utf-16"),
+        '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'.encode("utf-32-le"),
     ],
 )
 async def test_not_json_is_a_parse_error(raw: bytes) -> None:
