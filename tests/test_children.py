@@ -73,6 +73,28 @@ def _line(proc: subprocess.Popen[bytes], bound_s: float = BOUND_S) -> bytes:
     return proc.stdout.readline()
 
 
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    """Whatever a test here started is killed at its end, even when the test failed early."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _started(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    STARTED.append(proc)
+    return proc
+
+
 def _stub(bridge: str, *extra: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "stubbox", "--bridge", bridge, "--home", "c", *extra],
@@ -82,7 +104,7 @@ def _stub(bridge: str, *extra: str) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
     )
-    json.loads(_line(proc))
+    json.loads(_line(_started(proc)))
     return proc
 
 
@@ -147,7 +169,7 @@ def test_stub_exits_when_its_parent_is_killed(silent_listener: str) -> None:
         bufsize=0,  # unbuffered: select() on the pipe then sees every line
         cwd=ROOT,
     )
-    stub_pid = int(_line(parent))
+    stub_pid = int(_line(_started(parent)))
     assert _running(stub_pid)
     parent.kill()
     parent.wait(BOUND_S)
@@ -165,6 +187,7 @@ def test_the_demo_leaves_no_stub(how: str, tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
     )
+    _started(demo)
     deadline = time.monotonic() + 120
     while b"Ctrl-C stops the demo" not in _line(demo, 120):
         assert time.monotonic() < deadline and demo.poll() is None
@@ -194,7 +217,7 @@ def test_the_bench_bridge_server_leaves_no_stub(how: str, tmp_path: Path) -> Non
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
     )
-    assert _line(server, 120).strip() == b"ready"
+    assert _line(_started(server), 120).strip() == b"ready"
     kids = _children(server.pid)
     assert kids, "the bridge server runs its stub fleet as a child"
     assert server.stdin is not None
