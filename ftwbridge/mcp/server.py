@@ -32,6 +32,7 @@ from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
 from . import inbound
+from .auth import BearerAuth, Unauthorized
 from .results import (
     KNOWN_OUTCOMES,
     conforms,
@@ -146,9 +147,14 @@ class McpService:
         anonymous_token: str | None = None,
     ) -> None:
         self._homes = homes
-        self._verify_token = verify_token
-        self._resource = resource
-        self._metadata = resource_metadata
+        self._auth = BearerAuth(
+            verify_token=verify_token,
+            grant=homes.grant,
+            resource=resource,
+            resource_metadata=resource_metadata,
+            wall_ms=wall_ms,
+            anonymous_token=anonymous_token,
+        )
         self._max_body = max_body_bytes
         self._deadline_s = call_deadline_s
         self._wall_ms = wall_ms
@@ -157,7 +163,6 @@ class McpService:
         self._http_per_s = http_per_s
         self._agent_buckets: dict[tuple[str, bytes], TokenBucket] = {}
         self._on_call = on_call
-        self._anonymous_token = anonymous_token
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
         """The per-agent request limit at `/mcp` (`http_burst` in a row, then `http_per_s`):
@@ -174,15 +179,6 @@ class McpService:
             429, RATE_LIMITED_JSONRPC, "Too many requests", rid, {"retryAfterMs": wait_ms}
         )
         return _json(429, rej.body(), {"retry-after": str(max(1, math.ceil(wait_ms / 1000)))})
-
-    def _challenge(self, error: str | None, description: str = "", scope: str | None = None) -> str:
-        """A `WWW-Authenticate: Bearer` value; `error=None` for a request that sent no
-        credentials, which RFC 6750 section 3.1 says gets no error attribute."""
-        parts = [] if error is None else [f'error="{error}"', f'error_description="{description}"']
-        if scope is not None:
-            parts.append(f'scope="{scope}"')
-        parts.append(f'resource_metadata="{self._metadata}"')
-        return "Bearer " + ", ".join(parts)
 
     async def handle(self, req: HttpRequest) -> HttpResponse:
         """Answer one request to `/mcp` (never raises for bad input)."""
@@ -205,9 +201,9 @@ class McpService:
             )
         if req.content_length is not None and req.content_length > self._max_body:
             return _refuse_body(413, "Request body too large")
-        token = await self._authenticate(req.headers.get("authorization", []))
-        if isinstance(token, HttpResponse):
-            return token
+        token = await self._auth.authenticate(req.headers.get("authorization", []))
+        if isinstance(token, Unauthorized):
+            return _json(401, token.body, token.headers)
         try:
             body = await req.read_body()
         except BodyTooLarge:
@@ -225,40 +221,6 @@ class McpService:
         if route.is_notification:
             return HttpResponse(202)
         return await self._dispatch(route, token, req.headers)
-
-    async def _authenticate(self, values: list[str]) -> TokenRecord | HttpResponse:
-        if not values and self._anonymous_token is not None:  # the test profile only
-            values = [f"Bearer {self._anonymous_token}"]
-        raw = values[0] if len(values) == 1 else ""
-        scheme, _, token = raw.partition(" ")
-        record = None
-        if scheme.lower() == "bearer" and token.strip():
-            record = await self._verify_token(token.strip())
-        if record is not None and record.resource != self._resource:
-            record = None
-        if record is not None and record.expires_at_ms <= self._wall_ms():
-            record = None
-        if record is not None and await self._homes.grant(record.home, record.agent_key) is None:
-            record = None
-        if record is None and not values:
-            headers = {"www-authenticate": self._challenge(None)}
-            return _json(
-                401,
-                {"error": "unauthorized", "error_description": "Authentication required"},
-                headers,
-            )
-        if record is None:
-            headers = {
-                "www-authenticate": self._challenge(
-                    "invalid_token", "A valid access token for this resource is required"
-                )
-            }
-            return _json(
-                401,
-                {"error": "invalid_token", "error_description": "The access token is not valid"},
-                headers,
-            )
-        return record
 
     def _result(
         self, route: inbound.Route, result: dict[str, Any], cacheable: bool = False
@@ -341,7 +303,7 @@ class McpService:
                 route.id,
                 {"requiredScopes": missing},
             )
-            challenge = self._challenge(
+            challenge = self._auth.challenge(
                 "insufficient_scope", f"The tool {name} needs {scope}", scope
             )
             return _json(403, rej.body(), {"www-authenticate": challenge})

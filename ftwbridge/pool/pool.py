@@ -36,15 +36,19 @@ from ftwbridge.proto.roster import AgentGrant, Roster, admit
 from ftwbridge.proto.session import AgentSession, Push, Reply, Terminated
 
 from .pacing import HomePacer
-from .warm import HELLO_BODY, PoolObserver, PoolStats, Waiter, Warm, refusal_for_end
+from .warm import (
+    HELLO_BODY,
+    PoolObserver,
+    PoolStats,
+    Waiter,
+    Warm,
+    check_clock,
+    closed_idle,
+    deliver,
+    refusal_for_end,
+)
 
 log = logging.getLogger("ftwbridge.pool")
-
-
-def _closed_idle(w: Warm) -> bool:
-    """Whether `w` is closing or closed for idleness (its deadline passed, perhaps this very
-    moment): a close the caller did not ask for, so the call takes a new session."""
-    return w.idle.cancel_called or w.end_reason == TunEndReason.IDLE.value
 
 
 class Pool:
@@ -176,7 +180,7 @@ class Pool:
                         queued = False
                         if self._observer is not None:
                             self._observer.on_queue_wait(trio.current_time() - arrived)
-                    if _closed_idle(w) and not fresh:
+                    if closed_idle(w) and not fresh:
                         continue  # it closed for idleness as we came: a new one (issue 11, D5)
                     w.idle.deadline = math.inf  # held from here, before any await: no idle close
                     try:
@@ -194,7 +198,7 @@ class Pool:
     async def _session(self, home: str, agent_key: bytes) -> Warm:
         key = (home, agent_key)
         w = self._warm.get(key)
-        if w is None or w.end_reason is not None or _closed_idle(w):
+        if w is None or w.end_reason is not None or closed_idle(w):
             w = self._start(home, agent_key)
         else:
             self._warm.move_to_end(key)
@@ -300,8 +304,8 @@ class Pool:
                     assert w.tun is not None
                     while early := w.tun.queued():  # came between hello_ok and now, in order
                         for message in early:
-                            await self._on_message(w, message)
-                    w.tun.sink = functools.partial(self._on_message, w)  # no await since: in order
+                            await deliver(w, message)
+                    w.tun.sink = functools.partial(deliver, w)  # no await since: in order
                     raise TunEnded(await w.tun.wait_ended())
                 if w.idle.cancelled_caught:
                     w.end_reason = w.end_reason or TunEndReason.IDLE.value
@@ -374,7 +378,7 @@ class Pool:
         while True:
             for ev in w.agent.receive(await w.tun.receive()):
                 if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
-                    self._check_clock(ev.body)
+                    check_clock(ev.body, self._wall_ms(), self._config.clock_skew_max_ms)
                     w.hello_ok = ev.body
                     return
                 if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
@@ -384,46 +388,3 @@ class Pool:
                     )
                 if isinstance(ev, Terminated):
                     raise refusal_for_end(peer_reason(ev.reason))
-
-    def _check_clock(self, hello_ok: dict[str, Any]) -> None:
-        clock = hello_ok.get("clock")
-        now_ms = clock.get("nowMs") if isinstance(clock, dict) else None
-        if (
-            isinstance(now_ms, bool)
-            or not isinstance(now_ms, int)
-            or (isinstance(clock, dict) and clock.get("source") == "none")
-        ):
-            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "clock"})
-        skew = abs(now_ms - self._wall_ms())
-        top = self._config.clock_skew_max_ms
-        if skew > top:
-            raise Refusal(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": top})
-
-    async def _on_message(self, w: Warm, message: bytes) -> None:
-        """One Noise message from the box on a ready session, handled in the uplink reader's
-        task: the answer goes to the waiting call directly. A message that fails the session
-        (authentication, replay) or a `session.terminate` ends the session."""
-        if w.agent is None or w.tun is None or w.end_reason is not None:
-            return
-        try:
-            events = w.agent.receive(message)
-        except ProtocolError:
-            w.close(LocalEnd.PROTOCOL_ERROR.value)
-            return
-        for out in w.agent.data_to_send():
-            try:
-                await w.tun.send(out)
-            except TunEnded:
-                return
-        for ev in events:
-            waiter = w.waiter
-            if isinstance(ev, Terminated):
-                w.close(peer_reason(ev.reason))
-                return
-            if waiter is None or isinstance(ev, Push) or ev.id != waiter.rid:
-                continue
-            if isinstance(ev, Reply):
-                waiter.reply = ev
-            else:
-                waiter.refusal = ev.refusal
-            waiter.done.set()

@@ -1,4 +1,5 @@
-"""A warm session's record, the pool's refusal and statistics types."""
+"""A warm session's record and what acts on it alone: the messages its box sends, the refusal
+a waiting call gets when it ends; the pool's statistics types."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from typing import Any, Protocol
 
 import trio
 
-from ftwbridge.door import Tun
+from ftwbridge.door import LocalEnd, Tun, TunEnded
+from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
+from ftwbridge.proto.registry import peer_reason
 from ftwbridge.proto.roster import AgentGrant
-from ftwbridge.proto.session import AgentSession, Reply
+from ftwbridge.proto.session import AgentSession, Push, Reply, Terminated
 
 
 @dataclass(slots=True)
@@ -82,3 +85,60 @@ def refusal_for_end(reason: str) -> Refusal:
     if reason == TunEndReason.EXPIRED:
         return Refusal(Code.E_GRANT_EXPIRED)
     return Refusal(Code.E_UNAVAILABLE, {"reason": reason})
+
+
+def check_clock(hello_ok: dict[str, Any], now_ms: int, max_skew_ms: int) -> None:
+    """Check the box's clock in `hello_ok` against ours (PROTOCOL.md part B: a box without a
+    clock cannot judge expiry).
+
+    Raises:
+        Refusal: `E_UNAVAILABLE {subsystem: clock}` without a clock, `E_CLOCK_SKEW {skewMs,
+            maxMs}` past `max_skew_ms`.
+    """
+    clock = hello_ok.get("clock")
+    box_ms = clock.get("nowMs") if isinstance(clock, dict) else None
+    if (
+        isinstance(box_ms, bool)
+        or not isinstance(box_ms, int)
+        or (isinstance(clock, dict) and clock.get("source") == "none")
+    ):
+        raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "clock"})
+    skew = abs(box_ms - now_ms)
+    if skew > max_skew_ms:
+        raise Refusal(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": max_skew_ms})
+
+
+def closed_idle(w: Warm) -> bool:
+    """Whether `w` is closing or closed for idleness (its deadline passed, perhaps this very
+    moment): a close the caller did not ask for, so the call takes a new session."""
+    return w.idle.cancel_called or w.end_reason == TunEndReason.IDLE.value
+
+
+async def deliver(w: Warm, message: bytes) -> None:
+    """One Noise message from the box on a ready session, handled in the uplink reader's
+    task: the answer goes to the waiting call directly. A message that fails the session
+    (authentication, replay) or a `session.terminate` ends the session."""
+    if w.agent is None or w.tun is None or w.end_reason is not None:
+        return
+    try:
+        events = w.agent.receive(message)
+    except ProtocolError:
+        w.close(LocalEnd.PROTOCOL_ERROR.value)
+        return
+    for out in w.agent.data_to_send():
+        try:
+            await w.tun.send(out)
+        except TunEnded:
+            return
+    for ev in events:
+        waiter = w.waiter
+        if isinstance(ev, Terminated):
+            w.close(peer_reason(ev.reason))
+            return
+        if waiter is None or isinstance(ev, Push) or ev.id != waiter.rid:
+            continue
+        if isinstance(ev, Reply):
+            waiter.reply = ev
+        else:
+            waiter.refusal = ev.refusal
+        waiter.done.set()

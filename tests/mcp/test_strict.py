@@ -155,3 +155,37 @@ async def test_no_credentials_get_a_challenge_without_an_error() -> None:
     headers = {"content-type": ["application/json"], "authorization": ["Bearer bad"]}
     bad = await svc.handle(HttpRequest("POST", headers, read, 1))
     assert bad.status == 401 and 'error="invalid_token"' in bad.headers["www-authenticate"]
+
+
+async def test_a_401_says_why_the_token_does_not_work() -> None:
+    """An expired token and a withdrawn agent each get `invalid_token` with their own words."""
+    body = json.dumps(_list("legacy", {})[0]).encode()
+
+    async def read() -> bytes:
+        return body
+
+    expired = dataclasses.replace(RECORD, expires_at_ms=999)  # the service's clock says 1000
+    resp = await service(None, record=expired).handle(
+        HttpRequest(
+            "POST",
+            {"content-type": ["application/json"], "authorization": ["Bearer good"]},
+            read,
+            1,
+        )
+    )
+    assert resp.status == 401 and "expired" in resp.headers["www-authenticate"]
+    svc = service(None)
+
+    async def no_grant(home: str, agent_key: bytes) -> None:
+        return None
+
+    svc._auth._grant = no_grant  # type: ignore[assignment]  # the roster no longer lists it
+    resp = await svc.handle(
+        HttpRequest(
+            "POST",
+            {"content-type": ["application/json"], "authorization": ["Bearer good"]},
+            read,
+            1,
+        )
+    )
+    assert resp.status == 401 and "withdrawn" in json.loads(resp.body)["error_description"]
