@@ -43,6 +43,11 @@ LAST_WORDS_S: Final = 1.0
 CLOSE_REPLY_S: Final = 2.0
 """How long a peer has to answer our WebSocket Close before the socket is closed (seconds);
 hypercorn alone waits for the read timeout (45 s on the door), a socket held per stranger."""
+FAILING_CODES: Final = frozenset({1002, 1003, 1007, 1008, 1009, 1010, 1011, 4400, 4401, 4403})
+"""Close codes that fail the connection (RFC 6455 section 7.1.7; the door's refusals): from
+then on what the peer still sends (the rest of a message over the limit) is read and dropped
+unparsed, and the socket closes after `LAST_WORDS_S` at most; reading on meanwhile keeps the
+kernel from answering with a reset that would discard our Close."""
 
 
 class ProtocolViolation(Exception):
@@ -72,6 +77,7 @@ class GuardedTCPServer(TCPServer):
         self._close_sent = False
         self._faulted = False
         self._close_timer = trio.CancelScope()
+        self._discarding = False
 
     async def protocol_send(self, event: Event) -> None:
         """hypercorn's send, noting what went out: any bytes, the 101, and a Close frame."""
@@ -81,7 +87,12 @@ class GuardedTCPServer(TCPServer):
                 self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
             elif self._upgraded and event.data[0] == 0x88 and not self._close_sent:
                 self._close_sent = True
-                self._task_group.spawn(self._close_unanswered)
+                code = int.from_bytes(event.data[2:4], "big") if event.data[1] >= 2 else None
+                failing = code in FAILING_CODES
+                self._discarding = failing  # what it still sends is read and dropped
+                self._task_group.spawn(
+                    self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
+                )
             self._bytes_sent += len(event.data)
         elif isinstance(event, Closed) and self._upgraded and not self._close_sent:
             # hypercorn ends a WebSocket whose frame wsproto could not parse without a Close;
@@ -91,11 +102,11 @@ class GuardedTCPServer(TCPServer):
             await super().protocol_send(RawData(CLOSE_PROTOCOL_ERROR))
         await super().protocol_send(event)
 
-    async def _close_unanswered(self) -> None:
+    async def _close_unanswered(self, wait_s: float) -> None:
         """RFC 6455 section 7.1.1: after its Close, the server closes the TCP connection; give
-        the peer `CLOSE_REPLY_S` to answer, then close as hypercorn's idle path does."""
+        the peer `wait_s` to answer (none when our Close fails the connection), then close."""
         with self._close_timer:
-            await trio.sleep(CLOSE_REPLY_S)
+            await trio.sleep(wait_s)
             try:
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
                     await self.protocol.handle(Closed())  # may wait on a full app queue
@@ -112,6 +123,13 @@ class GuardedTCPServer(TCPServer):
             await super()._close()
 
     async def _read_data(self) -> None:
+        parse = self.protocol.handle
+
+        async def handle(event: Event) -> None:
+            if not (self._discarding and isinstance(event, RawData) and event.data):
+                await parse(event)
+
+        self.protocol.handle = handle  # type: ignore[method-assign]
         try:
             await super()._read_data()
         except Exception as exc:
