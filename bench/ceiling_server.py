@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 
 import trio
 from hypercorn.config import Config
@@ -11,6 +12,8 @@ from hypercorn.trio import serve
 from quart import Response, request
 from quart_trio import QuartTrio
 from sdk_server import LIVE  # type: ignore[import-not-found]
+
+from ftwbridge.lifecycle import until_stdin_closes
 
 app = QuartTrio("ceiling")
 ANSWER = json.dumps(
@@ -40,7 +43,7 @@ def main() -> None:
     cfg = Config()
     cfg.bind = [f"127.0.0.1:{args.port}"]
     cfg.accesslog = None
-    trio.run(serve, app, cfg)
+    trio.run(partial(serve, app, cfg, shutdown_trigger=until_stdin_closes))  # lifeline: see run.py
 
 
 if __name__ == "__main__":

@@ -85,14 +85,18 @@ def main() -> None:
 
         uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
         return
+    from functools import partial
+
     import trio
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
+    from ftwbridge.lifecycle import until_stdin_closes
+
     cfg = Config()
     cfg.bind = [f"127.0.0.1:{args.port}"]
     cfg.accesslog = None
-    trio.run(serve, app, cfg)
+    trio.run(partial(serve, app, cfg, shutdown_trigger=until_stdin_closes))  # lifeline: see run.py
 
 
 if __name__ == "__main__":
