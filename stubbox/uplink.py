@@ -195,9 +195,13 @@ class StubHome:
         sig = door_signature(self.owner.signing_key, nonce, self.home)
         hello = Envelope(Msg.DOOR_HELLO, None, {"home": self.home, "build": BUILD, "sig": sig})
         await ws.send_message(hello.encode())
-        await ws.send_message(Envelope(Msg.ROSTER, None, {"roster": self.owner.signed}).encode())
+        sent = self.owner.signed
+        await ws.send_message(Envelope(Msg.ROSTER, None, {"roster": sent}).encode())
         self.box.end_all()  # tunnels belong to one uplink; a new uplink starts afresh
         self.ws = ws
+        if self.owner.signed != sent:  # the owner signed a newer one while we connected: its
+            # publish found no uplink, so this one carries it (issue 11, D6)
+            await self.send(Envelope(Msg.ROSTER, None, {"roster": self.owner.signed}).encode())
         self.uplinks += 1
         self.connected.set()
         try:
