@@ -41,6 +41,10 @@ log = logging.getLogger("ftwbridge")
 TOKEN_CACHE_S = 30.0
 """How long a token's store record is reused without asking the store again (seconds)."""
 TOKEN_CACHE_SIZE = 10_000
+CLOSE_GOING_AWAY = 1001
+"""The uplinks' Close code at drain (RFC 6455 section 7.4.1): a box redials (another instance)."""
+HTTP_STOP_S = 3.0
+"""The most `drain` waits for the HTTP server's graceful stop (its own bound is 1 s)."""
 
 
 def wall_ms() -> int:
@@ -122,6 +126,8 @@ class Bridge:
         )
         self.admin_url: str | None = None
         self._nursery: trio.Nursery | None = None
+        self._stop_http = trio.Event()
+        self._http_done = trio.Event()
 
     async def _issue_for_oauth(
         self, home: str, key: bytes, agent_id: str, scopes: tuple[str, ...], client: str
@@ -180,11 +186,28 @@ class Bridge:
 
     async def drain(self) -> None:
         """Stop taking calls, let calls in flight finish (`drain_s`), end every session with
-        `tun.end {restarting}`, then stop serving."""
+        `tun.end {restarting}`, close every uplink with a Close 1001 (going away), let the HTTP
+        responses under way finish whole, then stop serving."""
         log.info("draining")
         await self.pool.drain(self.config.drain_s)
+        await self.door.close_all(CLOSE_GOING_AWAY, "the bridge is restarting")
+        self._stop_http.set()  # hypercorn stops accepting and lets responses under way finish
+        with trio.move_on_after(HTTP_STOP_S):
+            await self._http_done.wait()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+    async def _serve_http(
+        self, app: Any, config: edge.EdgeConfig, *, task_status: trio.TaskStatus[Any]
+    ) -> None:
+        """hypercorn for the main listener, stopped gracefully by `drain` (its
+        `graceful_timeout` lets responses under way end whole, issue 11 D3)."""
+        try:
+            await hypercorn_serve(
+                app, config, shutdown_trigger=self._stop_http.wait, task_status=task_status
+            )
+        finally:
+            self._http_done.set()
 
     async def _verify(self, token: str) -> TokenRecord | None:
         """The token's record: from a short in-memory cache, else the store (off-thread).
@@ -261,7 +284,7 @@ class Bridge:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self.pool.run)
-                await nursery.start(hypercorn_serve, app, hc)
+                await nursery.start(self._serve_http, app, hc)
                 if admin_fd is not None:
                     ac = edge.EdgeConfig()
                     ac.on_connection_fault = self.metrics.on_connection_fault

@@ -203,6 +203,13 @@ class Door:
         self._roster_changed.pop(home, trio.Event()).set()  # waiters see it fully applied
         return True, roster.seq, ""
 
+    async def close_all(self, code: int, reason: str) -> None:
+        """Close every uplink with a Close frame `code` (e.g. 1001 at drain), all at once, each
+        bounded by `close_ws`; their handlers then end their tunnels as for any uplink lost."""
+        async with trio.open_nursery() as nursery:
+            for uplink in list(self._uplinks.values()):
+                nursery.start_soon(close_ws, uplink.ws, code, reason)
+
     async def serve_uplink(self, ws: WebSocketLike) -> None:
         """Run one box uplink until it closes (the `/v1/box` WebSocket handler calls this)."""
         home = await self._authenticate(ws)

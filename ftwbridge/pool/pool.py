@@ -257,6 +257,7 @@ class Pool:
             raise Refusal(Code.E_GRANT_EXPIRED, {"expiresAtMs": w.grant.expires_at_ms})
         async with self._limiter:
             self._in_flight += 1
+            self._notify()
             try:
                 try:
                     rid, message = w.agent.request(read.value, body)

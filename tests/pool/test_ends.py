@@ -150,3 +150,16 @@ async def test_a_call_racing_the_idle_close_gets_a_new_session(
     assert not isinstance(await _call(rig, key), Refusal)  # takes no mock time
     answer = await _call(rig, key)  # its pacing turn comes at the idle deadline
     assert not isinstance(answer, Refusal), answer.details
+
+
+async def test_close_all_closes_every_uplink_with_its_code(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+) -> None:
+    """Drain's last word to the boxes (issue 11, D3): a Close frame they can act on, not 1006."""
+    rig = Rig(nursery)
+    await rig.start()
+    for name in ("h1", "h2"):
+        await rig.add_home(name)
+    with trio.fail_after(5):
+        await rig.door.close_all(1001, "the bridge is restarting")
+    assert [link.close_code for link in rig.links] == [1001, 1001]
