@@ -29,8 +29,12 @@ import hypercorn.trio.run as hypercorn_run
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
+from mcp_types import jsonrpc
 from quart import Response, request
+
+from ftwbridge.mcp import inbound
 
 log = logging.getLogger("ftwbridge.edge")
 
@@ -155,7 +159,7 @@ class GuardedTCPServer(TCPServer):
 
     def _kind(self) -> str:
         protocol = getattr(getattr(self, "protocol", None), "protocol", None)
-        if type(protocol).__name__ == "H2Protocol":
+        if isinstance(protocol, H2Protocol):
             return "http2"
         return "websocket" if self._upgraded else "http"
 
@@ -202,11 +206,7 @@ class GuardedTCPServer(TCPServer):
 def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:
     """A refusal before any route runs: JSON-RPC on `/mcp`, an OAuth-style error elsewhere."""
     if request.path == "/mcp":
-        body: dict[str, Any] = {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32600, "message": message},
-        }
+        body = inbound.Rejection(status, jsonrpc.INVALID_REQUEST, message).body()
     else:
         body = {"error": "invalid_request", "error_description": message}
     return Response(json.dumps(body), status, {"content-type": "application/json", **headers})

@@ -23,6 +23,8 @@ import sys
 
 import trio
 
+from ftwbridge.lifecycle import until_stdin_closes
+
 from .console import serve_console
 from .uplink import StubHome, run_uplink
 
@@ -54,14 +56,6 @@ def _parser() -> argparse.ArgumentParser:
         help="exit when standard input closes (a parent passes a pipe it never writes)",
     )
     return p
-
-
-async def _until_stdin_closes() -> None:
-    """Return once standard input reaches end-of-file (its writer, the parent, is gone)."""
-    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
-    async with stdin:
-        while await stdin.receive_some(4096):
-            pass  # a parent never writes here; anything it did is ignored
 
 
 async def _stop(stubs: dict[str, StubHome], nursery: trio.Nursery) -> None:
@@ -106,7 +100,7 @@ async def _main(args: argparse.Namespace) -> None:
             if args.exit_with_parent:
 
                 async def orphaned() -> None:
-                    await _until_stdin_closes()
+                    await until_stdin_closes()
                     await _stop(stubs, nursery)
 
                 nursery.start_soon(orphaned)
