@@ -63,6 +63,8 @@ class LocalEnd(StrEnum):
     """The box sent what the session layer refuses (authentication failure, replay)."""
     UPLINK_LOST = "uplink_lost"
     """The box's uplink ended under the tunnel."""
+    NO_ANSWER = "no_answer"
+    """The box did not answer a request within the call deadline: the session is replaced."""
 
 
 def tun_end_reason(cause: str) -> TunEndReason:
@@ -117,6 +119,8 @@ class Tun:
         """Once set, the uplink's reader hands each Noise message from the box straight to it
         (no queue, no task switch); before, messages wait in the tunnel's queue."""
         self._ended = trio.Event()
+        self.on_end: Callable[[str], None] | None = None
+        """Told the reason, once, when the tunnel ends (by the box, the uplink, or `aclose`)."""
 
     async def send(self, d: bytes) -> bool:
         """Send one Noise message to the box; returns False when the door dropped it (past the
@@ -164,10 +168,13 @@ class Tun:
         return True
 
     def _end(self, reason: str) -> None:
-        if self.end_reason is None:
-            self.end_reason = reason
+        if self.end_reason is not None:
+            return
+        self.end_reason = reason
         self._send.close()
         self._ended.set()
+        if self.on_end is not None:
+            self.on_end(reason)
 
     async def aclose(self, reason: TunEndReason) -> None:
         """End the tunnel; the box hears `tun.end {sid, reason}` if the uplink is up.

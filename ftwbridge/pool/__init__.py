@@ -1,6 +1,6 @@
 """Warm Noise sessions per agent: open, hello, one call at a time, idle close, revoke."""
 
-from .pool import Pool
-from .warm import PoolStats
+from .pool import Pool, PoolStats
+from .session import PooledSession, State
 
-__all__ = ["Pool", "PoolStats"]
+__all__ = ["Pool", "PoolStats", "PooledSession", "State"]

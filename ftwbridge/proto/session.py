@@ -168,9 +168,13 @@ class AgentSession:
         self._check_open()
         return self._channel.wrap(Envelope(t, None, body))
 
-    def abandon(self) -> None:
-        """Forget the request in flight (its caller gave up); a late answer is then stray."""
-        self._pending = None
+    def abandon(self, *, sent: bool = True) -> None:
+        """The request in flight lost its caller. A request that was `sent` stays in flight:
+        the box is still working on it (one request per session, part B), and its answer still
+        comes out of `receive` for whoever holds the session to drop. One never sent is
+        forgotten."""
+        if not sent:
+            self._pending = None
 
     def data_to_send(self) -> list[bytes]:
         """Take the messages the session queued on its own."""

@@ -128,8 +128,9 @@ async def test_cancelled_while_the_reader_hands_over_the_answer(
     with trio.move_on_after(1.0 + offset_s):
         await rig.pool.call("h1", key, Read.LIVE_GET)
     stats = rig.pool.statistics()
-    assert (stats.calls_in_flight, stats.queued) == (0, 0)
+    assert stats.queued == 0 and stats.calls_in_flight <= 1  # 1: the box still works on it
     await trio.sleep(2)  # the abandoned answer, if still coming, arrives and is dropped
+    assert rig.pool.statistics().calls_in_flight == 0
     with trio.fail_after(10):
         reply = await rig.pool.call("h1", key, Read.LOADPOINTS_GET)
     assert reply.t == "loadpoints"

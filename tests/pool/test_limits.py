@@ -192,7 +192,7 @@ async def test_session_dropped_at_each_opening_checkpoint_leaves_nothing(
         nonlocal seen
         seen += 1
         if seen == step + 1:
-            for w in list(rig.pool._warm.values()):
+            for w in list(rig.pool._sessions.values()):
                 w.close("revoked")
 
     door_cls.checkpoint = staticmethod(checkpoint)

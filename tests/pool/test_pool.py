@@ -201,7 +201,12 @@ async def test_queue_per_home_refuses_the_fifth(
         assert err.code == Code.E_RATE_LIMITED
         inner.cancel_scope.cancel()
     stats = rig.pool.statistics()
-    assert (stats.calls_in_flight, stats.queued) == (0, 0)  # cancelled callers freed their places
+    assert stats.queued == 0  # cancelled callers freed their places in the queue
+    assert stats.calls_in_flight == 1  # but the box still holds the first one's read (D2)
+    await trio.sleep(Config().call_deadline_s)  # unanswered that long: the session is replaced
+    stats = rig.pool.statistics()
+    assert (stats.calls_in_flight, stats.sessions) == (0, 0)
+    assert stats.drops.get("no_answer") == 1
 
 
 @pytest.mark.parametrize(
