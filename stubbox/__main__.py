@@ -5,6 +5,16 @@ On start it prints one JSON line: `{"home", "homeKey" (hex Ed25519 public key), 
 process (the demo, tests, benchmarks) can enroll the homes and drive their owners.
 `--print-key` prints that line and exits without dialing.
 
+State: without `--state` a home lives in memory and a restart begins again at roster seq 1
+with no agents, which a bridge holding a newer roster refuses. With `--state DIR` each home
+keeps its owner's newest signed roster and the assistants waiting for an answer in
+`DIR/<home>.json` (one file per home of a `--fleet`; public data and roster rows only, the
+keys derive from `--seed`), written atomically before the bridge hears of a change. A restart
+with the same `--state` and `--seed` sends the kept roster when the uplink comes up (its Noise
+key as kept, whatever `--no-noise` says), and the owner's next roster has the next seq. A
+file that cannot be read or used stops the start with one sentence on stderr naming it and
+what to do (exit 2); see stubbox/state.py.
+
 Stopping: the first SIGTERM or SIGINT closes every uplink with a Close frame (1001, going away)
 and exits within `STOP_S`, whatever the stub is doing (dialling, backing off, answering); a
 second signal exits at once. With `--exit-with-parent`, the stub also exits when its standard
@@ -20,12 +30,14 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 import trio
 
 from ftwbridge.lifecycle import until_stdin_closes
 
 from .console import serve_console
+from .state import StateError, state_path
 from .uplink import StubHome, run_uplink
 
 STOP_S = 1.0
@@ -50,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fleet", type=int, default=1, help="run N homes named HOME-0 .. HOME-(N-1)")
     p.add_argument("--print-key", action="store_true", help="print the home key line and exit")
+    p.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep each home's signed roster in DIR/<home>.json across restarts",
+    )
     p.add_argument(
         "--exit-with-parent",
         action="store_true",
@@ -91,6 +110,9 @@ async def _main(args: argparse.Namespace) -> None:
     if args.print_key:
         print(json.dumps(line), flush=True)
         return
+    if args.state is not None:
+        for stub in stubs.values():
+            await stub.keep_state(state_path(args.state, stub.home))
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(serve_console, stubs, args.console)
@@ -117,7 +139,17 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of `python -m stubbox`."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    trio.run(_main, args)
+    if args.state is not None and args.state.exists() and not args.state.is_dir():
+        print(
+            f"stubbox: --state {args.state} is not a folder; name a folder (made if missing)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    try:
+        trio.run(_main, args)
+    except StateError as exc:  # raised at start, before any uplink or console runs
+        print(f"stubbox: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

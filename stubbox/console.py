@@ -5,7 +5,8 @@ Commands (each may name its `home`; the default is the first): `homes`,
 `put_agents {agents: [put_agent fields, ...]}` (one roster for many), `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
 `claim` (a new home-claim code), `requests` (assistants waiting), `approve {req, scopes?,
 expiresAtMs?}`, `deny {req}`, `drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
-`drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`.
+`drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`. With `--state`, a change
+whose state file cannot be written answers `{"error": "StateError: ..."}` and changes nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import trio
 
 from ftwbridge.proto.roster import AgentGrant
 
+from .state import StateError
 from .uplink import StubHome
 
 MAX_LINE_BYTES = 64 * 1024
@@ -112,7 +114,7 @@ async def _serve_one(stubs: dict[str, StubHome], stream: trio.SocketStream) -> N
                 line, buf = buf.split(b"\n", 1)
                 try:
                     answer: Any = {"ok": await _command(stubs, json.loads(line))}
-                except (ValueError, KeyError, TypeError) as exc:
+                except (ValueError, KeyError, TypeError, StateError) as exc:
                     answer = {"error": f"{type(exc).__name__}: {exc}"}
                 await stream.send_all(json.dumps(answer).encode() + b"\n")
 

@@ -2,6 +2,8 @@
 
 Every change to the agent rows (add, change, drop) signs a new roster with the next `seq`
 (PROTOCOL.md part B). Keys here are test keys made from a seed, never for production.
+`restore` takes back a roster the owner signed before a restart (stubbox/state.py), so the
+next change goes on from its `seq`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ class Owner:
             devices=(Device(phone, Role.OWNER, True, ()),),
         )
         self.signed = sign_roster(self.roster, self.signing_key)
+
+    def restore(self, roster: Roster) -> None:
+        """Go on from `roster`, one this home signed earlier and kept (verified by the caller
+        with `home_public_key`; its `signed` holds the bytes): the next change signs
+        `roster.seq + 1`. Its `noise` stands, whatever `noise` this owner was made with.
+        """
+        self.roster = replace(roster, signed=b"")
+        self.signed = roster.signed
 
     @property
     def home_public_key(self) -> bytes:

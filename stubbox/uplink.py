@@ -3,6 +3,12 @@
 `StubHome` bundles a home's owner (keys and roster), its box brain and its clocks;
 `run_uplink(stub, url)` keeps an uplink to `url` (ws://.../v1/box) and reconnects with
 jittered exponential backoff (0.5 s doubling to 30 s). The door protocol is PROTOCOL.md part C.
+
+With `StubHome.keep_state(path)` the owner's state (newest signed roster, waiting requests)
+is kept in a file (stubbox/state.py) and restored at start. Every owner change runs whole,
+one at a time: the owner signs, the file is written, then the box adopts the roster and the
+bridge hears of it, so no roster reaches the bridge that a restart would forget. A change
+whose write fails is undone and the caller gets the `StateError`.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -26,6 +33,7 @@ from ftwbridge.proto.roster import AgentGrant, verify_roster
 from .box import Box, ClockSource
 from .home import Home
 from .owner import Owner
+from .state import StateError, StateKeeper, encode_state, load_state
 
 log = logging.getLogger("stubbox")
 BUILD = "stubbox-0.1"
@@ -85,6 +93,9 @@ class StubHome:
         self.uplinks = 0
         self.stopping = False
         """Set when the process stops: `run_uplink` dials no more."""
+        self.keeper: StateKeeper | None = None
+        """Writes the owner's state to its file (None: kept in memory only)."""
+        self._changing = trio.Lock()
 
     @property
     def home(self) -> str:
@@ -112,6 +123,52 @@ class StubHome:
             except ConnectionClosed:
                 return
 
+    async def keep_state(self, path: Path) -> None:
+        """Keep this home's owner state in the file `path` from now on: restore it when the
+        file is there (its roster replaces the fresh one, and the next one the owner signs
+        has a higher seq), then write it, which also shows at start that the file is writable.
+        Call it before the uplink runs.
+
+        Raises:
+            StateError: the file cannot be read, is not usable, or cannot be written.
+        """
+        kept = await load_state(path, home=self.home, home_key=self.owner.home_public_key)
+        if kept is not None:
+            self.owner.restore(kept.roster)
+            self.box.set_roster(self.owner.roster)  # no sessions yet: nothing to end
+            self.requests = dict(kept.requests)
+        self.keeper = StateKeeper(path, self._state_bytes)
+        await self.keeper.save()
+
+    def _state_bytes(self) -> bytes:
+        return encode_state(
+            home=self.home,
+            home_key=self.owner.home_public_key,
+            signed=self.owner.signed,
+            seq=self.owner.roster.seq,
+            requests=self.requests,
+        )
+
+    async def _change(self, change: Callable[[], bytes | None]) -> None:
+        """Run one owner change whole, one change at a time: `change` alters the owner's state
+        and returns a newly signed roster (or None); the state file is written; then the box
+        adopts the roster and the bridge hears of it. A failed write undoes the change.
+
+        Raises:
+            StateError: the state file could not be written; nothing changed.
+        """
+        async with self._changing:
+            roster, signed, requests = self.owner.roster, self.owner.signed, dict(self.requests)
+            new = change()
+            if self.keeper is not None:
+                try:
+                    await self.keeper.save()
+                except StateError:
+                    self.owner.roster, self.owner.signed, self.requests = roster, signed, requests
+                    raise
+            if new is not None:
+                await self.publish(new)
+
     async def publish(self, signed: bytes) -> None:
         """Adopt a newly signed roster at the box, then send it to the bridge."""
         roster = verify_roster(signed, home_key=self.owner.home_public_key, home=self.home)
@@ -120,16 +177,29 @@ class StubHome:
         await self.send(Envelope(Msg.ROSTER, None, {"roster": signed}).encode())
 
     async def put_agent(self, key: bytes, grant: AgentGrant) -> int:
-        """Add or change an agent row (the owner approves at home); returns the roster seq."""
-        await self.publish(self.owner.put_agent(key, grant, now_ms=self.wall_ms()))
+        """Add or change an agent row (the owner approves at home); returns the roster seq.
+
+        Raises:
+            StateError: the state file could not be written; nothing changed.
+        """
+        await self._change(lambda: self.owner.put_agent(key, grant, now_ms=self.wall_ms()))
         return self.owner.roster.seq
 
     async def put_agents(self, rows: list[tuple[bytes, AgentGrant]]) -> int:
-        """Add or change many agent rows in one signed roster; returns the roster seq."""
-        for key, grant in rows[:-1]:
-            self.owner.put_agent(key, grant, now_ms=self.wall_ms())
-        key, grant = rows[-1]
-        return await self.put_agent(key, grant)
+        """Add or change many agent rows in one signed roster; returns the roster seq.
+
+        Raises:
+            StateError: the state file could not be written; nothing changed.
+        """
+
+        def change() -> bytes | None:
+            signed = None  # no rows: nothing to sign
+            for key, grant in rows:
+                signed = self.owner.put_agent(key, grant, now_ms=self.wall_ms())
+            return signed
+
+        await self._change(change)
+        return self.owner.roster.seq
 
     async def claim(self) -> str:
         """Show a new home-claim code to the owner and offer its hash to the bridge (10 min)."""
@@ -147,36 +217,59 @@ class StubHome:
 
         Raises:
             KeyError: no such request.
+            StateError: the state file could not be written; nothing changed.
         """
-        r = self.requests.pop(req)
-        asked = [s for s in r["scopes"] if isinstance(s, str)]
-        granted = asked if scopes is None else [s for s in asked if s in scopes]
-        now = self.wall_ms()
-        grant = AgentGrant(
-            id=f"agent-{req[:8]}",
-            client=str(r.get("client", ""))[:100],
-            name=str(r.get("name", ""))[:100],
-            scopes=tuple(granted),
-            ops=(),
-            caps={},
-            granted_at_ms=now,
-            expires_at_ms=expires_at_ms or now + GRANT_TTL_MS,
-        )
-        return await self.put_agent(r["key"], grant)
+
+        def change() -> bytes:
+            r = self.requests.pop(req)
+            asked = [s for s in r["scopes"] if isinstance(s, str)]
+            granted = asked if scopes is None else [s for s in asked if s in scopes]
+            now = self.wall_ms()
+            grant = AgentGrant(
+                id=f"agent-{req[:8]}",
+                client=str(r.get("client", ""))[:100],
+                name=str(r.get("name", ""))[:100],
+                scopes=tuple(granted),
+                ops=(),
+                caps={},
+                granted_at_ms=now,
+                expires_at_ms=expires_at_ms or now + GRANT_TTL_MS,
+            )
+            return self.owner.put_agent(r["key"], grant, now_ms=now)
+
+        await self._change(change)
+        return self.owner.roster.seq
 
     async def deny(self, req: str) -> None:
-        """The owner says no to request `req`; the bridge hears `agent.denied`."""
-        self.requests.pop(req)
+        """The owner says no to request `req`; the bridge hears `agent.denied`.
+
+        Raises:
+            KeyError: no such request.
+            StateError: the state file could not be written; nothing changed.
+        """
+
+        def change() -> None:
+            del self.requests[req]
+
+        await self._change(change)
         await self.send(Envelope(Msg.AGENT_DENIED, None, {"req": req}).encode())
 
     async def drop_agent(self, key: bytes) -> int:
-        """Drop an agent row; its sessions end `revoked`; returns the roster seq."""
-        await self.publish(self.owner.drop_agent(key, now_ms=self.wall_ms()))
+        """Drop an agent row; its sessions end `revoked`; returns the roster seq.
+
+        Raises:
+            StateError: the state file could not be written; nothing changed.
+        """
+        await self._change(lambda: self.owner.drop_agent(key, now_ms=self.wall_ms()))
         return self.owner.roster.seq
 
     async def set_noise(self, enabled: bool) -> int:
-        """Publish (or withdraw) the box's Noise key; returns the roster seq."""
-        await self.publish(self.owner.set_noise(enabled, now_ms=self.wall_ms()))
+        """Publish (or withdraw) the box's Noise key; returns the roster seq.
+
+        Raises:
+            StateError: the state file could not be written; nothing changed.
+        """
+        await self._change(lambda: self.owner.set_noise(enabled, now_ms=self.wall_ms()))
         return self.owner.roster.seq
 
     async def drop_uplink(self) -> None:
@@ -241,11 +334,27 @@ class StubHome:
                 and len(key) == 32
                 and isinstance(scopes, list)
             ):
-                self.requests[req] = b
-                if self.approve_all:
-                    await self.approve(req)
+                await self._asked(req, b)
         elif env.t in (Msg.ROSTER_OK, Msg.ROSTER_REFUSED):
             self.last_roster_reply = {"t": env.t, **(env.b if isinstance(env.b, dict) else {})}
+
+    async def _asked(self, req: str, body: dict[str, Any]) -> None:
+        """An assistant asks (`agent.request`): it waits for the owner, kept in the state file
+        (with `approve_all`, the owner approves at once). A failed write is logged and the
+        request waits in memory only: the uplink stays up."""
+        try:
+            if self.approve_all:
+                self.requests[req] = body
+                await self.approve(req)
+            else:
+
+                def change() -> None:
+                    self.requests[req] = body
+
+                await self._change(change)
+        except StateError as exc:
+            self.requests[req] = body
+            log.warning("home %s: %s", self.home, exc)
 
 
 def _binary(message: str | bytes) -> bytes:
