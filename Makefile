@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo test lint typecheck unit peers browser bench clean
+.PHONY: demo test lint typecheck unit peers browser bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ bench: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/run.py
+
+# The standing soak (docs/operations.md, "Faults"): the bridge under load and injected faults on
+# loopback, then its invariants; about three minutes. SOAK_SCALE=3 (or SOAK_ARGS=--scale 3) runs
+# longer; SOAK_ARGS=--verbose adds what the assistant heard and the operator saw.
+soak: $(STAMP)
+	$(BIN)/python -m soak.run $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

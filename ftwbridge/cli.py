@@ -1,6 +1,7 @@
 """`ftwbridge` command line: the only reader of argv and the environment.
 
-  ftwbridge serve [--config FILE]                run the bridge (SIGTERM drains, a second exits)
+  ftwbridge serve [--config FILE] [--exit-with-parent]
+                                                 run the bridge (SIGTERM drains, a second exits)
   ftwbridge keys --socket PATH [--config FILE]   run the keys part as its own process
   ftwbridge home enroll --home H --key HEX       enroll a home's Ed25519 public key
   ftwbridge agent create --home H                have the keys part make a new agent key
@@ -25,7 +26,7 @@ import trio
 from ftwbridge.config import Config, load_config
 from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
-from ftwbridge.lifecycle import until_signalled
+from ftwbridge.lifecycle import until_signalled, until_stdin_closes
 from ftwbridge.proto.roster import RosterRefused, verify_roster
 from ftwbridge.store import SqliteStore
 
@@ -38,7 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", type=Path, default=None, help="TOML config file")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run the bridge", parents=[common])
+    serve = sub.add_parser("serve", help="run the bridge", parents=[common])
+    serve.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="drain and exit when standard input closes (a parent passes a pipe it never writes)",
+    )
     keys = sub.add_parser("keys", help="run the keys part on a Unix socket", parents=[common])
     keys.add_argument("--socket", type=Path, required=True)
     home = sub.add_parser("home", help="homes").add_subparsers(dest="action", required=True)
@@ -69,7 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(config: Config) -> int:
+async def _serve(config: Config, *, exit_with_parent: bool = False) -> int:
+    """`ftwbridge serve`. With `exit_with_parent`, standard input reaching end-of-file drains
+    and stops the bridge as SIGTERM does, so a parent that dies (SIGKILL included) takes it
+    along (docs/operations.md, "Child processes")."""
     from ftwbridge.run import Bridge  # the HTTP stack loads only for commands that serve
 
     bridge = Bridge(config)
@@ -79,7 +88,10 @@ async def _serve(config: Config) -> int:
         print(f"ftwbridge serving {bridge.site.resource}", flush=True)
         if bridge.admin_url is not None:
             print(f"admin on {bridge.admin_url}", flush=True)
-        await trio.sleep_forever()
+        if not exit_with_parent:
+            await trio.sleep_forever()
+        await until_stdin_closes()
+        await bridge.drain()
 
     return await until_signalled(run, drain=bridge.drain)
 
@@ -164,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     config = load_config(args.config)
     jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
-        ("serve", None): lambda: _serve(config),
+        ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
         ("keys", None): lambda: _keys(config, args.socket),
         ("home", "enroll"): lambda: _enroll(config, args.home, args.key),
         ("agent", "create"): lambda: _agent_create(config, args.home),

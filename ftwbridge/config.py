@@ -7,9 +7,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ENV_PREFIX = "FTWBRIDGE_"
+CALL_SLACK_S = 2.0
+"""What a `/mcp` call may take past `call_deadline_s` besides its box reads (the token check,
+shaping the answer), in seconds; `door_silence_s` must leave at least this much."""
 
 
 class Config(BaseModel):
@@ -62,6 +65,21 @@ class Config(BaseModel):
     door_silence_s: float = 45.0
 
     token_ttl_s: int = Field(default=3600, gt=0)
+
+    @model_validator(mode="after")
+    def _silence_outlasts_a_call(self) -> Config:
+        """`door_silence_s` is the HTTP server's read timeout on the main listener, so it bounds
+        how long any connection there may send nothing, and a `/mcp` call waiting for its box
+        sends nothing. Below `call_deadline_s` plus `CALL_SLACK_S` it would cut such calls
+        with no answer at all (issue 11's soak), so it is refused at start."""
+        least = self.call_deadline_s + CALL_SLACK_S
+        if self.door_silence_s < least:
+            raise ValueError(
+                f"door_silence_s ({self.door_silence_s:g} s) must be at least call_deadline_s"
+                f" + {CALL_SLACK_S:g} s ({least:g} s): it also bounds how long an HTTP"
+                " connection may stay silent, and a tool call waiting for its home is silent"
+            )
+        return self
 
     @field_validator("admin_bind", "keys_socket", "test_anonymous_token", mode="before")
     @classmethod

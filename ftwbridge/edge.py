@@ -23,12 +23,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, Final
 
 import hypercorn.trio.run as hypercorn_run
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 from mcp_types import jsonrpc
@@ -52,17 +53,69 @@ FAILING_CODES: Final = frozenset({1002, 1003, 1007, 1008, 1009, 1010, 1011, 4400
 then on what the peer still sends (the rest of a message over the limit) is read and dropped
 unparsed, and the socket closes after `LAST_WORDS_S` at most; reading on meanwhile keeps the
 kernel from answering with a reset that would discard our Close."""
+PEER_FAULTS: Final = {
+    1002: "a frame that breaks RFC 6455 section 5",
+    1007: "text that is not UTF-8",
+    1009: "a message over the size limit",
+}
+"""Close codes that hypercorn's WebSocket layer (wsproto) sends for what the peer sent; our
+app never closes with them, so the guard reports such a Close as the connection's fault."""
 
 
 class ProtocolViolation(Exception):
     """What the guard reports for a peer's bytes that hypercorn refused without raising."""
 
 
+class State(StrEnum):
+    """What one connection of a listener is doing (the `state` label of `ftwbridge_connections`)."""
+
+    IDLE = "idle"
+    """HTTP/1.1 with no request under way: nothing sent yet, or kept alive between requests
+    (hypercorn closes it after `keep_alive_timeout`, 5 s)."""
+    REQUEST = "request"
+    """HTTP/1.1 with a request under way (on `/mcp`, a tool call waiting for its home)."""
+    HTTP2 = "http2"
+    """HTTP/2, by prior knowledge or an h2c upgrade, whatever its streams do."""
+    WEBSOCKET = "websocket"
+    """Upgraded to a WebSocket: a box's uplink, or a connection still to authenticate at the door."""
+    CLOSING = "closing"
+    """Being closed: a Close sent and its answer awaited (at most `CLOSE_REPLY_S`), a fault's
+    last words, or the socket being shut."""
+
+
+class Connections:
+    """The open connections of one listener, counted by `State` only when asked (`/metrics`).
+
+    Each `GuardedTCPServer` adds itself as its connection starts and leaves as it ends; its
+    state is worked out from what it notes anyway, so nothing is counted per request.
+    """
+
+    def __init__(self) -> None:
+        self._open: set[GuardedTCPServer] = set()
+
+    def add(self, connection: GuardedTCPServer) -> None:
+        """A connection has started."""
+        self._open.add(connection)
+
+    def discard(self, connection: GuardedTCPServer) -> None:
+        """A connection has ended."""
+        self._open.discard(connection)
+
+    def by_state(self) -> dict[State, int]:
+        """How many connections are in each state now (every state present, zeros included)."""
+        counts = dict.fromkeys(State, 0)
+        for connection in self._open:
+            counts[connection.connection_state] += 1
+        return counts
+
+
 class EdgeConfig(HypercornConfig):
-    """hypercorn's `Config` with the guard's hook: `on_connection_fault(kind)` is called once per
-    connection ended by a fault; kind is `http`, `websocket` or `http2`."""
+    """hypercorn's `Config` with the guard's hooks: `on_connection_fault(kind)` is called once
+    per connection ended by a fault (kind `http`, `websocket` or `http2`); `connections`, if
+    set, holds the listener's open connections for the gauge."""
 
     on_connection_fault: Callable[[str], None] | None = None
+    connections: Connections | None = None
 
 
 class GuardedTCPServer(TCPServer):
@@ -82,9 +135,23 @@ class GuardedTCPServer(TCPServer):
         self._faulted = False
         self._close_timer = trio.CancelScope()
         self._discarding = False
+        self._busy = False
+        self._closing = False
+
+    @property
+    def connection_state(self) -> State:
+        """What this connection is doing now (see `State`)."""
+        if self._closing or self._close_sent or self._faulted:
+            return State.CLOSING
+        if self._upgraded:
+            return State.WEBSOCKET
+        if self._kind() == "http2":
+            return State.HTTP2
+        return State.REQUEST if self._busy else State.IDLE
 
     async def protocol_send(self, event: Event) -> None:
-        """hypercorn's send, noting what went out: any bytes, the 101, and a Close frame."""
+        """hypercorn's send, noting what went out: any bytes, the 101, a Close frame, and
+        whether a request is under way (hypercorn's `Updated`)."""
         if isinstance(event, RawData) and event.data:
             head = event.data[:1024].lower()
             if head.startswith(b"http/1.1 101 ") and b"\r\nupgrade: websocket" in head:
@@ -94,6 +161,8 @@ class GuardedTCPServer(TCPServer):
                 code = int.from_bytes(event.data[2:4], "big") if event.data[1] >= 2 else None
                 failing = code in FAILING_CODES
                 self._discarding = failing  # what it still sends is read and dropped
+                if code in PEER_FAULTS and not self._faulted:
+                    self._report(ProtocolViolation(f"Close {code}: {PEER_FAULTS[code]}"))
                 self._task_group.spawn(
                     self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
                 )
@@ -104,6 +173,8 @@ class GuardedTCPServer(TCPServer):
             self._report(ProtocolViolation("a frame that breaks RFC 6455 section 5"))
             self._close_sent = True
             await super().protocol_send(RawData(CLOSE_PROTOCOL_ERROR))
+        elif isinstance(event, Updated):
+            self._busy = not event.idle
         await super().protocol_send(event)
 
     async def _close_unanswered(self, wait_s: float) -> None:
@@ -122,6 +193,7 @@ class GuardedTCPServer(TCPServer):
         # hypercorn closes from whichever task sends `Closed`; when that is the app's task,
         # Quart-trio is cancelling it already and the close never happened: a response to
         # `Connection: close` left its socket open until the read timeout. Shielded, bounded.
+        self._closing = True
         self._close_timer.cancel()
         with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
             await super()._close()
@@ -143,6 +215,16 @@ class GuardedTCPServer(TCPServer):
 
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module)."""
+        connections = getattr(self.config, "connections", None)
+        if connections is not None:
+            connections.add(self)
+        try:
+            await self._run_guarded()
+        finally:
+            if connections is not None:
+                connections.discard(self)
+
+    async def _run_guarded(self) -> None:
         try:
             await super().run()
         except BaseExceptionGroup as group:  # the stream is closed by hypercorn's `finally`
@@ -183,7 +265,8 @@ class GuardedTCPServer(TCPServer):
 
     async def _fault(self, exc: Exception) -> None:
         """Say what can still be said, close the socket, and end every task of the connection."""
-        self._report(exc)
+        if not self._faulted:
+            self._report(exc)
         last_words = b""
         if self._bytes_sent == 0 and not self._upgraded:
             last_words = BAD_REQUEST

@@ -1,7 +1,8 @@
 """Prometheus metrics and the admin listener's app (`/metrics`, `/healthz`, `/readyz`).
 
 One `Metrics` per bridge, on its own registry (never the global one). Counters and histograms
-are observed as things happen; the pool's and door's gauges are read at scrape time.
+are observed as things happen; the gauges of the pool, the door, the keys part and the
+listeners' connections are read at scrape time from counts those parts keep anyway.
 """
 
 from __future__ import annotations
@@ -15,23 +16,26 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from ftwbridge.door import Door
-from ftwbridge.edge import framing_and_coding
+from ftwbridge.edge import Connections, framing_and_coding
+from ftwbridge.keys import KeysPort
 from ftwbridge.pool import Pool
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 
 
 class _Gauges(Collector):
-    def __init__(self, pool: Pool, door: Door) -> None:
+    def __init__(self, pool: Pool, door: Door, keys: KeysPort) -> None:
         self._pool = pool
         self._door = door
+        self._keys = keys
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self._pool.statistics()
         sessions = GaugeMetricFamily(
             "ftwbridge_sessions", "Agent sessions by state", labels=["state"]
         )
-        sessions.add_metric(["warm"], s.sessions)
+        sessions.add_metric(["ready"], s.sessions - s.busy)
+        sessions.add_metric(["busy"], s.busy)
         sessions.add_metric(["opening"], s.opening)
         yield sessions
         yield GaugeMetricFamily(
@@ -62,6 +66,33 @@ class _Gauges(Collector):
         yield GaugeMetricFamily(
             "ftwbridge_uplinks", "Boxes connected", value=self._door.uplink_count
         )
+        yield GaugeMetricFamily(
+            "ftwbridge_door_tunnels",
+            "Tunnels open at the door, across every uplink",
+            value=self._door.tunnel_count,
+        )
+        yield GaugeMetricFamily(
+            "ftwbridge_keys_handshakes_pending",
+            "Keys-part handshakes begun and neither finished nor aborted",
+            value=self._keys.pending_handshakes,
+        )
+
+
+class _Listeners(Collector):
+    def __init__(self) -> None:
+        self.listeners: dict[str, Connections] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "ftwbridge_connections",
+            "Open connections by listener (main, admin) and state"
+            " (idle, request, http2, websocket, closing)",
+            labels=["listener", "state"],
+        )
+        for name, connections in self.listeners.items():
+            for state, n in connections.by_state().items():
+                family.add_metric([name, state.value], n)
+        yield family
 
 
 class Metrics:
@@ -101,6 +132,8 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._listeners = _Listeners()
+        self.registry.register(self._listeners)
         self.connection_faults = Counter(
             "ftwbridge_connection_faults",
             "Connections ended by a fault of their own (kind: http, websocket, http2, door)",
@@ -112,9 +145,15 @@ class Metrics:
         """Count one connection ended by its own fault (`ftwbridge.edge`, the door's 4400)."""
         self.connection_faults.labels(kind).inc()
 
-    def watch(self, pool: Pool, door: Door) -> None:
-        """Add the pool's and door's gauges (read at scrape time)."""
-        self.registry.register(_Gauges(pool, door))
+    def watch(self, pool: Pool, door: Door, keys: KeysPort) -> None:
+        """Add the gauges of the pool, the door and the keys part (read at scrape time)."""
+        self.registry.register(_Gauges(pool, door, keys))
+
+    def listener(self, name: str) -> Connections:
+        """The open connections of listener `name` (`main`, `admin`): give the result to its
+        `EdgeConfig.connections`; `ftwbridge_connections{listener=name}` reads it."""
+        connections = self._listeners.listeners.setdefault(name, Connections())
+        return connections
 
     def on_call(self, tool: str, outcome: str, seconds: float) -> None:
         """Record one tool call."""

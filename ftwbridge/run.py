@@ -110,7 +110,7 @@ class Bridge:
         self.pool = Pool(
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
         )
-        self.metrics.watch(self.pool, self.door)
+        self.metrics.watch(self.pool, self.door, self.keys)
         self.oauth = OAuthService(
             store=self.store,
             keys=self.keys,
@@ -266,6 +266,7 @@ class Bridge:
         edge.install()  # one connection's fault ends that connection alone (ftwbridge/edge.py)
         hc = edge.EdgeConfig()
         hc.on_connection_fault = self.metrics.on_connection_fault
+        hc.connections = self.metrics.listener("main")
         hc.bind = [f"fd://{fd}"]
         hc.websocket_ping_interval = c.door_ping_s
         hc.read_timeout = int(c.door_silence_s)
@@ -288,6 +289,7 @@ class Bridge:
                 if admin_fd is not None:
                     ac = edge.EdgeConfig()
                     ac.on_connection_fault = self.metrics.on_connection_fault
+                    ac.connections = self.metrics.listener("admin")
                     ac.bind = [f"fd://{admin_fd}"]
                     ac.accesslog = None
                     ac.errorlog = hc.errorlog

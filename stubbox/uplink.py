@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, open_websocket_url
+from wsproto.utilities import LocalProtocolError as WsLocalError
 
 from ftwbridge.proto.claim import code_hash, new_code
 from ftwbridge.proto.door import door_signature, tun, tun_fields
@@ -371,7 +372,10 @@ async def run_uplink(stub: StubHome, url: str) -> None:
             async with open_websocket_url(url, message_queue_size=64, max_message_size=65536) as ws:
                 backoff_s = 0.5
                 await stub.run_session(ws)
-        except (HandshakeError, ConnectionClosed, OSError, ProtocolError) as exc:
+        except (HandshakeError, ConnectionClosed, OSError, ProtocolError, WsLocalError) as exc:
+            # WsLocalError: trio-websocket answers a Ping that arrives while the connection is
+            # closing, which wsproto refuses, and lets that out (python-trio/trio-websocket#184,
+            # open); a stub resumed after SIGSTOP met it. The uplink is lost, not the box.
             log.info("uplink for %s lost: %s", stub.home, type(exc).__name__)
         if stub.stopping:
             return

@@ -230,3 +230,27 @@ def test_the_bench_bridge_server_leaves_no_stub(how: str, tmp_path: Path) -> Non
     assert server.stdout is not None
     server.stdout.close()
     assert _wait_gone(kids) == set(), f"left after {how}: {kids}"
+
+
+def test_the_bridge_exits_when_its_lifeline_closes(tmp_path: Path) -> None:
+    """`ftwbridge serve --exit-with-parent` (the soak's bridge): standard input closing drains
+    and stops it as SIGTERM would, exit 0."""
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f'bind = "127.0.0.1:0"\npublic_url = "http://127.0.0.1:0"\nadmin_bind = "none"\n'
+        f'state_dir = "{tmp_path / "state"}"\n'
+    )
+    bridge = subprocess.Popen(
+        [sys.executable, "-m", "ftwbridge", "serve", "--config", str(config), "--exit-with-parent"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        bufsize=0,  # unbuffered: select() on the pipe then sees every line
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    assert _line(_started(bridge), 60).startswith(b"ftwbridge serving ")
+    took = time.monotonic()
+    assert bridge.stdin is not None
+    bridge.stdin.close()
+    bridge.wait(BOUND_S)
+    assert bridge.returncode == 0 and time.monotonic() - took < BOUND_S / 2

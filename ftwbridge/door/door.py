@@ -114,6 +114,11 @@ class Door:
         """Boxes connected now."""
         return len(self._uplinks)
 
+    @property
+    def tunnel_count(self) -> int:
+        """Tunnels open now, across every uplink (one per agent session that has opened one)."""
+        return sum(len(uplink.tuns) for uplink in self._uplinks.values())
+
     def online(self, home: str) -> bool:
         """Whether `home` has an uplink now."""
         return home in self._uplinks

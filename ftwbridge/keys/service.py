@@ -40,6 +40,10 @@ class KeysError(Exception):
 class KeysPort(Protocol):
     """What the pool and OAuth need of the keys part, in-process or over its socket."""
 
+    @property
+    def pending_handshakes(self) -> int:
+        """Handshakes begun and neither finished nor aborted (the metrics gauge)."""
+
     async def create(self, home: str) -> bytes:
         """Make a key for a new agent of `home`; returns its public key (32 bytes)."""
 

@@ -138,6 +138,14 @@ class KeysClient:
 
     def __init__(self, socket_path: Path) -> None:
         self._path = socket_path
+        self._begun: set[int] = set()
+
+    @property
+    def pending_handshakes(self) -> int:
+        """Handshakes this bridge began through the socket and has neither finished nor
+        aborted (the keys process itself may hold more: a `begin` cut short by cancellation
+        after it was sent)."""
+        return len(self._begun)
 
     async def _call(self, req: dict[str, Any]) -> Any:
         try:
@@ -167,15 +175,19 @@ class KeysClient:
     async def begin(self, agent_key: bytes, box_noise_key: bytes) -> tuple[int, bytes]:
         """See `KeysPort.begin`."""
         r = await self._call({"op": "begin", "key": agent_key, "noise": box_noise_key})
-        return int(r["handle"]), bytes(r["m1"])
+        handle = int(r["handle"])
+        self._begun.add(handle)
+        return handle, bytes(r["m1"])
 
     async def finish(self, handle: int, message2: bytes) -> TransportKeys:
         """See `KeysPort.finish`."""
+        self._begun.discard(handle)  # the keys part forgets it whatever the answer
         r = await self._call({"op": "finish", "handle": handle, "m2": message2})
         return TransportKeys(bytes(r["send"]), bytes(r["recv"]), bytes(r["hash"]))
 
     async def abort(self, handle: int) -> None:
         """See `KeysPort.abort`."""
+        self._begun.discard(handle)
         await self._call({"op": "abort", "handle": handle})
 
     async def sync(self, home: str, listed: frozenset[bytes]) -> list[bytes]:

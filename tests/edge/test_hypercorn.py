@@ -21,7 +21,7 @@ from quart_trio import QuartTrio
 
 from ftwbridge import edge
 
-from .live import WS_UPGRADE
+from .live import WS_UPGRADE, frame
 
 UNGUARDED = TCPServer
 
@@ -105,3 +105,36 @@ def test_the_guard_relies_on_what_hypercorn_has() -> None:
     for name in ("run", "_read_data", "_close", "protocol_send", "_initiate_server_close"):
         assert callable(getattr(UNGUARDED, name, None)), name
     assert hasattr(hypercorn_run, "TCPServer")
+
+
+async def test_a_close_for_the_peers_fault_is_reported_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 11: a message over the size limit is closed 1009 by hypercorn's own WebSocket
+    layer, without an error the guard would see; the guard reports that Close (one warning
+    line, one count), as for every other fault of a peer."""
+    monkeypatch.setattr(hypercorn_run, "TCPServer", edge.GuardedTCPServer)
+    faults: list[str] = []
+    config = edge.EdgeConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.websocket_max_message_size = 1024
+    config.on_connection_fault = faults.append
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(serve, _app(), config)
+            port = int(binds[0].rsplit(":", 1)[1])
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(WS_UPGRADE.format(path="/ws", host=f"x:{port}").encode())
+                data = b""
+                while b"\r\n\r\n" not in data:  # the 101 first (a byte before it is another case)
+                    data += await stream.receive_some(4096)
+                await stream.send_all(frame(0x2, b"x" * 2000))
+                while chunk := await stream.receive_some(65536):
+                    data += chunk
+            assert data.partition(b"\r\n\r\n")[2].startswith(b"\x88\x02\x03\xf1")  # Close 1009
+            nursery.cancel_scope.cancel()
+    assert faults == ["websocket"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.edge"]
+    assert len(warnings) == 1 and "Close 1009" in warnings[0], warnings
