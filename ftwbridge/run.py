@@ -7,7 +7,6 @@ is known), starts the pool, then hypercorn's trio worker, and reports the `Bridg
 from __future__ import annotations
 
 import logging
-import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -22,7 +21,8 @@ from ftwbridge.app import Site, create_app
 from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
-from ftwbridge.keys.service import KeysError
+from ftwbridge.keys.service import KeysError, forget_dropped
+from ftwbridge.mcp.auth import TokenCache, TokenMinter
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
@@ -30,17 +30,13 @@ from ftwbridge.oauth.cimd import MetadataDocuments
 from ftwbridge.pool import Pool
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.names import Read
-from ftwbridge.proto.registry import READ_SCOPES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
-from ftwbridge.store import SqliteStore, TokenRecord, hash_token
+from ftwbridge.store import SqliteStore
 
 log = logging.getLogger("ftwbridge")
 
 
-TOKEN_CACHE_S = 30.0
-"""How long a token's store record is reused without asking the store again (seconds)."""
-TOKEN_CACHE_SIZE = 10_000
 CLOSE_GOING_AWAY = 1001
 """The uplinks' Close code at drain (RFC 6455 section 7.4.1): a box redials (another instance)."""
 HTTP_STOP_S = 3.0
@@ -103,9 +99,16 @@ class Bridge:
                 else KeysClient(config.keys_socket)
             )
         self.keys: KeysPort = keys
-        self._token_cache: dict[bytes, tuple[TokenRecord, float]] = {}
+        self.tokens = TokenCache(self.store.token)
+        self.minter = TokenMinter(
+            put=self.store.put_token,
+            resource=lambda: self.site.resource,
+            ttl_s=config.token_ttl_s,
+            wall_ms=clock,
+        )
         self.metrics = Metrics()
         self.door = Door(config=config, store=self.store, on_roster=self._on_roster, wall_ms=clock)
+        self.door.on_persist = self._persist_roster
         self.door.on_fault = self.metrics.on_connection_fault
         self.pool = Pool(
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
@@ -119,7 +122,7 @@ class Bridge:
             resource=lambda: self.site.resource,
             clock=clock,
             issue_access=self._issue_for_oauth,
-            on_revoke=self._token_cache.clear,
+            on_revoke=self.tokens.clear,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,
@@ -135,16 +138,18 @@ class Bridge:
         return await self.issue_token(home, key, agent_id, scopes, client=client)
 
     async def _on_roster(self, home: str, roster: Roster) -> None:
+        """In the uplink's reader, no I/O: sessions and cached tokens of dropped agents end now,
+        and consent requests the roster approves get their code."""
         await self.pool.on_roster(home, roster)
         await self.oauth.on_roster(home, roster)
-        gone = await self.keys.sync(home, frozenset(roster.agents()))
-        for key in gone:
+        self.tokens.forget_unlisted(home, roster.agents())
+
+    async def _persist_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
+        """In the roster applier, after the store has the roster: the keys part forgets the keys
+        of agents no longer listed, and the store the tokens of every agent `dropped` since."""
+        for key in await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped):
             await self.store.drop_agent_tokens(home, key)
             await self.store.drop_refresh_of_agent(home, key)
-        listed = roster.agents()
-        for digest, (record, _at) in list(self._token_cache.items()):
-            if record.home == home and record.agent_key not in listed:
-                del self._token_cache[digest]
 
     async def issue_token(
         self,
@@ -159,18 +164,7 @@ class Bridge:
 
         Returns the token text; only its SHA-256 is stored. Lifetime: `token_ttl_s`.
         """
-        token = secrets.token_urlsafe(32)
-        record = TokenRecord(
-            home=home,
-            agent_id=agent_id,
-            agent_key=agent_key,
-            scopes=tuple(s for s in scopes if s in {r.value for r in READ_SCOPES}),
-            resource=self.site.resource,
-            client=client,
-            expires_at_ms=self.clock() + self.config.token_ttl_s * 1000,
-        )
-        await self.store.put_token(hash_token(token), record)
-        return token
+        return await self.minter.mint(home, agent_key, agent_id, scopes, client)
 
     async def ready(self) -> bool:
         """Ready once the store and the keys part answer, and not while draining."""
@@ -194,6 +188,8 @@ class Bridge:
         self._stop_http.set()  # hypercorn stops accepting and lets responses under way finish
         with trio.move_on_after(HTTP_STOP_S):
             await self._http_done.wait()
+        with trio.move_on_after(HTTP_STOP_S):  # rosters accepted so far reach the disk
+            await self.door.rosters_saved()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -208,24 +204,6 @@ class Bridge:
             )
         finally:
             self._http_done.set()
-
-    async def _verify(self, token: str) -> TokenRecord | None:
-        """The token's record: from a short in-memory cache, else the store (off-thread).
-
-        The cache only saves the store lookup: expiry, resource and the roster listing the
-        agent are checked on every request, and a roster drop evicts the agent's entries.
-        """
-        digest = hash_token(token)
-        now = trio.current_time()
-        hit = self._token_cache.get(digest)
-        if hit is not None and now - hit[1] < TOKEN_CACHE_S:
-            return hit[0]
-        record = await self.store.token(digest)
-        if record is not None:
-            if len(self._token_cache) >= TOKEN_CACHE_SIZE:
-                self._token_cache.pop(next(iter(self._token_cache)))
-            self._token_cache[digest] = (record, now)
-        return record
 
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
@@ -244,7 +222,7 @@ class Bridge:
         self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
         service = McpService(
             homes=_Homes(self.pool, self.door),
-            verify_token=self._verify,
+            verify_token=self.tokens.verify,
             resource=self.site.resource,
             resource_metadata=self.site.metadata_url,
             max_body_bytes=c.max_body_bytes,
@@ -285,6 +263,7 @@ class Bridge:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self.pool.run)
+                await nursery.start(self.door.apply_rosters)
                 await nursery.start(self._serve_http, app, hc)
                 if admin_fd is not None:
                     ac = edge.EdgeConfig()

@@ -57,6 +57,8 @@ class DoorStats:
 
 
 RosterHook = Callable[[str, Roster], Awaitable[None]]
+PersistHook = Callable[[str, Roster, frozenset[bytes]], Awaitable[None]]
+"""(home, newest roster, agent keys dropped by the rosters since the last save)."""
 
 
 @dataclass(slots=True)
@@ -66,13 +68,22 @@ class Door:
     Args:
         config: limits and timeouts (`door_*` settings).
         store: home keys and newest rosters.
-        on_roster: awaited after a newer roster is accepted (the pool closes dropped agents).
+        on_roster: awaited in the uplink's reader once a newer roster is accepted and held in
+            memory; it must do no I/O (the pool closes dropped agents' sessions at once).
+        on_persist: awaited by the roster applier (`apply_rosters`) after the store has the
+            roster: the slow effects (the keys part's sync, dropping tokens), in order per home,
+            with the agents dropped since the last save.
         wall_ms: the bridge's wall clock in ms since the epoch (injected for tests).
+
+    A roster takes effect for admission when its uplink's reader accepts it; the store write
+    and `on_persist` follow in `apply_rosters`, one task in the bridge's nursery, so a slow disk
+    or keys part never holds a home's traffic (issue 12, item 4).
     """
 
     config: Config
     store: Store
     on_roster: RosterHook | None = None
+    on_persist: PersistHook | None = None
     wall_ms: Callable[[], int] = field(default=lambda: 0)
     stats: DoorStats = field(default_factory=DoorStats)
     _uplinks: dict[str, Uplink] = field(default_factory=dict)
@@ -86,6 +97,64 @@ class Door:
     """Told (home, req) when a box answers `agent.denied {req}`."""
     on_fault: Callable[[str], None] | None = None
     """Told `door` each time an uplink is closed 4400 for a message that breaks part C."""
+    _unsaved: dict[str, tuple[Roster, frozenset[bytes]]] = field(default_factory=dict)
+    """Per home, in the order they first waited: the newest roster not yet stored, and the
+    agents that rosters since the last save dropped."""
+    _saving: str | None = None
+    _unsaved_changed: trio.Event = field(default_factory=trio.Event)
+
+    async def apply_rosters(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The roster applier, until cancelled: for each home with an accepted roster not yet
+        stored, store its newest one, then run `on_persist` with the agents dropped since the
+        last save. One home at a time, each home's rosters in order (a newer one waiting
+        replaces an older one: the store keeps only the newest). A failure is logged with its
+        home and the applier goes on (the box sends its newest roster again when it next
+        connects)."""
+        task_status.started()
+        while True:
+            while not self._unsaved:
+                await self._unsaved_changed.wait()
+            home = next(iter(self._unsaved))
+            roster, dropped = self._unsaved.pop(home)
+            self._saving = home
+            try:
+                await self.store.put_roster(home, roster.seq, roster.signed)
+                if self.on_persist is not None:
+                    await self.on_persist(home, roster, dropped)
+            except Exception as exc:  # the applier outlives one bad write; the reason is logged
+                log.error(
+                    "roster seq %d of home %s was not saved (%s: %s); the box sends it again "
+                    "when it reconnects",
+                    roster.seq,
+                    home,
+                    type(exc).__name__,
+                    exc,
+                )
+            finally:
+                self._saving = None
+                self._unsaved_changed.set()
+                self._unsaved_changed = trio.Event()
+
+    @property
+    def rosters_unsaved(self) -> int:
+        """Homes whose newest accepted roster the applier has not finished yet."""
+        return len(self._unsaved) + (self._saving is not None)
+
+    async def rosters_saved(self) -> None:
+        """Wait until the applier has nothing left to store (the caller bounds the time)."""
+        while self.rosters_unsaved:
+            await self._unsaved_changed.wait()
+
+    def _to_save(self, home: str, roster: Roster, held: Roster | None) -> None:
+        before = self._unsaved.get(home)
+        dropped = frozenset(held.agents()) - frozenset(roster.agents()) if held else frozenset()
+        if before is not None:
+            dropped |= before[1]
+        self._unsaved[home] = (roster, dropped)
+        self._unsaved_changed.set()
+        self._unsaved_changed = trio.Event()
 
     async def _bad_message(self, ws: WebSocketLike, why: str) -> None:
         """Close an uplink that sent a message breaking part C (4400), logged and counted."""
@@ -97,6 +166,9 @@ class Door:
         if self.on_fault is not None:
             self.on_fault("door")
         await close_ws(ws, CLOSE_BAD_MESSAGE, "bad message")
+
+    def _dropped_to_box(self) -> None:
+        self.stats.dropped_to_box += 1
 
     def _limits(self, home: str, *, outbound: bool) -> Limits:
         lim = self._buckets.get((home, outbound))
@@ -150,10 +222,11 @@ class Door:
     async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
         """Wait until `home`'s newest roster satisfies `accept`; returns it (caller bounds time)."""
         while True:
-            roster = await self.roster(home)
+            changed = self._roster_changed.setdefault(home, trio.Event())  # before the look: a
+            roster = await self.roster(home)  # roster taken during it still wakes us
             if roster is not None and accept(roster):
                 return roster
-            await self._roster_changed.setdefault(home, trio.Event()).wait()
+            await changed.wait()
 
     async def send_to_box(self, home: str, env: Envelope) -> None:
         """Send one door message to `home`'s box (e.g. `agent.request`).
@@ -201,11 +274,11 @@ class Door:
         except RosterRefused as exc:
             self.stats.rosters_refused += 1
             return False, held.seq if held else 0, exc.problem.value
-        await self.store.put_roster(home, roster.seq, signed)
         self._rosters[home] = roster
         if self.on_roster is not None:
             await self.on_roster(home, roster)
-        self._roster_changed.pop(home, trio.Event()).set()  # waiters see it fully applied
+        self._roster_changed.pop(home, trio.Event()).set()  # waiters see it in effect
+        self._to_save(home, roster, held)  # stored and synced by `apply_rosters`
         return True, roster.seq, ""
 
     async def close_all(self, code: int, reason: str) -> None:
@@ -220,7 +293,9 @@ class Door:
         home = await self._authenticate(ws)
         if home is None:
             return
-        uplink = Uplink(self, home, ws)
+        uplink = Uplink(
+            home, ws, limits=self._limits(home, outbound=True), on_dropped=self._dropped_to_box
+        )
         older = self._uplinks.get(home)
         self._uplinks[home] = uplink
         if older is not None:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import trio
 from hypercorn.utils import UnexpectedMessageError
@@ -14,9 +14,6 @@ from hypercorn.utils import UnexpectedMessageError
 from ftwbridge.proto.door import tun, tun_end
 from ftwbridge.proto.names import TunEndReason
 from ftwbridge.proto.pacing import TokenBucket
-
-if TYPE_CHECKING:
-    from .door import Door
 
 log = logging.getLogger("ftwbridge.door")
 ACLOSE_S = 1.0
@@ -192,11 +189,21 @@ class Tun:
 
 
 class Uplink:
-    """One authenticated box connection: its tunnels by sid and its serialized sends."""
+    """One authenticated box connection: its tunnels by sid and its serialized sends.
 
-    def __init__(self, door: Door, home: str, ws: WebSocketLike) -> None:
-        self.door = door
+    Args:
+        home: the home the box authenticated as.
+        ws: its WebSocket.
+        limits: the home's door limits toward the box (they outlive one uplink).
+        on_dropped: told of each `tun` message dropped past those limits.
+    """
+
+    def __init__(
+        self, home: str, ws: WebSocketLike, *, limits: Limits, on_dropped: Callable[[], None]
+    ) -> None:
         self.home = home
+        self._limits = limits
+        self._on_dropped = on_dropped
         self.ws = ws
         self.tuns: dict[int, Tun] = {}
         self._next_sid = 1
@@ -224,8 +231,8 @@ class Uplink:
         if self.closed:
             raise TunEnded(LocalEnd.UPLINK_LOST.value)
         data = tun(sid, d)
-        if not self.door._limits(self.home, outbound=True).allow(trio.current_time(), len(data)):
-            self.door.stats.dropped_to_box += 1
+        if not self._limits.allow(trio.current_time(), len(data)):
+            self._on_dropped()
             return False
         await self.send_raw(data)
         return True

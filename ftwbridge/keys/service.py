@@ -66,6 +66,19 @@ class KeysPort(Protocol):
         """Forget a key no roster ever listed (a consent that never completed)."""
 
 
+async def forget_dropped(
+    keys: KeysPort, home: str, listed: frozenset[bytes], dropped: frozenset[bytes]
+) -> frozenset[bytes]:
+    """Apply `home`'s newest roster (its agent keys `listed`) to the keys part, where `dropped`
+    are the agents that rosters since the last save dropped (some of which the keys part may
+    never have seen listed, when rosters came faster than the applier). Returns every agent key
+    whose tokens must go."""
+    gone = frozenset(await keys.sync(home, listed))
+    for key in dropped - listed - gone:
+        await keys.drop(key)
+    return dropped | gone
+
+
 @dataclass(slots=True)
 class _Key:
     home: str

@@ -1,14 +1,105 @@
-"""Bearer tokens at `/mcp`: which requests carry a token good for this resource, and the
-`WWW-Authenticate` challenges for those that do not (RFC 6750 section 3, RFC 9728 section 5.1)."""
+"""Bearer tokens at `/mcp`: minting them (`TokenMinter`), finding their records (`TokenCache`),
+which requests carry a token good for this resource, and the `WWW-Authenticate` challenges for
+those that do not (RFC 6750 section 3, RFC 9728 section 5.1)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import secrets
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
+from ftwbridge.proto.registry import READ_SCOPES
 from ftwbridge.proto.roster import AgentGrant
-from ftwbridge.store import TokenRecord
+from ftwbridge.store import TokenRecord, hash_token
+
+TOKEN_CACHE_S = 30.0
+"""How long a token's store record is reused without asking the store again (seconds)."""
+TOKEN_CACHE_SIZE = 10_000
+"""Records the cache holds at most (the oldest entry goes first)."""
+
+
+class TokenMinter:
+    """Mints access tokens for `/mcp`; only each token's SHA-256 is stored.
+
+    Args:
+        put: stores (token hash, record).
+        resource: this endpoint's public URL (the token's audience, RFC 8707), read per mint.
+        ttl_s: a token's lifetime in seconds.
+        wall_ms: the bridge's wall clock, ms since the epoch.
+    """
+
+    def __init__(
+        self,
+        *,
+        put: Callable[[bytes, TokenRecord], Awaitable[None]],
+        resource: Callable[[], str],
+        ttl_s: int,
+        wall_ms: Callable[[], int],
+    ) -> None:
+        self._put = put
+        self._resource = resource
+        self._ttl_s = ttl_s
+        self._wall_ms = wall_ms
+
+    async def mint(
+        self, home: str, agent_key: bytes, agent_id: str, scopes: tuple[str, ...], client: str
+    ) -> str:
+        """A new token bound to home, agent, the read scopes among `scopes` (control scopes are
+        never granted yet) and this resource; returns its text."""
+        token = secrets.token_urlsafe(32)
+        record = TokenRecord(
+            home=home,
+            agent_id=agent_id,
+            agent_key=agent_key,
+            scopes=tuple(s for s in scopes if s in {r.value for r in READ_SCOPES}),
+            resource=self._resource(),
+            client=client,
+            expires_at_ms=self._wall_ms() + self._ttl_s * 1000,
+        )
+        await self._put(hash_token(token), record)
+        return token
+
+
+class TokenCache:
+    """Token records by the token's SHA-256: from memory for `TOKEN_CACHE_S`, else the store.
+
+    The cache only saves the store lookup: expiry, resource and the roster listing the agent
+    are checked on every request (`BearerAuth`), and a roster drop evicts the agent's entries.
+
+    Args:
+        lookup: token hash -> its stored record, or None.
+    """
+
+    def __init__(self, lookup: Callable[[bytes], Awaitable[TokenRecord | None]]) -> None:
+        self._lookup = lookup
+        self._entries: dict[bytes, tuple[TokenRecord, float]] = {}
+
+    async def verify(self, token: str) -> TokenRecord | None:
+        """The record of `token` (its text), or None when the store does not know it."""
+        digest = hash_token(token)
+        now = trio.current_time()
+        hit = self._entries.get(digest)
+        if hit is not None and now - hit[1] < TOKEN_CACHE_S:
+            return hit[0]
+        record = await self._lookup(digest)
+        if record is not None:
+            if len(self._entries) >= TOKEN_CACHE_SIZE:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[digest] = (record, now)
+        return record
+
+    def forget_unlisted(self, home: str, listed: Container[bytes]) -> None:
+        """Evict `home`'s entries whose agent key is not in `listed` (a new roster)."""
+        for digest, (record, _at) in list(self._entries.items()):
+            if record.home == home and record.agent_key not in listed:
+                del self._entries[digest]
+
+    def clear(self) -> None:
+        """Evict everything (a token was revoked: RFC 7009)."""
+        self._entries.clear()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ from ftwbridge.proto.clean import to_json
 from ftwbridge.proto.history import unpack_history
 from ftwbridge.proto.names import Read, Resolution, Scope
 from ftwbridge.proto.registry import READS, RESOLUTIONS, limit
+from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
+from ftwbridge.store import TokenRecord
 
 from .args import (
     DAY_MS,
@@ -39,8 +41,12 @@ class ToolContext:
     now_ms: int
 
 
-Requests = Callable[[Any, int], list[tuple[Read, Any]]]
+Requests = Callable[[Any, int], list[Any]]
+"""(args, now in ms since the epoch) -> the request body for each of the tool's reads, in order."""
 Shape = Callable[[Any, list[Reply], ToolContext], dict[str, Any]]
+Run = Callable[[TokenRecord, AgentGrant | None], dict[str, Any]]
+"""A tool the bridge answers itself, from the caller's token and its grant in the newest
+roster (None when the roster no longer lists it); it makes no box read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,12 @@ class ToolSpec:
     output: dict[str, Any]
     requests: Requests
     shape: Shape
+    run: Run | None = None
+    """Set for a tool the bridge answers itself (no reads); `requests` and `shape` are unused."""
+
+    def box_requests(self, args: Any, now_ms: int) -> list[tuple[Read, Any]]:
+        """Each of the tool's reads with its request body (`now_ms`: ms since the epoch)."""
+        return list(zip(self.reads, self.requests(args, now_ms), strict=True))
 
     @property
     def scopes(self) -> tuple[Scope, ...]:
@@ -95,8 +107,9 @@ def _body(replies: list[Reply]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def _single(read: Read, body: Callable[[Any], Any] | None = None) -> Requests:
-    return lambda args, now_ms: [(read, None if body is None else body(args))]
+def _bodies(body: Callable[[Any], Any] | None = None) -> Requests:
+    """The one request body of a one-read tool: none, or `body(args)`."""
+    return lambda args, now_ms: [None if body is None else body(args)]
 
 
 def _plan_slots(plan: dict[str, Any], hours: int, now_ms: int) -> list[Any]:
@@ -155,7 +168,7 @@ def _plan_explain(args: PlanArgs, replies: list[Reply], ctx: ToolContext) -> dic
     }
 
 
-def _history_requests(args: HistoryArgs, now_ms: int) -> list[tuple[Read, Any]]:
+def _history_requests(args: HistoryArgs, now_ms: int) -> list[Any]:
     span = args.span_ms()
     res = (
         Resolution.R_5M
@@ -171,7 +184,7 @@ def _history_requests(args: HistoryArgs, now_ms: int) -> list[tuple[Read, Any]]:
         # `points` would return fewer inside the range; ask for the most and thin here.
         "maxPoints": limit("history_points", "max"),
     }
-    return [(Read.HIST_QUERY, body)]
+    return [body]
 
 
 def _history(args: HistoryArgs, replies: list[Reply], ctx: ToolContext) -> dict[str, Any]:
@@ -195,6 +208,24 @@ def _history(args: HistoryArgs, replies: list[Reply], ctx: ToolContext) -> dict[
     }
 
 
+def _homes_list(token: TokenRecord, grant: AgentGrant | None) -> dict[str, Any]:
+    home: dict[str, Any] = {
+        "home": token.home,
+        "agent": token.agent_id,
+        "scopes": list(token.scopes),
+    }
+    if grant is not None:
+        home |= {
+            "name": grant.name,
+            "client": grant.client,
+            "ops": list(grant.ops),
+            "caps": dict(grant.caps),
+            "grantedScopes": list(grant.scopes),
+            "expiresAtMs": grant.expires_at_ms,
+        }
+    return {"homes": [home]}
+
+
 def _opt(args: _Args, *keys: str) -> dict[str, Any]:
     data = args.model_dump()
     return {k: data[k] for k in keys if data.get(k) is not None}
@@ -210,6 +241,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         _obj("homes", homes="array"),
         lambda a, n: [],
         lambda a, r, c: {},
+        _homes_list,
     ),
     ToolSpec(
         "status",
@@ -218,7 +250,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         NoArgs,
         (Read.LIVE_GET,),
         _obj("fields", fields="object", sources="object"),
-        _single(Read.LIVE_GET),
+        _bodies(),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -228,7 +260,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         NoArgs,
         (Read.LOADPOINTS_GET,),
         _obj("loadpoints", loadpoints="array"),
-        _single(Read.LOADPOINTS_GET),
+        _bodies(),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -238,7 +270,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         NoArgs,
         (Read.CARS_GET,),
         _obj("cars", cars="array"),
-        _single(Read.CARS_GET),
+        _bodies(),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -248,7 +280,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         PlanArgs,
         (Read.PLAN_GET,),
         _obj("slots", slots="array", hours="integer"),
-        _single(Read.PLAN_GET),
+        _bodies(),
         _plan_get,
     ),
     ToolSpec(
@@ -258,10 +290,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         PlanArgs,
         (Read.PLAN_GET, Read.PRICE_GET),
         _obj("slots", slots="array", reasons="object", prices="object"),
-        lambda a, n: [
-            (Read.PLAN_GET, None),
-            (Read.PRICE_GET, {"fromMs": n, "toMs": n + a.hours * HOUR_MS}),
-        ],
+        lambda a, n: [None, {"fromMs": n, "toMs": n + a.hours * HOUR_MS}],
         _plan_explain,
     ),
     ToolSpec(
@@ -281,7 +310,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         NoArgs,
         (Read.HEALTH_GET,),
         _obj("status", status="string", checks="array"),
-        _single(Read.HEALTH_GET),
+        _bodies(),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -291,7 +320,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         EventsArgs,
         (Read.EVENTS_GET,),
         _obj("events", events="array", more="boolean"),
-        _single(Read.EVENTS_GET, lambda a: _opt(a, "limit", "before", "after")),
+        _bodies(lambda a: _opt(a, "limit", "before", "after")),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -301,7 +330,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         LogsArgs,
         (Read.LOGS_GET,),
         _obj("lines", lines="array", more="boolean"),
-        _single(Read.LOGS_GET, lambda a: _opt(a, "lines", "level", "before", "after")),
+        _bodies(lambda a: _opt(a, "lines", "level", "before", "after")),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -311,7 +340,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         NoArgs,
         (Read.DRIVERS_GET,),
         _obj("drivers", drivers="array"),
-        _single(Read.DRIVERS_GET),
+        _bodies(),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -321,7 +350,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         ConfigArgs,
         (Read.CONFIG_GET,),
         _obj("section", section="string", config="object"),
-        _single(Read.CONFIG_GET, lambda a: {"section": a.section}),
+        _bodies(lambda a: {"section": a.section}),
         lambda a, r, c: _body(r),
     ),
     ToolSpec(
@@ -331,7 +360,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         DiagArgs,
         (Read.DIAG_RUN,),
         _obj("result", check="string", result="string", details="object"),
-        _single(Read.DIAG_RUN, lambda a: _opt(a, "check", "src")),
+        _bodies(lambda a: _opt(a, "check", "src")),
         lambda a, r, c: _body(r),
     ),
 )
