@@ -1,17 +1,45 @@
-"""Shared fixtures: the contract's test vectors."""
+"""Shared fixtures: the contract's test vectors, and `env`, a bridge on a real port.
+
+`@pytest.mark.config(**fields)` sets `Config` fields for the test's bridge: the `env` fixture's
+here, the in-memory `rig`'s in tests/pool.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import trio
+
+if TYPE_CHECKING:
+    from tests.e2e.env import Env
 
 VECTORS = Path(__file__).parent / "vectors"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "config(**fields): Config fields for the bridge the test starts (env, rig)"
+    )
+
+
+@pytest.fixture
+async def env(
+    nursery: trio.Nursery, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Env]:
+    """A bridge in this process on 127.0.0.1 port 0, its state under `tmp_path / "bridge"`;
+    stub homes join it as processes (tests/e2e/env.py). It stops when the test ends."""
+    from tests.e2e.env import start_env  # the bridge's imports are for the tests that use it
+
+    marker = request.node.get_closest_marker("config")
+    e = await start_env(nursery, tmp_path / "bridge", **(marker.kwargs if marker else {}))
+    yield e
+    nursery.cancel_scope.cancel()
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysService
+from ftwbridge.keys.service import forget_dropped
 from ftwbridge.pool import Pool
 from ftwbridge.proto.names import Scope
 from ftwbridge.proto.roster import AgentGrant, Roster
@@ -131,10 +132,14 @@ class Rig:
 
     async def _on_roster(self, home: str, roster: Roster) -> None:
         await self.pool.on_roster(home, roster)
-        await self.keys.sync(home, frozenset(roster.agents()))
+
+    async def _persist(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
+        await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped)
 
     async def start(self) -> None:
+        self.door.on_persist = self._persist
         await self.nursery.start(self.pool.run)
+        await self.nursery.start(self.door.apply_rosters)
 
     async def add_home(self, home: str = "h1", **stub_args: Any) -> StubHome:
         stub = StubHome(home, seed=home, clock=wall_ms, **stub_args)

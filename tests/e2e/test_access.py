@@ -78,7 +78,9 @@ async def test_roster_drop_gives_401_and_keys_part_forgets(env: Env) -> None:
     with trio.fail_after(REAL_WAIT_S):
         await env.bridge.door.wait_roster("h1", lambda ro: key not in ro.agents())
     r = await post_call(env, token, "status")
-    assert r.status_code == 401
+    assert r.status_code == 401  # in effect at once; the keys part and the store follow:
+    with trio.fail_after(REAL_WAIT_S):
+        await env.bridge.door.rosters_saved()
     assert not await env.bridge.keys.has(key)
     assert await env.bridge.store.token(hash_token(token)) is None
     assert env.bridge.pool.statistics().sessions == 0

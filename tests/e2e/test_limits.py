@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx2
+import pytest
 import trio
 
-from .env import REAL_WAIT_S, Env, start_env
+from .env import REAL_WAIT_S, Env
 from .test_access import MODERN, call_body, post_call
 
 LIST = {
@@ -19,10 +19,10 @@ LIST = {
 }
 
 
-async def test_429_past_the_per_agent_burst(nursery: trio.Nursery, tmp_path: Path) -> None:
-    # A slow refill (one request per 100 s) so the burst of 30 is all there is: at the default
-    # 10/s, a loaded machine refills a token while the 31 requests are still being sent.
-    env = await start_env(nursery, tmp_path, http_per_s=0.01)
+# A slow refill (one request per 100 s) so the burst of 30 is all there is: at the default
+# 10/s, a loaded machine refills a token while the 31 requests are still being sent.
+@pytest.mark.config(http_per_s=0.01)
+async def test_429_past_the_per_agent_burst(env: Env) -> None:
     home = await env.add_home("h1")
     _key, _agent, token = await env.agent(home)
     statuses = []
@@ -35,13 +35,10 @@ async def test_429_past_the_per_agent_burst(nursery: trio.Nursery, tmp_path: Pat
     assert statuses[:30] == [200] * 30 and statuses[30] == 429
     assert int(r.headers["retry-after"]) >= 1
     assert r.json()["id"] == 9 and r.json()["error"]["data"]["retryAfterMs"] > 0
-    nursery.cancel_scope.cancel()
 
 
-async def test_slow_body_is_408_and_metrics_and_health(
-    nursery: trio.Nursery, tmp_path: Path
-) -> None:
-    env = await start_env(nursery, tmp_path, body_timeout_s=1.0)
+@pytest.mark.config(body_timeout_s=1.0)
+async def test_slow_body_is_408_and_metrics_and_health(env: Env) -> None:
     home = await env.add_home("h1")
     _key, _agent, token = await env.agent(home)
     assert (await post_call(env, token, "status")).status_code == 200
@@ -57,7 +54,7 @@ async def test_slow_body_is_408_and_metrics_and_health(
         admin = env.bridge.admin_url
         text = (await http.get(f"{admin}/metrics")).text
         assert 'ftwbridge_tool_calls_total{outcome="ok",tool="status"} 1.0' in text
-        assert 'ftwbridge_sessions{state="warm"} 1.0' in text
+        assert 'ftwbridge_sessions{state="ready"} 1.0' in text
         assert (await http.get(f"{admin}/healthz")).status_code == 200
         assert (await http.get(f"{admin}/readyz")).status_code == 200
         async with trio.open_nursery() as inner:
@@ -66,7 +63,6 @@ async def test_slow_body_is_408_and_metrics_and_health(
             assert (await http.get(f"{admin}/readyz")).status_code == 503
     result = (await post_call(env, token, "status")).json()["result"]
     assert result["isError"] and "restarting" in result["content"][0]["text"]
-    nursery.cancel_scope.cancel()
 
 
 async def test_history_for_the_whole_granted_window(env: Env) -> None:
@@ -81,11 +77,10 @@ async def test_history_for_the_whole_granted_window(env: Env) -> None:
     assert 0 < len(result["structuredContent"]["series"]["pv_w"]) <= 100
 
 
-async def test_drain_ends_a_response_under_way_whole(nursery: trio.Nursery, tmp_path: Path) -> None:
+async def test_drain_ends_a_response_under_way_whole(env: Env) -> None:
     """Issue 11, D3: a call answered during the drain reaches its client whole (a 2,000-point
     history, which the bridge shapes for some milliseconds after the box's answer). A guard:
     the race the soak saw (1 of 55) did not show here with the old drain either."""
-    env = await start_env(nursery, tmp_path)
     home = await env.add_home("h1", "--delay-ms", "1500")
     _key, _agent, token = await env.agent(home)
     answers: list[httpx2.Response] = []

@@ -1,17 +1,21 @@
 """`McpService` without sockets: a fake home port answers, the service's rules are checked.
 
 These pin what hostile or broken boxes and clients must never get out of the bridge: a 500,
-hidden characters in words, a result that breaks its own schema, or unbounded labels.
+hidden characters in words, a result that breaks its own schema, or unbounded labels; and the
+transport rules of PROTOCOL.md part D that are the service's alone (status codes, headers,
+JSON-RPC errors for bad requests). What needs the HTTP shell itself (Host and Origin, the body
+bound as Quart enforces it, a connection reused after a refusal) is in tests/e2e/test_transport.py.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import pytest
 
-from ftwbridge.mcp.server import HttpRequest, McpService
+from ftwbridge.mcp.server import HttpRequest, HttpResponse, McpService
 from ftwbridge.mcp.words import sentence
 from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Read
@@ -65,17 +69,25 @@ def service(answer: Any, on_call: Any = None, record: TokenRecord = RECORD) -> M
     )
 
 
-async def post(
-    svc: McpService, body: Any, headers: dict[str, str] | None = None, raw: bytes | None = None
-) -> tuple[int, Any]:
-    data = raw if raw is not None else json.dumps(body).encode()
+async def send(
+    svc: McpService, data: bytes, headers: dict[str, str] | None = None, method: str = "POST"
+) -> HttpResponse:
+    """One request as the HTTP shell hands it over: JSON with a good bearer token, `headers`
+    added or replacing those."""
     hs = {"content-type": ["application/json"], "authorization": ["Bearer good"]}
     hs |= {k: [v] for k, v in (headers or {}).items()}
 
     async def read() -> bytes:
         return data
 
-    resp = await svc.handle(HttpRequest("POST", hs, read, len(data)))
+    return await svc.handle(HttpRequest(method, hs, read, len(data)))
+
+
+async def post(
+    svc: McpService, body: Any, headers: dict[str, str] | None = None, raw: bytes | None = None
+) -> tuple[int, Any]:
+    data = raw if raw is not None else json.dumps(body).encode()
+    resp = await send(svc, data, headers)
     return resp.status, json.loads(resp.body) if resp.body else None
 
 
@@ -225,3 +237,174 @@ async def test_token_for_another_audience_is_401() -> None:
     svc = service(None, record=other)
     status, _ = await post(svc, *call("status", {}))
     assert status == 401
+
+
+# The transport rules of PROTOCOL.md part D that are the service's alone (they ran against a live
+# bridge and a stub home process in tests/e2e/test_transport.py, half a second each).
+
+MODERN = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28"}
+LIST_HEADERS = MODERN | {"mcp-method": "tools/list"}
+
+
+def list_body(rid: Any = 1) -> bytes:
+    body = {"jsonrpc": "2.0", "id": rid, "method": "tools/list", "params": {"_meta": META}}
+    return json.dumps(body).encode()
+
+
+def method_body(method: str, rid: Any = 7) -> bytes:
+    body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": {"_meta": META}}
+    return json.dumps(body).encode()
+
+
+LIVE = Reply(1, "live", {"fields": {"grid_w": 120}, "sources": {}})
+DEEP_ID = b'{"jsonrpc":"2.0","id":' + b"[" * 100_000 + b"]" * 100_000 + b',"method":"tools/list"}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "headers", "status", "code", "rid"),
+    [
+        pytest.param(
+            list_body(), MODERN | {"mcp-method": "tools/call"}, 400, -32020, 1, id="method-header"
+        ),
+        pytest.param(
+            json.dumps(call("status", {})[0]).encode(),
+            MODERN | {"mcp-method": "tools/call", "mcp-name": "cars_list"},
+            400,
+            -32020,
+            1,
+            id="name-header",
+        ),
+        pytest.param(
+            method_body("nope/nothing"),
+            MODERN | {"mcp-method": "nope/nothing"},
+            404,
+            -32601,
+            7,
+            id="unknown-method",
+        ),
+        pytest.param(
+            method_body("initialize"),
+            MODERN | {"mcp-method": "initialize"},
+            404,
+            -32601,
+            7,
+            id="initialize-in-the-modern-era",
+        ),
+        pytest.param(
+            b"[" + list_body(1) + b"," + list_body(2) + b"]",
+            LIST_HEADERS,
+            400,
+            -32600,
+            None,
+            id="batch",
+        ),
+        pytest.param(b"{not json", LIST_HEADERS, 400, -32700, None, id="not-json"),
+        pytest.param(b"\xff\xfe\x00", LIST_HEADERS, 400, -32700, None, id="not-utf8"),
+        pytest.param(list_body(None), LIST_HEADERS, 400, -32600, None, id="id-null"),
+        pytest.param(
+            b'{"jsonrpc":"2.0","id":"abc","method":"tools/list","params":{}}',
+            LIST_HEADERS,
+            400,
+            -32602,
+            "abc",
+            id="bad-envelope-echoes-the-id",
+        ),
+        pytest.param(DEEP_ID, LIST_HEADERS, 400, None, None, id="deeply-nested-id"),
+        pytest.param(list_body("x" * 10_000), LIST_HEADERS, 400, None, None, id="huge-id"),
+    ],
+)
+async def test_a_bad_request_is_a_jsonrpc_error(
+    raw: bytes, headers: dict[str, str], status: int, code: int | None, rid: Any
+) -> None:
+    """Where `code` is None, any JSON-RPC error will do, with a null id."""
+    resp = await send(service(None), raw, headers)
+    body = json.loads(resp.body)
+    assert (resp.status, body["id"]) == (status, rid)
+    assert code is None or body["error"]["code"] == code
+
+
+async def test_an_unsupported_version_is_refused_with_ours() -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/list",
+        "params": {"_meta": META | {"io.modelcontextprotocol/protocolVersion": "2030-01-01"}},
+    }
+    status, out = await post(
+        service(None), body, LIST_HEADERS | {"mcp-protocol-version": "2030-01-01"}
+    )
+    assert status == 400 and out["error"]["code"] == -32022
+    assert out["error"]["data"]["supported"] == ["2026-07-28"]
+
+
+async def test_the_base64_form_of_a_mirrored_header_is_decoded() -> None:
+    b64 = "=?base64?" + base64.b64encode(b"status").decode() + "?="
+    body, headers = call("status", {})
+    status, out = await post(service(LIVE), body, MODERN | headers | {"mcp-name": b64})
+    assert status == 200 and not out["result"]["isError"]
+    assert out["result"]["structuredContent"]["fields"] == {"grid_w": 120}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        MODERN | {"mcp-method": "notifications/initialized"},
+        {"mcp-protocol-version": "2025-11-25"},
+    ],
+    ids=["modern", "legacy"],
+)
+async def test_a_notification_is_202_with_no_body(headers: dict[str, str]) -> None:
+    raw = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    resp = await send(service(None), raw, headers)
+    assert (resp.status, resp.body) == (202, b"")
+
+
+async def test_a_legacy_request_without_a_version_is_answered_without_a_session() -> None:
+    """No `MCP-Protocol-Version`: taken as 2025-03-26 and answered; no session is made."""
+    raw = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).encode()
+    resp = await send(service(None), raw)
+    assert resp.status == 200 and len(json.loads(resp.body)["result"]["tools"]) == 13
+    assert "mcp-session-id" not in resp.headers
+
+
+async def test_server_discover_lists_the_modern_versions() -> None:
+    raw = method_body("server/discover", rid=4)
+    status, out = await post(service(None), None, MODERN | {"mcp-method": "server/discover"}, raw)
+    assert status == 200 and out["result"]["supportedVersions"] == ["2026-07-28"]
+
+
+async def test_a_stray_session_id_is_ignored() -> None:
+    resp = await send(service(None), list_body(), LIST_HEADERS | {"mcp-session-id": "whatever"})
+    assert resp.status == 200 and "tools" in json.loads(resp.body)["result"]
+
+
+@pytest.mark.parametrize(
+    ("accept", "status"),
+    [
+        ("application/json, text/event-stream", 200),
+        ("application/json", 200),
+        ("*/*", 200),
+        (None, 200),
+        ("text/event-stream", 406),
+    ],
+)
+async def test_accept_must_allow_json(accept: str | None, status: int) -> None:
+    headers = {k: v for k, v in LIST_HEADERS.items() if k != "accept"}
+    if accept is not None:
+        headers["accept"] = accept
+    resp = await send(service(None), list_body(), headers)
+    assert resp.status == status
+    if status == 200:
+        assert resp.headers["content-type"].startswith("application/json")
+
+
+async def test_only_post_and_only_json() -> None:
+    """Other methods are 405 with `Allow: POST` and leave nothing behind (no session to end
+    with DELETE); a body that is not declared JSON is 415."""
+    svc = service(None)
+    for method in ("GET", "DELETE", "HEAD", "PUT"):
+        resp = await send(svc, b"", LIST_HEADERS, method)
+        assert resp.status == 405 and resp.headers["allow"] == "POST"
+    resp = await send(svc, list_body(), LIST_HEADERS | {"content-type": "text/plain"})
+    assert resp.status == 415
+    assert (await send(svc, list_body(), LIST_HEADERS)).status == 200

@@ -7,7 +7,6 @@ profile); in production only https documents are fetched.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx2
 import pytest
@@ -17,7 +16,7 @@ from hypercorn.trio import serve
 from quart import Response
 from quart_trio import QuartTrio
 
-from tests.e2e.env import start_env
+from tests.e2e.env import Env
 
 from .test_flow import REDIRECT, person_consents, pkce
 
@@ -65,9 +64,9 @@ async def documents_server(nursery: trio.Nursery) -> str:
 # Stopping at 64 KiB leaves httpcore2's inner stream generator to the garbage collector (a
 # ResourceWarning from the library under trio); the bridge itself closes its response.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-async def test_metadata_document_client(nursery: trio.Nursery, tmp_path: Path) -> None:
+@pytest.mark.config(test_loopback_metadata=True)
+async def test_metadata_document_client(nursery: trio.Nursery, env: Env) -> None:
     docs = await documents_server(nursery)
-    env = await start_env(nursery, tmp_path, test_loopback_metadata=True)
     home = await env.add_home("h1", "--approve-all")
     base = env.bridge.site.public_url
     client_id = f"{docs}/good.json"
@@ -100,4 +99,3 @@ async def test_metadata_document_client(nursery: trio.Nursery, tmp_path: Path) -
             assert r.status_code == 400, (name, r.status_code)
         meta = (await http.get(base + "/.well-known/oauth-authorization-server")).json()
         assert meta["client_id_metadata_document_supported"] is True
-    nursery.cancel_scope.cancel()

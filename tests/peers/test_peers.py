@@ -15,11 +15,12 @@ import pytest
 import trio
 
 from ftwbridge.store import hash_token
-from tests.e2e.env import TOOL_NAMES, Env, start_env
+from tests.e2e.env import TOOL_NAMES, Env
 
 PEERS = Path(__file__).resolve().parents[2] / "peers"
 NODE_BIN = PEERS / "node_modules" / ".bin"
 TOOLS = sorted(TOOL_NAMES)
+ANONYMOUS = secrets.token_urlsafe(24)
 
 
 def node_env(tmp: Path) -> dict[str, str]:
@@ -99,23 +100,22 @@ async def test_inspector_cli(ready: tuple[Env, str, dict[str, str]], era: str) -
 
 
 @pytest.mark.parametrize("revision", ["2026-07-28", "2025-11-25"])
-async def test_conformance_suite(nursery: trio.Nursery, tmp_path: Path, revision: str) -> None:
+@pytest.mark.config(
+    test_anonymous_token=ANONYMOUS,
+    http_burst=1e6,
+    http_per_s=1e6,
+    pace_calls_burst=1e6,
+    pace_calls_per_s=1e6,
+    queue_per_home=1000,
+)
+async def test_conformance_suite(env: Env, tmp_path: Path, revision: str) -> None:
     """The official suite sends no token: the bridge runs in its test profile, which serves a
     request without one as a fixed agent's token (`test_anonymous_token`; never the default)."""
-    anonymous = secrets.token_urlsafe(24)
-    loose = {
-        "http_burst": 1e6,
-        "http_per_s": 1e6,
-        "pace_calls_burst": 1e6,
-        "pace_calls_per_s": 1e6,
-        "queue_per_home": 1000,
-    }
-    env = await start_env(nursery, tmp_path / "bridge", test_anonymous_token=anonymous, **loose)
     home = await env.add_home("h1")
     _key, _agent, token = await env.agent(home)
     record = await env.bridge.store.token(hash_token(token))
     assert record is not None
-    await env.bridge.store.put_token(hash_token(anonymous), record)
+    await env.bridge.store.put_token(hash_token(ANONYMOUS), record)
     nenv = node_env(tmp_path)
     argv = [
         str(NODE_BIN / "conformance"),
@@ -133,4 +133,3 @@ async def test_conformance_suite(nursery: trio.Nursery, tmp_path: Path, revision
     summary = [line for line in out.splitlines() if line.startswith(("Total:", "  ✗", "  ✓"))]
     print(f"\nconformance {revision}: " + "; ".join(summary))
     assert code == 0, (out + err)[-4000:]
-    nursery.cancel_scope.cancel()

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import trio
 
-from ftwbridge.config import Config
 from ftwbridge.door import Tun
 from ftwbridge.door.tunnel import ACLOSE_S, Uplink
 from ftwbridge.proto.door import tun as tun_message
@@ -16,6 +15,7 @@ from ftwbridge.proto.envelope import decode_envelope
 from ftwbridge.proto.names import Read, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import Msg
+from stubbox.uplink import StubHome
 from tests.harness import Rig
 
 
@@ -37,21 +37,17 @@ async def _call(rig: Rig, key: bytes) -> Any:
             return exc
 
 
+@pytest.mark.config(idle_close_s=10)
 async def test_local_causes_reach_the_box_as_closed(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery, Config(idle_close_s=10))
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
-
     stub.hold = True  # the handshake times out: a local cause ("no_answer")
-    assert isinstance(await _call(rig, key), Refusal)
+    assert isinstance(await _call(rig, agent), Refusal)
     stub.hold = False
     stub.clock_offset_ms = 6 * 60_000  # hello_ok with a clock too far off: refused
-    assert isinstance(await _call(rig, key), Refusal)
+    assert isinstance(await _call(rig, agent), Refusal)
     stub.clock_offset_ms = 0
-    assert not isinstance(await _call(rig, key), Refusal)
+    assert not isinstance(await _call(rig, agent), Refusal)
     uplink = next(iter(rig.door._uplinks.values()))
     (tun,) = uplink.tuns.values()
     garbage = tun_message(tun.sid, b"\x00" * 40)  # bytes that fail the session's authentication
@@ -59,7 +55,7 @@ async def test_local_causes_reach_the_box_as_closed(
     with trio.fail_after(5):
         await rig.pool._wait_until(lambda: not rig.pool.statistics().sessions)
     assert rig.pool.statistics().drops.get("protocol_error") == 1
-    assert not isinstance(await _call(rig, key), Refusal)
+    assert not isinstance(await _call(rig, agent), Refusal)
     await trio.sleep(11)  # idle close
     ends = _tun_ends(rig)
     contract = {r.value for r in TunEndReason}
@@ -91,7 +87,7 @@ async def test_tun_aclose_is_bounded_when_the_send_blocks(
 ) -> None:
     rig = Rig(nursery)
     ws = _Stuck()
-    uplink = Uplink(rig.door, "h1", ws)
+    uplink = Uplink("h1", ws, limits=rig.door._limits("h1", outbound=True), on_dropped=print)
     tun = Tun(uplink, uplink.new_sid())
     uplink.tuns[tun.sid] = tun
     start = trio.current_time()
@@ -114,51 +110,42 @@ def test_tun_end_takes_only_contract_reasons() -> None:
 
 
 @pytest.mark.parametrize("offset_s", [-0.001, 0.0, 0.001])
+@pytest.mark.stub(answer_delay_ms=1000)
 async def test_cancelled_while_the_reader_hands_over_the_answer(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock, offset_s: float
+    rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock, offset_s: float
 ) -> None:
     """The uplink's reader answers the waiting call in its own task; a call cancelled around
     that moment leaves nothing behind, and the session's next call gets its own answer."""
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home(answer_delay_ms=1000)
-    key, _ = await rig.grant(stub)
-    first = await _call(rig, key)  # opens the session (one read: 1 s at the box)
+    first = await _call(rig, agent)  # opens the session (one read: 1 s at the box)
     assert not isinstance(first, Refusal)
     with trio.move_on_after(1.0 + offset_s):
-        await rig.pool.call("h1", key, Read.LIVE_GET)
+        await rig.pool.call("h1", agent, Read.LIVE_GET)
     stats = rig.pool.statistics()
     assert stats.queued == 0 and stats.calls_in_flight <= 1  # 1: the box still works on it
     await trio.sleep(2)  # the abandoned answer, if still coming, arrives and is dropped
     assert rig.pool.statistics().calls_in_flight == 0
     with trio.fail_after(10):
-        reply = await rig.pool.call("h1", key, Read.LOADPOINTS_GET)
+        reply = await rig.pool.call("h1", agent, Read.LOADPOINTS_GET)
     assert reply.t == "loadpoints"
     assert rig.pool.statistics().sessions == 1
 
 
 @pytest.mark.parametrize("repeat", range(12))
+@pytest.mark.config(idle_close_s=10, pace_calls_burst=1, pace_calls_per_s=0.1, pace_wait_s=20)
 async def test_a_call_racing_the_idle_close_gets_a_new_session(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock, repeat: int
+    rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock, repeat: int
 ) -> None:
     """Issue 11, D5: no call is refused for a close it did not ask for. Pacing makes the second
     call wait until the very moment the idle close fires (trio wakes both in either order)."""
-    config = Config(idle_close_s=10, pace_calls_burst=1, pace_calls_per_s=0.1, pace_wait_s=20)
-    rig = Rig(nursery, config)
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
-    assert not isinstance(await _call(rig, key), Refusal)  # takes no mock time
-    answer = await _call(rig, key)  # its pacing turn comes at the idle deadline
+    assert not isinstance(await _call(rig, agent), Refusal)  # takes no mock time
+    answer = await _call(rig, agent)  # its pacing turn comes at the idle deadline
     assert not isinstance(answer, Refusal), answer.details
 
 
 async def test_close_all_closes_every_uplink_with_its_code(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, autojump_clock: trio.abc.Clock
 ) -> None:
     """Drain's last word to the boxes (issue 11, D3): a Close frame they can act on, not 1006."""
-    rig = Rig(nursery)
-    await rig.start()
     for name in ("h1", "h2"):
         await rig.add_home(name)
     with trio.fail_after(5):

@@ -8,27 +8,25 @@ import pytest
 import trio
 import trio.testing
 
-from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.proto.names import Code, Read
 from ftwbridge.proto.refusal import Refusal
+from stubbox.uplink import StubHome
 from tests.harness import Rig
 from tests.pool.test_pool import refused
 
 
+@pytest.mark.config(queue_per_home=16)
 async def test_sixteenth_call_waits_and_the_over_wait_is_refused(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery, Config(queue_per_home=16))
-    await rig.start()
-    stub = await rig.add_home()
     keys = [(await rig.grant(stub))[0] for _ in range(4)]
     start = trio.current_time()
     for i in range(15):  # the burst: no wait at all
         with trio.fail_after(1):
             await rig.pool.call("h1", keys[i % 4], Read.LIVE_GET)
     assert trio.current_time() - start < 0.01
-    waited = rig.pacer_wait = trio.current_time()
+    waited = trio.current_time()
     await rig.pool.call("h1", keys[0], Read.LIVE_GET)  # the 16th waits 1/0.75 s
     assert trio.current_time() - waited == pytest.approx(4 / 3, abs=0.005)
     # two more arrive at once: they wait 1.33 s and 2.67 s; a third would wait 4 s > 3 s
@@ -50,12 +48,10 @@ async def test_sixteenth_call_waits_and_the_over_wait_is_refused(
     assert rig.pool.pacer.refusals == 1
 
 
+@pytest.mark.config(pace_calls_burst=1, pace_calls_per_s=10, queue_per_home=8)
 async def test_calls_keep_their_order_per_home(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery, Config(pace_calls_burst=1, pace_calls_per_s=10, queue_per_home=8))
-    await rig.start()
-    stub = await rig.add_home()
     keys = [(await rig.grant(stub))[0] for _ in range(6)]
     order: list[int] = []
 
@@ -70,25 +66,21 @@ async def test_calls_keep_their_order_per_home(
     assert order == list(range(6))
 
 
+@pytest.mark.config(pace_calls_burst=1, pace_calls_per_s=1)
 async def test_cancelled_waiter_gives_its_token_back(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery, Config(pace_calls_burst=1, pace_calls_per_s=1))
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
-    await rig.pool.call("h1", key, Read.LIVE_GET)
+    await rig.pool.call("h1", agent, Read.LIVE_GET)
     with trio.move_on_after(0.5):
-        await rig.pool.call("h1", key, Read.LIVE_GET)  # would wait 1 s
+        await rig.pool.call("h1", agent, Read.LIVE_GET)  # would wait 1 s
     assert rig.pool.statistics().queued == 0
     t0 = trio.current_time()
-    await rig.pool.call("h1", key, Read.LIVE_GET)
+    await rig.pool.call("h1", agent, Read.LIVE_GET)
     assert trio.current_time() - t0 == pytest.approx(0.5, abs=0.005)  # not 1.5 s
 
 
-async def test_calls_in_flight_bound(nursery: trio.Nursery, autojump_clock: trio.abc.Clock) -> None:
-    rig = Rig(nursery, Config(calls_in_flight=2))
-    await rig.start()
+@pytest.mark.config(calls_in_flight=2)
+async def test_calls_in_flight_bound(rig: Rig, autojump_clock: trio.abc.Clock) -> None:
     homes = [await rig.add_home(f"h{i}", answer_delay_ms=1000) for i in range(3)]
     keys = [(await rig.grant(s))[0] for s in homes]
     finished: list[float] = []
@@ -106,12 +98,10 @@ async def test_calls_in_flight_bound(nursery: trio.Nursery, autojump_clock: trio
     assert sorted(round(t - t0, 2) for t in finished) == [1.0, 1.0, 2.0]
 
 
+@pytest.mark.config(warm_sessions=2)
 async def test_warm_sessions_bound_closes_least_recently_used(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery, Config(warm_sessions=2))
-    await rig.start()
-    stub = await rig.add_home()
     keys = [(await rig.grant(stub))[0] for _ in range(3)]
     for k in keys[:2]:
         await rig.pool.call("h1", k, Read.LIVE_GET)
@@ -124,19 +114,16 @@ async def test_warm_sessions_bound_closes_least_recently_used(
     assert rig.pool.warm_grant("h1", keys[1]) is None
 
 
+@pytest.mark.stub(answer_delay_ms=2000)
 async def test_drain_finishes_calls_then_closes_sessions(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home(answer_delay_ms=2000)
-    key, _ = await rig.grant(stub)
-    key2, _ = await rig.grant(stub)
-    await rig.pool.call("h1", key2, Read.LIVE_GET)  # a warm, idle session
+    idle, _ = await rig.grant(stub)
+    await rig.pool.call("h1", idle, Read.LIVE_GET)  # a warm, idle session
     results: list[Any] = []
 
     async def caller() -> None:
-        results.append(await rig.pool.call("h1", key, Read.LIVE_GET))
+        results.append(await rig.pool.call("h1", agent, Read.LIVE_GET))
 
     async with trio.open_nursery() as inner:
         inner.start_soon(caller)
@@ -149,7 +136,7 @@ async def test_drain_finishes_calls_then_closes_sessions(
     assert (stats.sessions, stats.calls_in_flight, stats.queued) == (0, 0, 0)
     assert stats.drops == {"restarting": 2}
     assert stub.box.session_count == 0
-    err = await refused(rig, "h1", key)
+    err = await refused(rig, "h1", agent)
     assert err.details == {"reason": "restarting"}
 
 

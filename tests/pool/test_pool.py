@@ -1,6 +1,7 @@
 """The pool with the real door, keys part and stub box over memory links, on MockClock.
 
-Every wait is bounded (`fail_after`); time moves only by the autojump clock.
+Every wait is bounded (`fail_after`); time moves only by the autojump clock. The fixtures
+(tests/pool/conftest.py): `rig` started, `stub` home "h1" online, `agent` granted there.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from ftwbridge.config import Config
 from ftwbridge.proto.door import CLOSE_SUPERSEDED
 from ftwbridge.proto.names import Code, Read
 from ftwbridge.proto.refusal import Refusal
+from stubbox.uplink import StubHome
 from tests.harness import Rig, wall_ms
 
 
@@ -24,14 +26,10 @@ async def refused(
 
 
 async def test_call_then_idle_close_heard_by_box(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
     with trio.fail_after(5):
-        reply = await rig.pool.call("h1", key, Read.LIVE_GET)
+        reply = await rig.pool.call("h1", agent, Read.LIVE_GET)
     assert (
         reply.t == "live"
         and reply.body["fields"]["grid_w"] == stub.box.home.live(wall_ms(), 0)["fields"]["grid_w"]
@@ -46,11 +44,8 @@ async def test_call_then_idle_close_heard_by_box(
 
 
 async def test_expiry_by_bridge_clock_and_at_box(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    nursery: trio.Nursery, rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
     key, grant = await rig.grant(stub, ttl_ms=10_000)
     await trio.sleep((grant.expires_at_ms - wall_ms() - 1) / 1000)
     with trio.fail_after(5):
@@ -77,39 +72,31 @@ async def test_expiry_by_bridge_clock_and_at_box(
 
 
 async def test_roster_drop_closes_session_and_forgets_key(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
     with trio.fail_after(5):
-        await rig.pool.call("h1", key, Read.LIVE_GET)
-    await stub.drop_agent(key)
+        await rig.pool.call("h1", agent, Read.LIVE_GET)
+    await stub.drop_agent(agent)
     with trio.fail_after(5):
-        await rig.door.wait_roster("h1", lambda r: key not in r.agents())
+        await rig.door.wait_roster("h1", lambda r: agent not in r.agents())
     await trio.sleep(0.1)
     assert rig.pool.statistics().sessions == 0
     assert rig.pool.statistics().drops.get("revoked") == 1
     assert stub.box.session_count == 0
-    assert not await rig.keys.has(key)
-    assert (await refused(rig, "h1", key)).code == Code.E_GRANT_REVOKED
+    assert not await rig.keys.has(agent)
+    assert (await refused(rig, "h1", agent)).code == Code.E_GRANT_REVOKED
 
 
 async def test_box_vanishing_mid_call_ends_in_words(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
     with trio.fail_after(5):
-        await rig.pool.call("h1", key, Read.LIVE_GET)
+        await rig.pool.call("h1", agent, Read.LIVE_GET)
     stub.hold = True
     result: list[Refusal] = []
 
     async def caller() -> None:
-        result.append(await refused(rig, "h1", key))
+        result.append(await refused(rig, "h1", agent))
 
     async with trio.open_nursery() as inner:
         inner.start_soon(caller)
@@ -122,15 +109,11 @@ async def test_box_vanishing_mid_call_ends_in_words(
 
 
 async def test_unanswered_handshake_leaves_nothing(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
     stub.hold = True
     start = trio.current_time()
-    err = await refused(rig, "h1", key)
+    err = await refused(rig, "h1", agent)
     assert err.details == {"reason": "no_answer"}
     assert trio.current_time() - start == pytest.approx(5, abs=0.1)
     assert rig.keys.pending_handshakes == 0
@@ -138,14 +121,10 @@ async def test_unanswered_handshake_leaves_nothing(
 
 
 async def test_takeover_by_newer_uplink(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
     with trio.fail_after(5):
-        await rig.pool.call("h1", key, Read.LIVE_GET)
+        await rig.pool.call("h1", agent, Read.LIVE_GET)
     old = rig.links[0]
     await rig.connect(stub)
     with trio.fail_after(5):
@@ -155,23 +134,20 @@ async def test_takeover_by_newer_uplink(
     assert rig.pool.statistics().drops.get("superseded") == 1
     assert rig.door.stats.takeovers == 1
     with trio.fail_after(5):
-        await rig.pool.call("h1", key, Read.LIVE_GET)  # a new session on the new uplink
+        await rig.pool.call("h1", agent, Read.LIVE_GET)  # a new session on the new uplink
 
 
+@pytest.mark.config(door_msgs_burst=4, door_msgs_per_s=0.01)
 async def test_door_drops_tun_past_limit_and_counts(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery, Config(door_msgs_burst=4, door_msgs_per_s=0.01))
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
     with trio.fail_after(5):
-        await rig.pool.call("h1", key, Read.LIVE_GET)  # m1, hello, read: 3 tun to the box
+        await rig.pool.call("h1", agent, Read.LIVE_GET)  # m1, hello, read: 3 tun to the box
     refusals = []
     for _ in range(3):
         try:
             with trio.fail_after(1):
-                await rig.pool.call("h1", key, Read.LIVE_GET)
+                await rig.pool.call("h1", agent, Read.LIVE_GET)
         except Refusal as exc:  # the door says at once that it dropped the request
             refusals.append(exc.code)
     assert refusals and set(refusals) == {Code.E_RATE_LIMITED}
@@ -179,25 +155,22 @@ async def test_door_drops_tun_past_limit_and_counts(
     assert rig.door.online("h1")  # the uplink stays up
 
 
+@pytest.mark.config(queue_per_home=4)
 async def test_queue_per_home_refuses_the_fifth(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery, Config(queue_per_home=4))
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
     with trio.fail_after(5):
-        await rig.pool.call("h1", key, Read.LIVE_GET)
+        await rig.pool.call("h1", agent, Read.LIVE_GET)
     stub.hold = True
     async with trio.open_nursery() as inner:
-        inner.start_soon(lambda: rig.pool.call("h1", key, Read.LIVE_GET))
+        inner.start_soon(lambda: rig.pool.call("h1", agent, Read.LIVE_GET))
         await trio.sleep(0.5)  # the first call is now at the box
         for _ in range(4):
-            inner.start_soon(lambda: rig.pool.call("h1", key, Read.LIVE_GET))
+            inner.start_soon(lambda: rig.pool.call("h1", agent, Read.LIVE_GET))
         await trio.sleep(0.5)
         stats = rig.pool.statistics()
         assert stats.calls_in_flight == 1 and stats.queued == 4
-        err = await refused(rig, "h1", key)
+        err = await refused(rig, "h1", agent)
         assert err.code == Code.E_RATE_LIMITED
         inner.cancel_scope.cancel()
     stats = rig.pool.statistics()
@@ -210,56 +183,43 @@ async def test_queue_per_home_refuses_the_fifth(
 
 
 @pytest.mark.parametrize(
-    ("stub_args", "code", "args"),
+    ("stub", "code", "args"),
     [
         ({"noise": False}, Code.E_UNAVAILABLE, {"subsystem": "assistants"}),
         ({"clock_source": "none"}, Code.E_UNAVAILABLE, {"subsystem": "clock"}),
     ],
+    indirect=["stub"],
 )
 async def test_box_that_takes_no_assistants_says_so_at_once(
-    nursery: trio.Nursery,
-    autojump_clock: trio.abc.Clock,
-    stub_args: dict[str, object],
-    code: Code,
-    args: dict[str, str],
+    rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock, code: Code, args: dict[str, str]
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home(**stub_args)
-    key, _ = await rig.grant(stub)
     start = trio.current_time()
-    err = await refused(rig, "h1", key)
+    err = await refused(rig, "h1", agent)
     assert (err.code, err.details) == (code, args)
     assert trio.current_time() - start < 1
 
 
-async def test_clock_skew_refused(nursery: trio.Nursery, autojump_clock: trio.abc.Clock) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
-    key, _ = await rig.grant(stub)
+async def test_clock_skew_refused(
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
+) -> None:
     stub.clock_offset_ms = 6 * 60_000
-    err = await refused(rig, "h1", key)
+    err = await refused(rig, "h1", agent)
     assert err.code == Code.E_CLOCK_SKEW and err.details["maxMs"] == 300_000
 
 
 async def test_agent_key_aimed_at_another_home_is_refused_before_a_byte_leaves(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub1 = await rig.add_home("h1")
-    stub2 = await rig.add_home("h2")
-    key, _ = await rig.grant(stub1)
-    err = await refused(rig, "h2", key)
+    other = await rig.add_home("h2")
+    err = await refused(rig, "h2", agent)
     assert err.code == Code.E_GRANT_REVOKED
-    assert stub2.box.stats.handshakes_refused == 0 and stub2.box.stats.reads == 0
+    assert other.box.stats.handshakes_refused == 0 and other.box.stats.reads == 0
 
 
-async def test_sessions_per_home_cap(nursery: trio.Nursery, autojump_clock: trio.abc.Clock) -> None:
-    rig = Rig(nursery, Config(sessions_per_home=2))
-    await rig.start()
-    stub = await rig.add_home()
+@pytest.mark.config(sessions_per_home=2)
+async def test_sessions_per_home_cap(
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
+) -> None:
     keys = [(await rig.grant(stub))[0] for _ in range(3)]
     with trio.fail_after(5):
         for k in keys[:2]:

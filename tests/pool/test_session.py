@@ -14,6 +14,7 @@ from ftwbridge.config import Config
 from ftwbridge.pool.session import TRANSITIONS, Move, PooledSession, State
 from ftwbridge.proto.errors import LocalProtocolError
 from ftwbridge.proto.names import Code, Read
+from stubbox.uplink import StubHome
 from tests.harness import Rig
 from tests.pool.test_pool import refused
 
@@ -107,48 +108,44 @@ async def _hang_up(rig: Rig, key: bytes, after_s: float) -> None:
         await rig.pool.call("h1", key, Read.LIVE_GET)
 
 
+@pytest.mark.config(pace_calls_burst=100, queue_per_home=16)
+@pytest.mark.stub(answer_delay_ms=3000, read_limit=False)
 async def test_hang_ups_do_not_stack_work_at_a_slow_box(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
     """Issue 11, D2: ten clients hang up on a box that takes 3 s a read; the next call takes
     at most the rest of the one read the box is doing plus its own, not the sum of all ten."""
-    rig = Rig(nursery, Config(pace_calls_burst=100, queue_per_home=16))
-    await rig.start()
-    stub = await rig.add_home(answer_delay_ms=3000, read_limit=False)
-    key, _ = await rig.grant(stub)
-    await rig.pool.call("h1", key, Read.LIVE_GET)  # warm
+    await rig.pool.call("h1", agent, Read.LIVE_GET)  # warm
     reads_before = stub.box.stats.reads
     for _ in range(10):
-        await _hang_up(rig, key, 0.5)
+        await _hang_up(rig, agent, 0.5)
     assert rig.pool.statistics().calls_in_flight == 1  # the first hang-up's read, at the box
     t0 = trio.current_time()
     with trio.fail_after(Config().call_deadline_s):
-        reply = await rig.pool.call("h1", key, Read.LOADPOINTS_GET)
+        reply = await rig.pool.call("h1", agent, Read.LOADPOINTS_GET)
     assert reply.t == "loadpoints"
     assert trio.current_time() - t0 <= 6.0
     assert stub.box.stats.reads - reads_before <= 3  # no read was sent behind unfinished work
     assert rig.pool.statistics().calls_in_flight == 0
 
 
+@pytest.mark.config(queue_per_home=1, pace_calls_burst=100)
+@pytest.mark.stub(read_limit=False)
 async def test_a_stalled_home_gets_an_honest_retry_hint(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
     """During a stall the queue-full refusal's hint grows with how long the box has been
     silent, instead of saying one pacing interval (issue 11: "try again in 2 s" for 30 s)."""
-    rig = Rig(nursery, Config(queue_per_home=1, pace_calls_burst=100))
-    await rig.start()
-    stub = await rig.add_home(read_limit=False)
-    key, _ = await rig.grant(stub)
-    await rig.pool.call("h1", key, Read.LIVE_GET)
+    await rig.pool.call("h1", agent, Read.LIVE_GET)
     stub.hold = True  # the box stops answering
     hints: list[Any] = []
     async with trio.open_nursery() as inner:
-        inner.start_soon(lambda: rig.pool.call("h1", key, Read.LIVE_GET))
+        inner.start_soon(lambda: rig.pool.call("h1", agent, Read.LIVE_GET))
         await trio.sleep(0.1)
-        inner.start_soon(lambda: rig.pool.call("h1", key, Read.LIVE_GET))
+        inner.start_soon(lambda: rig.pool.call("h1", agent, Read.LIVE_GET))
         for wait in (1, 9):
             await trio.sleep(wait)
-            err = await refused(rig, "h1", key)
+            err = await refused(rig, "h1", agent)
             assert err.code == Code.E_RATE_LIMITED
             hints.append(err.retry_after_ms)
         inner.cancel_scope.cancel()
@@ -156,30 +153,24 @@ async def test_a_stalled_home_gets_an_honest_retry_hint(
     assert all(h <= 1000 * Config().call_deadline_s for h in hints)
 
 
+@pytest.mark.stub(answer_delay_ms=2000)
 async def test_the_box_answering_late_frees_the_session_for_the_next_call(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home(answer_delay_ms=2000)
-    key, _ = await rig.grant(stub)
-    await rig.pool.call("h1", key, Read.LIVE_GET)
-    await _hang_up(rig, key, 0.5)
+    await rig.pool.call("h1", agent, Read.LIVE_GET)
+    await _hang_up(rig, agent, 0.5)
     (s,) = rig.pool._sessions.values()
     assert s.is_abandoned
     await trio.sleep(2)
     assert s.is_available and rig.pool.statistics().calls_in_flight == 0
-    reply = await rig.pool.call("h1", key, Read.LOADPOINTS_GET)
+    reply = await rig.pool.call("h1", agent, Read.LOADPOINTS_GET)
     assert reply.t == "loadpoints"
     assert rig.pool.statistics().drops == {}  # the same session served both
 
 
 async def test_a_refusal_from_the_box_frees_the_session(
-    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
 ) -> None:
-    rig = Rig(nursery)
-    await rig.start()
-    stub = await rig.add_home()
     key, _ = await rig.grant(stub, scopes=("ftw.live.read",))
     err = await refused(rig, "h1", key, Read.LOADPOINTS_GET)
     assert err.code == Code.E_SCOPE_DENIED

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from stubbox.state import state_path
-from tests.e2e.env import REAL_WAIT_S, Env, Home, start_env
+from tests.e2e.env import REAL_WAIT_S, Env, Home
 
 
 async def read_status(env: Env, token: str) -> Any:
@@ -34,9 +34,8 @@ async def settled(home: Home) -> dict[str, Any]:
 
 
 async def test_a_killed_stub_restarted_with_its_state_keeps_the_agents(
-    nursery: trio.Nursery, tmp_path: Path
+    env: Env, tmp_path: Path
 ) -> None:
-    env = await start_env(nursery, tmp_path / "bridge")
     state = tmp_path / "stub"
     home = await env.add_home("r1", "--state", str(state))
     _key, _agent, token = await env.agent(home)
@@ -59,4 +58,3 @@ async def test_a_killed_stub_restarted_with_its_state_keeps_the_agents(
     _key2, _agent2, token2 = await env.agent(again)  # the owner goes on at the next seq
     assert (await env.bridge.door.roster("r1")).seq == 3  # type: ignore[union-attr]
     assert not (await read_status(env, token2)).is_error
-    nursery.cancel_scope.cancel()
