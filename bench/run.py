@@ -285,7 +285,9 @@ def table(rows: list[dict[str, Any]], sessions: dict[str, Any], micro: dict[str,
         per = sessions["kib_per_session"].get(n)
         out.append(f"| {n} | {rss / 1024:.1f} | {'' if per is None else f'{per:.1f}'} |")
     out.append(
-        f"\nSessions opened through the door (handshake to hello_ok): {sessions['opens_per_s']:.0f} per second.\n"
+        f"\nSessions opened through the door (handshake to hello_ok): {sessions['opens_per_s']:.0f} per second;"
+        f" the bridge spent {sessions['bridge_cpu_ms_per_open']:.2f} ms of CPU per open"
+        f" (so one core of it could open {1000 / sessions['bridge_cpu_ms_per_open']:.0f} per second).\n"
     )
     out += ["| micro | per second |", "|---|---|"]
     out += [f"| {k} | {v:,.0f} |" for k, v in micro.items()]

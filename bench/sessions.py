@@ -1,5 +1,6 @@
 """Sessions per process: the bridge's RSS with 0, 1,000 and 10,000 warm sessions, and how many
-sessions per second it opens through the door (Noise handshake to `hello_ok`).
+sessions per second it opens through the door (Noise handshake to `hello_ok`), and the bridge
+process's CPU time per open (ms), which shows whether the bridge or the box side sets the rate.
 
 The bridge runs in this process; 625 stub homes run in one stub process (`--fleet`), each
 granting 16 agents (the contract's sessions per home). Prints one JSON line at the end.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import trio
@@ -43,9 +45,11 @@ async def main() -> None:
             )
             rss = {"0": rss_kib()}
             per: dict[str, float] = {}
-            opened, seconds = 0, 0.0
+            opened, seconds, cpu = 0, 0.0, 0.0
             for step in STEPS:
+                cpu0 = time.process_time()
                 took = await warm(bridge, granted[opened:step])
+                cpu += time.process_time() - cpu0
                 seconds += took
                 opened = step
                 assert bridge.pool.statistics().sessions == step, bridge.pool.statistics()
@@ -53,7 +57,12 @@ async def main() -> None:
                 per[str(step)] = (rss[str(step)] - rss["0"]) / step
             print(
                 json.dumps(
-                    {"rss_kib": rss, "kib_per_session": per, "opens_per_s": opened / seconds}
+                    {
+                        "rss_kib": rss,
+                        "kib_per_session": per,
+                        "opens_per_s": opened / seconds,
+                        "bridge_cpu_ms_per_open": 1000 * cpu / opened,
+                    }
                 )
             )
             nursery.cancel_scope.cancel()
