@@ -212,6 +212,8 @@ class GuardedTCPServer(TCPServer):
             await self._fault(exc)
         finally:
             self._close_timer.cancel()  # the connection has ended: no Close left to wait for
+            if not self._busy:  # the peer left between requests: hypercorn's keep-alive timer
+                await self.idle_task.stop()  # would hold the socket 5 s more (issue 11)
 
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module)."""

@@ -9,6 +9,7 @@ The last test runs the demo's scripted assistant session against the same proces
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from pathlib import Path
 import cbor2
 import pytest
 import trio
+from hypercorn.config import Config as HypercornConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -307,3 +309,23 @@ def test_strangers_with_big_messages_leave_no_memory_behind(live: LiveBridge) ->
     # the allocator keeps some of what it grew (5 to 10 MiB here); the defect held about 1 MiB
     # per stranger (100 MiB for 100) until each socket's 45 s read timeout
     assert after - before < 16 * 1024, (before, after)
+
+
+KEEP_ALIVE_S = HypercornConfig().keep_alive_timeout
+"""hypercorn's keep-alive timer (seconds), which used to be what closed a left connection."""
+
+
+def test_rapid_connect_and_close_frees_every_socket_at_once(live: LiveBridge) -> None:
+    """Issue 11: of 1,000 clients that connected and closed at once, about a hundred sockets
+    stayed open 15 s. A connection whose peer left between requests now closes when the peer's
+    end arrives, not when hypercorn's 5 s keep-alive timer fires."""
+    pid = live.procs[0].pid
+    before = len(os.listdir(f"/proc/{pid}/fd"))
+    for _ in range(300):
+        socket.create_connection(live.main, timeout=WAIT_S).close()
+    closed_by = time.monotonic()
+    deadline = closed_by + KEEP_ALIVE_S - 1  # sooner than the keep-alive timer could free them
+    while (now := len(os.listdir(f"/proc/{pid}/fd"))) > before + 2:
+        assert time.monotonic() < deadline, f"{now - before} sockets still open"
+        time.sleep(0.05)
+    live.assert_serving()
