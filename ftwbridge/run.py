@@ -148,7 +148,7 @@ class Bridge:
         """In the roster applier, after the store has the roster: the keys part forgets the keys
         of agents no longer listed, and the store the tokens of every agent `dropped` since."""
         for key in await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped):
-            await self.store.drop_agent_tokens(home, key)
+            await self.store.withdraw_agent_tokens(home, key)
             await self.store.drop_refresh_of_agent(home, key)
 
     async def issue_token(

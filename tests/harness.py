@@ -3,6 +3,7 @@ channels instead of a WebSocket, so timing tests run on trio's MockClock (autoju
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,12 @@ class MemoryStore:
 
     async def token(self, token_hash: bytes) -> TokenRecord | None:
         return self.tokens.get(token_hash)
+
+    async def withdraw_agent_tokens(self, home: str, agent_key: bytes) -> int:
+        mine = [h for h, r in self.tokens.items() if r.home == home and r.agent_key == agent_key]
+        for h in mine:
+            self.tokens[h] = dataclasses.replace(self.tokens[h], withdrawn=True)
+        return len(mine)
 
     async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int:
         gone = [h for h, r in self.tokens.items() if r.home == home and r.agent_key == agent_key]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -63,8 +65,31 @@ async def test_sqlite_store(tmp_path: Path) -> None:
     rec = TokenRecord("h1", "a1", b"a" * 32, ("ftw.live.read",), "http://x/mcp", "c", 123)
     await store.put_token(hash_token("t"), rec)
     assert await store.token(hash_token("t")) == rec
+    assert await store.withdraw_agent_tokens("h1", b"a" * 32) == 1
+    assert await store.token(hash_token("t")) == dataclasses.replace(rec, withdrawn=True)
     assert await store.drop_agent_tokens("h1", b"a" * 32) == 1
     assert await store.token(hash_token("t")) is None
+    store.close()
+
+
+async def test_a_database_from_before_withdrawn_tokens_is_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE tokens (hash BLOB PRIMARY KEY, home TEXT NOT NULL, agent_id TEXT NOT NULL,"
+        " agent_key BLOB NOT NULL, scopes TEXT NOT NULL, resource TEXT NOT NULL,"
+        " client TEXT NOT NULL, expires_at_ms INTEGER NOT NULL)"
+    )
+    db.execute(
+        "INSERT INTO tokens VALUES (?, 'h1', 'a1', ?, '[]', 'http://x/mcp', 'c', 5)",
+        (hash_token("old"), b"a" * 32),
+    )
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    record = await store.token(hash_token("old"))
+    assert record is not None and not record.withdrawn
+    assert await store.withdraw_agent_tokens("h1", b"a" * 32) == 1
     store.close()
 
 

@@ -21,6 +21,12 @@ TOKEN_CACHE_SIZE = 10_000
 """Records the cache holds at most (the oldest entry goes first)."""
 
 
+WITHDRAWN = "This assistant's access was withdrawn at the home; ask its owner"
+"""The 401's words for a token whose agent the home's roster no longer lists."""
+RUN_OUT = "This assistant's access at the home has run out; ask its owner to renew it"
+"""The 401's words for a token whose agent's grant has expired (the roster row's expiresAtMs)."""
+
+
 class TokenMinter:
     """Mints access tokens for `/mcp`; only each token's SHA-256 is stored.
 
@@ -115,7 +121,9 @@ class BearerAuth:
 
     A token is good when the store knows it (`verify_token`), it is for this resource (RFC 8707
     audience), it has not expired by the bridge's clock, and the home's newest roster still
-    lists its agent (`grant`).
+    lists its agent (`grant`) with a grant that has not run out. The 401 says which of these
+    failed, in words (RFC 6750 section 3.1 `error_description`): a withdrawn agent and a
+    grant that ran out each have their own sentence (issue 11).
 
     Args:
         verify_token: token text -> its stored record, or None.
@@ -172,9 +180,13 @@ class BearerAuth:
             record = None
         if record is not None and record.expires_at_ms <= self._wall_ms():
             record, why = None, "The access token has expired; refresh it or sign in again"
-        if record is not None and await self._grant(record.home, record.agent_key) is None:
+        grant = None if record is None else await self._grant(record.home, record.agent_key)
+        if record is not None and (record.withdrawn or grant is None):
             record = None
-            why = "This assistant's access was withdrawn at the home; ask its owner"
+            why = WITHDRAWN
+        elif record is not None and grant is not None and grant.expires_at_ms <= self._wall_ms():
+            record = None
+            why = RUN_OUT
         if record is None:
             challenge = self.challenge("invalid_token", why)
             return Unauthorized(

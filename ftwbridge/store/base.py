@@ -20,6 +20,9 @@ class TokenRecord:
     resource: str
     client: str
     expires_at_ms: int
+    withdrawn: bool = False
+    """The home's owner dropped the agent: the token is kept (until it expires) only so the
+    bridge can say why it no longer works."""
 
 
 class Store(Protocol):
@@ -45,3 +48,7 @@ class Store(Protocol):
 
     async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int:
         """Delete every token of one agent at one home; returns how many."""
+
+    async def withdraw_agent_tokens(self, home: str, agent_key: bytes) -> int:
+        """Mark every token of one agent at one home withdrawn (a roster dropped the agent);
+        returns how many."""

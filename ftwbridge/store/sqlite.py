@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS homes (home TEXT PRIMARY KEY, public_key BLOB NOT NUL
 CREATE TABLE IF NOT EXISTS rosters (home TEXT PRIMARY KEY, seq INTEGER NOT NULL, signed BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
     hash BLOB PRIMARY KEY, home TEXT NOT NULL, agent_id TEXT NOT NULL, agent_key BLOB NOT NULL,
-    scopes TEXT NOT NULL, resource TEXT NOT NULL, client TEXT NOT NULL, expires_at_ms INTEGER NOT NULL
+    scopes TEXT NOT NULL, resource TEXT NOT NULL, client TEXT NOT NULL, expires_at_ms INTEGER NOT NULL,
+    withdrawn INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS tokens_agent ON tokens (home, agent_key);
 CREATE TABLE IF NOT EXISTS oauth_clients (client_id TEXT PRIMARY KEY, metadata TEXT NOT NULL, expires_at_ms INTEGER NOT NULL);
@@ -50,6 +51,9 @@ class SqliteStore:
             path.touch(mode=0o600, exist_ok=True)  # tokens are hashed, but no one else reads it
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(tokens)")}
+        if "withdrawn" not in columns:  # a database from before tokens could be withdrawn
+            self._db.execute("ALTER TABLE tokens ADD COLUMN withdrawn INTEGER NOT NULL DEFAULT 0")
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -91,7 +95,7 @@ class SqliteStore:
         """See `Store.put_token`."""
         r = record
         await self._exec(
-            "INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 token_hash,
                 r.home,
@@ -101,21 +105,29 @@ class SqliteStore:
                 r.resource,
                 r.client,
                 r.expires_at_ms,
+                int(r.withdrawn),
             ),
         )
 
     async def token(self, token_hash: bytes) -> TokenRecord | None:
         """See `Store.token`."""
         row = await self._one(
-            "SELECT home, agent_id, agent_key, scopes, resource, client, expires_at_ms"
+            "SELECT home, agent_id, agent_key, scopes, resource, client, expires_at_ms, withdrawn"
             " FROM tokens WHERE hash = ?",
             (token_hash,),
         )
         if row is None:
             return None
-        home, agent_id, key, scopes, resource, client, exp = row
+        home, agent_id, key, scopes, resource, client, exp, withdrawn = row
         return TokenRecord(
-            home, agent_id, bytes(key), tuple(json.loads(scopes)), resource, client, exp
+            home,
+            agent_id,
+            bytes(key),
+            tuple(json.loads(scopes)),
+            resource,
+            client,
+            exp,
+            bool(withdrawn),
         )
 
     async def put_client(
@@ -186,6 +198,12 @@ class SqliteStore:
         await self._exec(
             "DELETE FROM refresh_tokens WHERE json_extract(record, '$.home') = ? AND json_extract(record, '$.agentKey') = ?",
             (home, agent_key.hex()),
+        )
+
+    async def withdraw_agent_tokens(self, home: str, agent_key: bytes) -> int:
+        """See `Store.withdraw_agent_tokens`."""
+        return await self._exec(
+            "UPDATE tokens SET withdrawn = 1 WHERE home = ? AND agent_key = ?", (home, agent_key)
         )
 
     async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int:

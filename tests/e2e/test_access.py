@@ -79,11 +79,27 @@ async def test_roster_drop_gives_401_and_keys_part_forgets(env: Env) -> None:
         await env.bridge.door.wait_roster("h1", lambda ro: key not in ro.agents())
     r = await post_call(env, token, "status")
     assert r.status_code == 401  # in effect at once; the keys part and the store follow:
+    assert "withdrawn" in r.json()["error_description"]
     with trio.fail_after(REAL_WAIT_S):
         await env.bridge.door.rosters_saved()
     assert not await env.bridge.keys.has(key)
-    assert await env.bridge.store.token(hash_token(token)) is None
+    record = await env.bridge.store.token(hash_token(token))
+    assert record is not None and record.withdrawn  # kept only to say why (issue 11)
+    r = await post_call(env, token, "status")
+    assert r.status_code == 401 and "withdrawn" in r.headers["www-authenticate"]
     assert env.bridge.pool.statistics().sessions == 0
+
+
+async def test_a_grant_that_ran_out_gets_a_401_that_says_so(env: Env) -> None:
+    home = await env.add_home("h1")
+    key, _agent, token = await env.agent(home, ttl_ms=1500)
+    roster = await env.bridge.door.roster("h1")
+    assert roster is not None
+    await trio.sleep((roster.agents()[key].expires_at_ms - env.bridge.clock()) / 1000 + 0.1)
+    r = await post_call(env, token, "status")  # the grant's expiresAtMs is wall-clock time
+    assert r.status_code == 401
+    assert "run out" in r.json()["error_description"]
+    assert 'error="invalid_token"' in r.headers["www-authenticate"]
 
 
 async def test_missing_scope_is_403_insufficient_scope(env: Env) -> None:
