@@ -110,7 +110,10 @@ class Tun:
         self.sid = sid
         self.home = uplink.home
         self._uplink = uplink
-        self._send, self._recv = trio.open_memory_channel[bytes](TUN_QUEUE)
+        self._queue: (
+            tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]] | None
+        ) = trio.open_memory_channel[bytes](TUN_QUEUE)
+        """Messages from the box until `attach`; None after (an open session needs no queue)."""
         self.end_reason: str | None = None
         self.sink: Callable[[bytes], Awaitable[None]] | None = None
         """Once set, the uplink's reader hands each Noise message from the box straight to it
@@ -136,8 +139,10 @@ class Tun:
         Raises:
             TunEnded: the box ended the tunnel, or the uplink was lost or taken over.
         """
+        if self._queue is None:
+            raise TunEnded(self.end_reason or TunEndReason.CLOSED.value)
         try:
-            return await self._recv.receive()
+            return await self._queue[1].receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise TunEnded(self.end_reason or TunEndReason.CLOSED.value) from None
 
@@ -148,16 +153,27 @@ class Tun:
 
     def queued(self) -> list[bytes]:
         """Take every message waiting in the queue (those that came before `sink` was set)."""
-        out = []
-        while True:
+        out: list[bytes] = []
+        while self._queue is not None:
             try:
-                out.append(self._recv.receive_nowait())
+                out.append(self._queue[1].receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return out
+                break
+        return out
+
+    def attach(self, sink: Callable[[bytes], Awaitable[None]]) -> None:
+        """From now on the uplink's reader hands each message to `sink`; the queue goes (the
+        caller has taken what it held with `queued`, with no await since)."""
+        self.sink = sink
+        if self._queue is not None:
+            self._queue[0].close()
+            self._queue = None
 
     def _deliver(self, d: bytes) -> bool:
+        if self._queue is None:
+            return True
         try:
-            self._send.send_nowait(d)
+            self._queue[0].send_nowait(d)
         except trio.WouldBlock:
             return False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -168,7 +184,8 @@ class Tun:
         if self.end_reason is not None:
             return
         self.end_reason = reason
-        self._send.close()
+        if self._queue is not None:
+            self._queue[0].close()
         self._ended.set()
         if self.on_end is not None:
             self.on_end(reason)

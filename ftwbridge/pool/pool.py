@@ -571,7 +571,7 @@ class Pool:
                     await s.deliver(message)
             if s.is_closed:
                 return
-            tun.sink = s.deliver  # no await since the queue emptied: nothing out of order
+            tun.attach(s.deliver)  # no await since the queue emptied: nothing out of order
             s.opened()
         if deadline.cancelled_caught:
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
@@ -582,8 +582,7 @@ class Pool:
             for ev in s.agent.receive(await s.tun.receive()):
                 if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
                     check_clock(ev.body, self._wall_ms(), self._config.clock_skew_max_ms)
-                    s.hello_ok = ev.body
-                    return
+                    return  # nothing else of it is kept: 3 KiB a session (issue 12, item 6)
                 if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
                     args = ev.body.get("args")
                     raise Refusal(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
@@ -123,7 +123,6 @@ class PooledSession:
         "end_reason",
         "failure",
         "grant",
-        "hello_ok",
         "holder",
         "home",
         "idle_at",
@@ -142,7 +141,6 @@ class PooledSession:
         self.grant: AgentGrant | None = None
         self.agent: AgentSession | None = None
         self.tun: Tun | None = None
-        self.hello_ok: dict[str, Any] = {}
         self.end_reason: str | None = None
         self.failure: Refusal | None = None
         """Why opening failed (the refusal every call waiting for it gets)."""
