@@ -100,6 +100,9 @@ class Door:
     _unsaved: dict[str, tuple[Roster, frozenset[bytes]]] = field(default_factory=dict)
     """Per home, in the order they first waited: the newest roster not yet stored, and the
     agents that rosters since the last save dropped."""
+    _failed: dict[str, tuple[Roster, frozenset[bytes]]] = field(default_factory=dict)
+    """Per home, a roster whose save failed, and the agents it dropped: saved again when the
+    box sends a roster (the same one, when it reconnects)."""
     _saving: str | None = None
     _unsaved_changed: trio.Event = field(default_factory=trio.Event)
 
@@ -124,9 +127,10 @@ class Door:
                 if self.on_persist is not None:
                     await self.on_persist(home, roster, dropped)
             except Exception as exc:  # the applier outlives one bad write; the reason is logged
+                self._failed[home] = (roster, dropped)  # retried when the box sends it again
                 log.error(
-                    "roster seq %d of home %s was not saved (%s: %s); the box sends it again "
-                    "when it reconnects",
+                    "roster seq %d of home %s was not saved (%s: %s); it is saved again when "
+                    "the box next sends a roster (at the latest when it reconnects)",
                     roster.seq,
                     home,
                     type(exc).__name__,
@@ -148,10 +152,10 @@ class Door:
             await self._unsaved_changed.wait()
 
     def _to_save(self, home: str, roster: Roster, held: Roster | None) -> None:
-        before = self._unsaved.get(home)
         dropped = frozenset(held.agents()) - frozenset(roster.agents()) if held else frozenset()
-        if before is not None:
-            dropped |= before[1]
+        for before in (self._unsaved.get(home), self._failed.pop(home, None)):
+            if before is not None:
+                dropped |= before[1]
         self._unsaved[home] = (roster, dropped)
         self._unsaved_changed.set()
         self._unsaved_changed = trio.Event()
@@ -216,6 +220,9 @@ class Door:
             roster = verify_roster(stored[1], home_key=key, home=home)
         except RosterRefused:
             return None
+        newer = self._rosters.get(home)  # the box's roster may have come during the reads
+        if newer is not None and newer.seq >= roster.seq:
+            return newer
         self._rosters[home] = roster
         return roster
 
@@ -264,6 +271,8 @@ class Door:
         key = await self._home_key(home)
         held = await self.roster(home)
         if held is not None and signed == held.signed:
+            if home in self._failed:  # its save failed: this is the retry the log promised
+                self._to_save(home, held, None)
             return True, held.seq, ""  # the same roster again (a box reconnecting): nothing new
         try:
             if key is None:

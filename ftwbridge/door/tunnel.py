@@ -18,6 +18,8 @@ from ftwbridge.proto.pacing import TokenBucket
 log = logging.getLogger("ftwbridge.door")
 ACLOSE_S = 1.0
 """The most `Tun.aclose` waits to tell the box `tun.end` (seconds)."""
+SEND_S = 1.0
+"""The most one door message's send may take once it has started (seconds)."""
 TUN_QUEUE = 16
 """Messages a tunnel buffers from the box before the uplink's reader waits (back-pressure)."""
 
@@ -124,7 +126,8 @@ class Tun:
 
     async def send(self, d: bytes) -> bool:
         """Send one Noise message to the box; returns False when the door dropped it (past the
-        home's limit; counted in `DoorStats.dropped_to_box`).
+        home's limit; counted in `DoorStats.dropped_to_box`). A send cancelled sent nothing
+        (`Uplink.send_raw`).
 
         Raises:
             TunEnded: the tunnel or its uplink has ended.
@@ -234,12 +237,17 @@ class Uplink:
         return sid
 
     async def send_raw(self, data: bytes) -> None:
-        """Send one door message; a dead socket is left to the reader to notice."""
+        """Send one door message; a dead socket is left to the reader to notice.
+
+        Cancellation reaches the caller only while it waits its turn, so a cancelled send sent
+        nothing; once its turn comes the message goes out whole (shielded, at most `SEND_S`).
+        """
         if self.closed:
             return
         try:
             async with self._lock:
-                await self.ws.send(data)
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_S):
+                    await self.ws.send(data)
         except WS_GONE as exc:  # the socket is gone: the reader notices and cleans up
             log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
 

@@ -82,6 +82,8 @@ class TokenCache:
     def __init__(self, lookup: Callable[[bytes], Awaitable[TokenRecord | None]]) -> None:
         self._lookup = lookup
         self._entries: dict[bytes, tuple[TokenRecord, float]] = {}
+        self._generation = 0
+        """Bumped by every eviction: a lookup that began before one is not cached."""
 
     async def verify(self, token: str) -> TokenRecord | None:
         """The record of `token` (its text), or None when the store does not know it."""
@@ -90,8 +92,9 @@ class TokenCache:
         hit = self._entries.get(digest)
         if hit is not None and now - hit[1] < TOKEN_CACHE_S:
             return hit[0]
+        generation = self._generation
         record = await self._lookup(digest)
-        if record is not None:
+        if record is not None and generation == self._generation:
             if len(self._entries) >= TOKEN_CACHE_SIZE:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[digest] = (record, now)
@@ -99,12 +102,14 @@ class TokenCache:
 
     def forget_unlisted(self, home: str, listed: Container[bytes]) -> None:
         """Evict `home`'s entries whose agent key is not in `listed` (a new roster)."""
+        self._generation += 1
         for digest, (record, _at) in list(self._entries.items()):
             if record.home == home and record.agent_key not in listed:
                 del self._entries[digest]
 
     def clear(self) -> None:
         """Evict everything (a token was revoked: RFC 7009)."""
+        self._generation += 1
         self._entries.clear()
 
 

@@ -334,7 +334,7 @@ class Pool:
     def _start(
         self, home: str, agent_key: bytes, roster: Roster, grant: AgentGrant
     ) -> PooledSession:
-        if self._nursery is None:
+        if self._nursery is None or self._draining:  # a call that waited past the drain
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"})
         h = self._home(home)
         top = self._config.sessions_per_home
@@ -347,9 +347,12 @@ class Pool:
         s = PooledSession(self, home, agent_key)
         s.grant = grant
         s.opening = trio.CancelScope()
+        try:
+            self._nursery.start_soon(self._open_task, s, roster)
+        except RuntimeError:  # the pool's nursery is closing: nothing was registered
+            raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"}) from None
         self._sessions[(home, agent_key)] = s
         h.sessions[agent_key] = s
-        self._nursery.start_soon(self._open_task, s, roster)
         return s
 
     def _evict_for_room(self) -> None:
@@ -382,20 +385,21 @@ class Pool:
             s.close(s.end_reason or TunEndReason.CLOSED.value)
             raise refusal_for_end(s.end_reason or TunEndReason.CLOSED.value) from None
         waiter = s.waiter = Waiter(rid)
+        sent = False
         try:
             try:
-                delivered = await s.tun.send(message)
+                sent = await s.tun.send(message)  # cancelled here: nothing was sent
             except TunEnded as exc:
                 s.close(exc.reason)
                 raise refusal_for_end(s.end_reason or exc.reason) from None
-            if not delivered:  # the door dropped it past the home's limit: say so now
-                s.agent.abandon(sent=False)
-                s.at_box = False
-                self.box_done(s, answered=False)
+            if not sent:  # the door dropped it past the home's limit: say so now
                 retry_ms = math.ceil(1000 / self._config.door_msgs_per_s)
                 raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
             await waiter.done.wait()
         finally:
+            if not sent and not s.is_closed:  # the box never got it: nothing to wait for
+                s.agent.abandon(sent=False)
+                self.box_done(s, answered=False)
             if not s.is_closed and s.holder is trio.lowlevel.current_task():
                 if s.at_box and not waiter.done.is_set():
                     s.give_up()  # the box still works on it: the session waits for that
@@ -508,11 +512,14 @@ class Pool:
     async def _open_task(self, s: PooledSession, roster: Roster) -> None:
         started = trio.current_time()
         outcome = "ok"
-        assert s.opening is not None
+        scope = s.opening
+        assert scope is not None
         try:
-            with s.opening:
+            with scope:
                 try:
                     await self._open(s, roster)
+                    if s.is_closed:  # closed from outside while it opened
+                        outcome = "closed"
                 except Refusal as exc:
                     outcome = exc.code
                     s.failure = exc
@@ -523,6 +530,8 @@ class Pool:
                 except ProtocolError:
                     outcome = "closed"
                     s.close(LocalEnd.PROTOCOL_ERROR.value)
+            if scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
+                outcome = "closed"
         finally:
             if s.state is State.OPENING:  # cancelled from outside (the pool is stopping)
                 outcome = "closed"
@@ -564,7 +573,8 @@ class Pool:
                     ):
                         await self._keys.abort(handle)
             s.agent = AgentSession(keys)
-            await tun.send(s.agent.notify(Msg.HELLO, HELLO_BODY))
+            if not await tun.send(s.agent.notify(Msg.HELLO, HELLO_BODY)):
+                raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
             await self._wait_hello_ok(s)
             while early := tun.queued():  # came after hello_ok, before the sink: in order
                 for message in early:
