@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo test lint typecheck unit peers browser bench soak clean
+.PHONY: demo test lint typecheck unit peers browser bench bench-profile soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ bench: $(STAMP)
 # longer; SOAK_ARGS=--verbose adds what the assistant heard and the operator saw.
 soak: $(STAMP)
 	$(BIN)/python -m soak.run $(SOAK_ARGS)
+
+# Where a bridged call's time goes: pyinstrument's profile of the bridge under wrk (bench/results/).
+bench-profile: $(STAMP)
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python bench/profile.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
