@@ -23,10 +23,7 @@ mix. `StateKeeper` writes one file at a time. The blocking calls run in `trio.to
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,7 @@ from urllib.parse import quote
 
 import trio
 
+from ftwbridge.atomic import write_atomic
 from ftwbridge.proto.roster import KEY_BYTES, Roster, RosterRefused, verify_roster
 
 STATE_VERSION = 1
@@ -173,28 +171,6 @@ async def load_state(path: Path, *, home: str, home_key: bytes) -> Kept | None:
             f" this user, or {AFRESH.format(home=home)}"
         ) from exc
     return decode_state(data, path=path, home=home, home_key=home_key)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically (see the module); creates the folder if needed.
-    Blocks: call it through `trio.to_thread`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
 
 
 class StateKeeper:

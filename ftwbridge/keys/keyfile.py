@@ -13,10 +13,11 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from ftwbridge.atomic import write_atomic
 
 
 class StateFileError(Exception):
@@ -59,24 +60,8 @@ def read_json(path: Path) -> Any:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    """Replace `path` with `value` as JSON, atomically (see the module); mode 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    """Replace `path` with `value` as JSON, atomically (`ftwbridge.atomic`); mode 0600."""
+    write_atomic(path, json.dumps(value).encode("utf-8"))
 
 
 def update_json(path: Path, change: Callable[[Any], Any]) -> Any:
