@@ -61,7 +61,10 @@ def main() -> None:
         "transport open": rate(open_one),
         "status answer translated and cleaned": rate(lambda: to_json(live)),
         "2,000-point history unpacked and cleaned": rate(
-            lambda: to_json(unpack_history([chunk], from_ms=0, to_ms=1 << 62, points=points)), 0.5
+            lambda: to_json(
+                unpack_history([chunk], from_ms=0, to_ms=1 << 62, points=points).series
+            ),
+            0.5,
         ),
     }
     print(json.dumps({k: round(v) for k, v in out.items()}))

@@ -4,10 +4,18 @@ Each request is one connection carrying one CBOR map, length-prefixed (u32 big-e
 one answer back: `{"ok": value}` or `{"err": text}`. Requests: `create {home}`, `begin
 {key, noise}`, `finish {handle, m2}`, `abort {handle}`, `sync {home, listed}`, `has {key}`,
 `drop {key}`.
+
+One keys part serves a socket path at a time. The server holds an advisory lock
+(`fcntl.flock` on `<socket>.lock`) for as long as it serves: a second server on the same path
+finds the lock held and refuses (`KeysSocketError`) instead of taking the path over, and only
+the holder ever unlinks the socket. The kernel drops the lock when its process dies however it
+dies, so a socket file left by a dead process is stale and is taken over.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import stat
 from pathlib import Path
@@ -97,9 +105,58 @@ async def _handle(service: KeysService, stream: trio.abc.Stream) -> None:
                 return
 
 
-def _clear_socket(path: Path) -> None:
-    if path.exists() and stat.S_ISSOCK(path.stat().st_mode):
-        path.unlink()
+class KeysSocketError(Exception):
+    """The socket path cannot be served by this keys part; the message is one sentence for the
+    operator, naming the path."""
+
+
+def _claim_socket(path: Path) -> int:
+    """Take the serving lock of `path` and clear a stale socket file there.
+
+    Returns the lock's file descriptor (closing it releases the lock).
+
+    Raises:
+        KeysSocketError: another keys part holds the lock (it is serving `path`), `path` is
+            something other than a socket, or its folder cannot be used.
+    """
+    try:
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise KeysSocketError(f"cannot use {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise KeysSocketError(
+                f"another keys part is already serving {path}; stop it first or choose another"
+                " --socket"
+            ) from None
+        raise
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return fd
+    if not stat.S_ISSOCK(mode):
+        os.close(fd)
+        raise KeysSocketError(
+            f"{path} exists and is not a socket; remove it or choose another --socket"
+        )
+    path.unlink()  # we hold the lock, so whoever bound it is gone: a stale socket file
+    return fd
+
+
+def _release_socket(path: Path, bound: os.stat_result | None, lock_fd: int) -> None:
+    """Unlink the socket we bound (only if the path still names it), then drop the lock."""
+    try:
+        if bound is not None:
+            now = path.lstat()
+            if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino):
+                path.unlink()
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(lock_fd)
 
 
 async def serve_keys(
@@ -108,14 +165,33 @@ async def serve_keys(
     *,
     task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `service` on a Unix socket at `socket_path` (mode 0600) until cancelled."""
-    _clear_socket(socket_path)
-    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    await sock.bind(str(socket_path))
-    os.chmod(socket_path, 0o600)
-    sock.listen(128)
-    listener = trio.SocketListener(sock)
+    """Serve `service` on a Unix socket at `socket_path` (mode 0600) until cancelled.
+
+    Holds `<socket_path>.lock` while serving (module docstring); on the way out it removes the
+    socket it bound, never one another process bound there.
+
+    Raises:
+        KeysSocketError: before reporting started, when another keys part serves `socket_path`,
+            the path is not a socket, its folder cannot be used (`_claim_socket`), or the
+            socket cannot be bound there (a path over the 107 bytes a Unix socket allows).
+    """
+    lock_fd = _claim_socket(socket_path)
+    bound: os.stat_result | None = None
+    listener: trio.SocketListener | None = None
     try:
+        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        try:
+            await sock.bind(str(socket_path))
+        except OSError as exc:  # a path too long for a Unix socket, a folder we may not write
+            sock.close()
+            raise KeysSocketError(f"cannot serve on {socket_path}: {exc.strerror or exc}") from None
+        except BaseException:
+            sock.close()
+            raise
+        bound = os.lstat(socket_path)  # which socket is ours, for `_release_socket`
+        os.chmod(socket_path, 0o600)
+        sock.listen(128)
+        listener = trio.SocketListener(sock)
         async with trio.open_nursery() as nursery:
             task_status.started(socket_path)
 
@@ -124,9 +200,10 @@ async def serve_keys(
 
             await trio.serve_listeners(handler, [listener], handler_nursery=nursery)
     finally:
-        with trio.CancelScope(shield=True):
-            await listener.aclose()
-        _clear_socket(socket_path)
+        if listener is not None:
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
+        _release_socket(socket_path, bound, lock_fd)
 
 
 class KeysClient:

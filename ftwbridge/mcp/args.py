@@ -105,5 +105,8 @@ class ConfigArgs(_Args):
 class DiagArgs(_Args):
     check: Literal["clock", "link", "meter", "planner", "driver"]
     src: str | None = Field(
-        default=None, max_length=64, description="The driver or device to check"
+        default=None,
+        max_length=64,
+        description="For the driver check (and needed by it): the driver's name, as"
+        " drivers_status lists it",
     )

@@ -9,10 +9,12 @@ Modern checks, in order (MCP 2026-07-28 transport, as the official SDK applies t
   1. the body is JSON (-32700), one object (batches refused, -32600), `jsonrpc: "2.0"` with a
      text `method` and an id that is text or an integer (-32600, answered with `"id": null`);
   2. a notification is accepted (202) if its header names a supported version;
-  3. `params._meta` carries the protocol version and client capabilities (-32602);
+  3. `params._meta` carries the protocol version and client capabilities (-32602); when it
+     does not and the header names a version we do not serve, the answer is step 5's (a
+     client of another revision may shape `_meta` otherwise, and the version is its fault);
   4. each of `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` appears at most once and matches
      the body; values may use the `=?base64?...?=` form (-32020);
-  5. the version is one we serve (-32022 with the supported list).
+  5. the version is one we serve (-32022 with the supported list, in `data` and in words).
 """
 
 from __future__ import annotations
@@ -86,6 +88,19 @@ class Route:
     def is_notification(self) -> bool:
         """True when the message has no id."""
         return self.id is None
+
+
+def unsupported(requested: str, supported: list[str], rid: str | int | None) -> Rejection:
+    """-32022 for `requested`: `data` carries the versions to try (`supported`), and the message
+    says in words which revisions this server speaks, and how."""
+    shown = requested if len(requested) <= 40 else requested[:40] + "..."
+    words = (
+        f"Unsupported protocol version {json.dumps(shown)}: this server supports"
+        f" {', '.join(MODERN)} (per request, with _meta) and {', '.join(LEGACY)} (after"
+        " initialize)"
+    )
+    data = {"supported": supported, "requested": requested}
+    return Rejection(400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, words, rid, data)
 
 
 def decode_header(value: str) -> str | None:
@@ -199,10 +214,7 @@ def classify(headers: Headers, body: bytes) -> Route | Rejection:
             return Rejection(400, jsonrpc.HEADER_MISMATCH, msg, rid)
         version = version or LEGACY_DEFAULT
         if version not in LEGACY:
-            data = {"supported": [*LEGACY, *MODERN], "requested": version}
-            return Rejection(
-                400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", rid, data
-            )
+            return unsupported(version, [*LEGACY, *MODERN], rid)
         return Route("legacy", version, method, params, rid)
     return _modern(headers, method, params, rid, version, repeated)
 
@@ -217,14 +229,7 @@ def _modern(
 ) -> Route | Rejection:
     if rid is None:  # a notification: only the version header is checked
         if version not in MODERN:
-            data = {"supported": list(MODERN), "requested": version}
-            return Rejection(
-                400,
-                jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
-                "Unsupported protocol version",
-                None,
-                data,
-            )
+            return unsupported(version, list(MODERN), None)
         return Route("modern", version, method, params, None)
     for name in (H_VERSION, H_METHOD, H_NAME):
         if len(headers.get(name, [])) > 1 or (name == H_VERSION and repeated):
@@ -233,6 +238,9 @@ def _modern(
             )
     meta = params.get("_meta")
     if not isinstance(meta, dict) or META_VERSION not in meta or META_CAPABILITIES not in meta:
+        named = decode_header(version)
+        if named not in MODERN:
+            return unsupported(version if named is None else named, list(MODERN), rid)
         return Rejection(
             400,
             jsonrpc.INVALID_PARAMS,
@@ -262,8 +270,5 @@ def _modern(
                 rid,
             )
     if body_version not in MODERN:
-        data = {"supported": list(MODERN), "requested": body_version}
-        return Rejection(
-            400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", rid, data
-        )
+        return unsupported(body_version, list(MODERN), rid)
     return Route("modern", body_version, method, params, rid)

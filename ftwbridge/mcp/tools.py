@@ -63,10 +63,15 @@ class ToolSpec:
     shape: Shape
     run: Run | None = None
     """Set for a tool the bridge answers itself (no reads); `requests` and `shape` are unused."""
+    pick: Callable[[Any], tuple[Read, ...]] | None = None
+    """Set for a tool whose reads depend on its arguments: the reads one call makes, drawn from
+    `reads` (which lists them all, so `scopes` covers every call)."""
 
     def box_requests(self, args: Any, now_ms: int) -> list[tuple[Read, Any]]:
-        """Each of the tool's reads with its request body (`now_ms`: ms since the epoch)."""
-        return list(zip(self.reads, self.requests(args, now_ms), strict=True))
+        """Each read this call makes with its request body (`now_ms`: ms since the epoch)."""
+        reads = self.reads if self.pick is None else self.pick(args)
+        assert set(reads) <= set(self.reads)
+        return list(zip(reads, self.requests(args, now_ms), strict=True))
 
     @property
     def scopes(self) -> tuple[Scope, ...]:
@@ -188,21 +193,27 @@ def _history_requests(args: HistoryArgs, now_ms: int) -> list[Any]:
 
 
 def _history(args: HistoryArgs, replies: list[Reply], ctx: ToolContext) -> dict[str, Any]:
+    """`history_query`'s result: the box's points, or bucket means of them when the range
+    holds more than `points` (`proto.history.unpack_history`). `fromMs`/`toMs` are the time
+    the points cover and `stepMs` each point's width, so sum(value x stepMs) is the energy the
+    box recorded over [fromMs, toMs) (W x ms; divide by 3.6e6 for Wh); `sourceStepMs` is the
+    box's own step."""
     reply = replies[0]
     end = to_json(reply.body) if isinstance(reply.body, dict) else {}
-    from_ms = ctx.now_ms - args.span_ms()
-    series = unpack_history(
-        list(reply.chunks), from_ms=from_ms, to_ms=ctx.now_ms, points=args.points
+    history = unpack_history(
+        list(reply.chunks),
+        from_ms=ctx.now_ms - args.span_ms(),
+        to_ms=ctx.now_ms,
+        points=args.points,
     )
-    first = reply.chunks[0] if reply.chunks and isinstance(reply.chunks[0], dict) else {}
-    step = first.get("stepMs")
     return {
         "range": args.range,
-        "fromMs": from_ms,
-        "toMs": ctx.now_ms,
+        "fromMs": history.from_ms,
+        "toMs": history.to_ms,
         "res": end.get("resActual"),
-        "stepMs": step if isinstance(step, int) else None,
-        "series": series,
+        "stepMs": history.step_ms,
+        "sourceStepMs": history.source_step_ms,
+        "series": history.series,
         "gaps": end.get("gaps", []),
         "unit": "W (battery_soc in permille); each value is the mean over stepMs from its time",
     }
@@ -229,6 +240,45 @@ def _homes_list(token: TokenRecord, grant: AgentGrant | None) -> dict[str, Any]:
 def _opt(args: _Args, *keys: str) -> dict[str, Any]:
     data = args.model_dump()
     return {k: data[k] for k in keys if data.get(k) is not None}
+
+
+def _diag_needs_src(args: DiagArgs) -> bool:
+    """The driver check names the driver in `src` (stubbox/home.py `diag`); without it the
+    bridge reads `drivers.get` instead, to name the drivers there are."""
+    return args.check == "driver" and args.src is None
+
+
+def _diag_reads(args: DiagArgs) -> tuple[Read, ...]:
+    return (Read.DRIVERS_GET,) if _diag_needs_src(args) else (Read.DIAG_RUN,)
+
+
+def _diag_requests(args: DiagArgs, now_ms: int) -> list[Any]:
+    return [None] if _diag_needs_src(args) else [_opt(args, "check", "src")]
+
+
+def _diag(args: DiagArgs, replies: list[Reply], ctx: ToolContext) -> dict[str, Any]:
+    """The box's `diag` answer; for the driver check without `src`, a result that says `src`
+    is needed and names the home's drivers (from its `drivers` answer), with `result`
+    `needs_src` so no one takes it for a check that ran."""
+    body = _body(replies)
+    if not _diag_needs_src(args):
+        return body
+    rows = body.get("drivers")
+    names = [
+        d["name"]
+        for d in (rows if isinstance(rows, list) else [])
+        if isinstance(d, dict) and isinstance(d.get("name"), str)
+    ]
+    listed = ", ".join(names) if names else "none reported"
+    return {
+        "check": "driver",
+        "result": "needs_src",
+        "details": {
+            "message": f"The driver check needs src, the name of one driver; this home's"
+            f" drivers: {listed}.",
+            "drivers": names,
+        },
+    }
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -296,7 +346,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "history_query",
         "History",
-        "Stored history of power series (W; battery_soc in permille) over a range back from now, as [time ms, value or null] points, at most `points` per series.",
+        "Stored history of power series (W; battery_soc in permille) over a range back from now, as [time ms, value or null] points, at most `points` per series. Each value is the mean over stepMs from its time (fewer points than the home stores are averaged, not sampled), so energy is the sum of value x stepMs.",
         HistoryArgs,
         (Read.HIST_QUERY,),
         _obj("series", series="object", gaps="array"),
@@ -356,12 +406,13 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "diag_run",
         "Diagnostics",
-        "Run one read-only diagnostic check at the box (clock, link, meter, planner, driver).",
+        "Run one read-only diagnostic check at the box (clock, link, meter, planner, driver). The driver check needs src, a driver's name as drivers_status lists it; without it the answer names the drivers.",
         DiagArgs,
-        (Read.DIAG_RUN,),
+        (Read.DIAG_RUN, Read.DRIVERS_GET),
         _obj("result", check="string", result="string", details="object"),
-        _bodies(lambda a: _opt(a, "check", "src")),
-        lambda a, r, c: _body(r),
+        _diag_requests,
+        _diag,
+        pick=_diag_reads,
     ),
 )
 TOOLS_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in TOOLS}

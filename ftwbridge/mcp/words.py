@@ -14,14 +14,14 @@ from ftwbridge.proto.registry import CODES, peer_ms, peer_retry_ms
 
 _WORDS: Final[dict[Code, str]] = {
     Code.E_BOOTING: "The home's box is starting up; try again in a minute.",
-    Code.E_UNKNOWN_OP: "The home's box did not understand this request{detail}.",
+    Code.E_UNKNOWN_OP: "{unknown}",
     Code.E_CMD_EXPIRED: "The command arrived too late and was not carried out.",
     Code.E_PRECONDITION: "The home's state changed, so the command was not carried out.",
     Code.E_CONFLICT: "Someone changed the home's settings at the same time; try again.",
     Code.E_SCOPE_DENIED: "This assistant was not given access to {needScope}.",
     Code.E_GRANT_REVOKED: "The home's owner has withdrawn this assistant's access.",
     Code.E_LAST_OWNER_PROTECTED: "The home's only owner cannot be removed.",
-    Code.E_RANGE_TOO_LARGE: "That time range is longer than the home keeps.",
+    Code.E_RANGE_TOO_LARGE: "That time range reaches further back than the home keeps{kept}.",
     Code.E_UNAVAILABLE: "{unavailable}",
     Code.E_NEEDS_STEP_UP: "The owner must confirm this on their own device first.",
     Code.E_USE_CMD: "That change moves energy and must be made as a command.",
@@ -34,9 +34,9 @@ _WORDS: Final[dict[Code, str]] = {
     Code.E_BAD_BODY: "The home's answer could not be read.",
     Code.E_OP_NOT_GRANTED: "This assistant is not allowed to do {what}.",
     Code.E_GRANT_EXPIRED: "This assistant's access to the home has run out; the owner must renew it.",
-    Code.E_CAP_EXCEEDED: "That asks for more than this assistant may ({cap}: at most {max}, asked {asked}).",
-    Code.E_RATE_LIMITED: "The home is answering too many requests right now; try again in {seconds} s.",
-    Code.E_NEEDS_OWNER: "Only the home's owner can do {op}.",
+    Code.E_CAP_EXCEEDED: "{cap_words}",
+    Code.E_RATE_LIMITED: "Too many requests have gone to this home just now; try again in {seconds} s.",
+    Code.E_NEEDS_OWNER: "{owner_words}",
     Code.E_CLOCK_SKEW: "The home's clock is off by {skew_s} s, more than the {max_s} s allowed; the owner should check its time setting.",
     Code.E_NOT_FOUND: "The home has no {what} called '{id}'.",
 }
@@ -55,6 +55,9 @@ _UNAVAILABLE: Final[dict[str, str]] = {
     "superseded": "The home's box reconnected during the call; try again.",
     "restarting": "The bridge is restarting; try again in a moment.",
     "idle": "The connection to the home was closed; try again.",
+    "closed": "The connection to the home closed during the call; try again.",
+    "box_shutdown": "The home's box is shutting down; try again when it is back.",
+    "epoch_changed": "The home's box restarted its connections during the call; try again.",
     "busy": "The bridge is busy; try again in a moment.",
 }
 
@@ -68,6 +71,68 @@ def _unavailable(args: dict[str, Any]) -> str:
 
 
 MAX_ARG_CHARS = 80
+DAY_MS = 86_400_000
+
+_CAPS: Final[dict[str, str]] = {
+    # pool.py: the bridge's `sessions_per_home`; `asked` counts the session this call needed
+    "sessions": "The home already has {max} assistant sessions open, the most it takes; try"
+    " again when one closes.",
+    # the grant's `history_days` cap (PROTOCOL.md part B, Caps)
+    "history_days": "That reaches further back than this assistant may read: at most {max}"
+    " days, asked {asked}.",
+    # agents.yaml limits, the same for every assistant
+    "history_series": "That asks for {asked} series at once; the home sends at most {max}.",
+}
+
+_NOT_FOUND: Final[dict[str, str]] = {
+    # diag.run `src` (agents.yaml answers: diag), loadpoint.hold `clear` (agent_ops)
+    "src": "driver or device",
+    "check": "diagnostic check",
+    "hold": "hold by this assistant on a charger",
+}
+
+
+def _unknown(args: dict[str, Any]) -> str:
+    """E_UNKNOWN_OP: `{t}` is a message the box refused (unknown to it, or a body it would not
+    take: the stub box says so for a malformed `hist.query`), `{arg}` an argument value it
+    refused, such as a paging cursor it did not give (PROTOCOL.md part B)."""
+    if "arg" in args:
+        arg = _text(args.get("arg"), "?")
+        if arg in ("before", "after"):
+            return (
+                f"The home's box does not know that {arg} cursor; use one from its latest"
+                " answer, or leave it out to start from the newest."
+            )
+        return f"The home's box did not accept the value of {arg}."
+    if "t" in args:
+        field = f" (its {_text(args['field'], '?')})" if "field" in args else ""
+        return (
+            f"The home's box did not accept the request {_text(args.get('t'), '?')}{field}: it"
+            " does not know it or its arguments; its software may be older than the bridge."
+        )
+    return "The home's box did not accept this request."
+
+
+def _caps(args: dict[str, Any]) -> str:
+    """E_CAP_EXCEEDED `{cap, max, asked}` in the words of the cap named (`_CAPS`)."""
+    cap = _text(args.get("cap"), "a limit")
+    top, asked = _text(args.get("max"), "?"), _text(args.get("asked"), "?")
+    words = _CAPS.get(cap)
+    if words is None:
+        return f"That asks for more than the home allows ({cap}: at most {top}, asked {asked})."
+    return words.format(max=top, asked=asked)
+
+
+def _owner(args: dict[str, Any]) -> str:
+    """E_NEEDS_OWNER `{op, why}` (PROTOCOL.md part E): `durable`, a lasting change only the
+    owner makes; `held`, a charger another party holds."""
+    op = _text(args.get("op"), "that")
+    if args.get("why") == "held":
+        return f"Someone else holds that charger now, so only the home's owner can do {op}."
+    return (
+        f"Only the home's owner can make a lasting change such as {op}; ask them, for example"
+        " with a goal request."
+    )
 
 
 def _text(value: Any, default: str) -> str:
@@ -88,24 +153,28 @@ def sentence(
         return f"The home refused the request ({_text(code, 'an unknown code')})."
     retry = peer_retry_ms(retry_after_ms, args)
     skew, top = peer_ms(args.get("skewMs")), peer_ms(args.get("maxMs"))
+    kept = args.get("maxMs")  # retention: days, beyond peer_ms's one-day bound
+    kept_days = (
+        kept // DAY_MS
+        if isinstance(kept, int) and not isinstance(kept, bool) and DAY_MS <= kept <= 3650 * DAY_MS
+        else None
+    )
     fields: dict[str, Any] = {
         "needScope": _text(args.get("needScope"), "this kind of reading"),
         "what": _text(args.get("op") or args.get("t"), "that"),
-        "detail": f" ({_text(args.get('t'), '?')})"
-        if "t" in args
-        else (f" (argument {_text(args.get('arg'), '?')})" if "arg" in args else ""),
-        "cap": _text(args.get("cap"), "a limit"),
-        "max": _text(args.get("max"), "?"),
-        "asked": _text(args.get("asked"), "?"),
+        "unknown": _unknown(args) if known is Code.E_UNKNOWN_OP else "",
+        "cap_words": _caps(args) if known is Code.E_CAP_EXCEEDED else "",
+        "owner_words": _owner(args) if known is Code.E_NEEDS_OWNER else "",
         "seconds": max(1, -(-retry // 1000)) if retry is not None else 1,
-        "op": _text(args.get("op"), "that"),
         "skew_s": "?" if skew is None else skew // 1000,
         "max_s": "?" if top is None else top // 1000,
+        "kept": "" if kept_days is None else f" (its last {kept_days} days)",
         "id": _text(args.get("id"), ""),
         "unavailable": _unavailable(args) if known is Code.E_UNAVAILABLE else "",
     }
     if known is Code.E_NOT_FOUND:
-        fields["what"] = _text(args.get("what"), "thing")
+        what = _text(args.get("what"), "thing")
+        fields["what"] = _NOT_FOUND.get(what, what)
     try:
         return _WORDS[known].format(**fields)
     except (KeyError, ValueError, TypeError, IndexError):

@@ -55,6 +55,15 @@ class OAuthError(Exception):
         return {"error": self.error, "error_description": self.description}
 
 
+class HeldAccess(Protocol):
+    """An access token's stored record, as far as the token endpoint reads it."""
+
+    @property
+    def expires_at_ms(self) -> int:
+        """When the token stops working, ms since the epoch (the bridge's clock)."""
+        ...
+
+
 class OAuthStore(Protocol):
     """What the OAuth logic needs of the store."""
 
@@ -73,6 +82,7 @@ class OAuthStore(Protocol):
     async def drop_agent_tokens(self, home: str, agent_key: bytes) -> int: ...
     async def purge_clients(self, now_ms: int) -> None: ...
     async def refresh_record(self, token_hash: bytes, now_ms: int) -> dict[str, Any] | None: ...
+    async def token(self, token_hash: bytes) -> HeldAccess | None: ...
 
 
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]

@@ -22,6 +22,12 @@ from .model import (
 )
 
 
+def expires_in_s(expires_at_ms: int, now_ms: int) -> int:
+    """RFC 6749 section 5.1 `expires_in`: whole seconds from `now_ms` until the access token's
+    stored expiry (`token_ttl_s` after minting), rounded to the nearest second, never below 0."""
+    return max(0, (expires_at_ms - now_ms + 500) // 1000)
+
+
 class TokenGrants:
     """Code exchange, refresh rotation and revocation; `OAuthService` supplies the state."""
 
@@ -89,12 +95,17 @@ class TokenGrants:
     async def _tokens(
         self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str, family: str
     ) -> dict[str, Any]:
+        """A new access token and refresh token; `expires_in` is read from the access token's
+        stored record, so it is the configured lifetime (`token_ttl_s`), not a figure of ours."""
         roster = await self._door.roster(home)
         grant = None if roster is None else roster.agents().get(agent_key)
         if grant is None:
             raise OAuthError("invalid_grant", "the home no longer lists this assistant")
         granted = tuple(s for s in scopes if s in grant.scopes)
         access = await self._issue_access(home, agent_key, grant.id, granted, client)
+        held = await self._store.token(token_hash(access))
+        if held is None:  # the minter stores before it returns; a store that lost it is broken
+            raise OAuthError("server_error", "the access token was not stored", 500)
         refresh = secrets.token_urlsafe(32)
         record = {
             "home": home,
@@ -108,7 +119,7 @@ class TokenGrants:
         return {
             "access_token": access,
             "token_type": "Bearer",
-            "expires_in": 3600,
+            "expires_in": expires_in_s(held.expires_at_ms, self._clock()),
             "refresh_token": refresh,
             "scope": " ".join(granted),
         }

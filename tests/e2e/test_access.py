@@ -144,7 +144,8 @@ async def test_refusal_in_words_with_retry(env: Env) -> None:
     result = r.json()["result"]
     assert (
         result["isError"]
-        and result["content"][0]["text"] == "E_NOT_FOUND: The home has no src called 'nope'."
+        and result["content"][0]["text"]
+        == "E_NOT_FOUND: The home has no driver or device called 'nope'."
     )
 
 

@@ -59,8 +59,8 @@ async def test_every_tool_reads_what_the_home_holds(env: Env, mode: str) -> None
     assert set(history) == {"pv_w", "load_w"} and all(len(p) <= 24 for p in history.values())
     step = results["history_query"]["stepMs"]
     for t, v in history["pv_w"]:
-        if v is not None:
-            assert v == sim.series_value("pv_w", t, step)
+        if v is not None:  # a bucket's mean of the box's samples, each rounded to a whole W
+            assert abs(v - sim.series_value("pv_w", t, step)) <= 1
 
 
 async def test_hostile_strings_arrive_cleaned(env: Env) -> None:
