@@ -211,11 +211,13 @@ def create_app(
     async def mcp() -> Response:
         host = request.headers.get("host", "").lower()
         if host not in site.allowed_hosts:
+            service.refused_at_edge("host_refused", 421, _headers())
             return Response(
                 b'{"error":"misdirected request"}', 421, {"content-type": "application/json"}
             )
         origin = request.headers.get("origin")
         if origin is not None and origin.lower() not in site.allowed_origins:
+            service.refused_at_edge("origin_refused", 403, _headers())
             body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Origin not allowed"}}'
             return Response(body, 403, {"content-type": "application/json"})
 

@@ -2,7 +2,10 @@
 
 One `Metrics` per bridge, on its own registry (never the global one). Counters and histograms
 are observed as things happen; the gauges of the pool, the door, the keys part and the
-listeners' connections are read at scrape time from counts those parts keep anyway.
+listeners' connections, and the counters those parts keep anyway (sessions ended, pacing
+refusals, door drops and refusals), are read at scrape time. A value that only grows is a
+Prometheus counter, exposed with the `_total` suffix (OpenMetrics, "Counter"); a value that
+goes up and down is a gauge.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from quart import Response
 from quart_trio import QuartTrio
@@ -29,7 +32,7 @@ class _Gauges(Collector):
         self._door = door
         self._keys = keys
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         s = self._pool.statistics()
         sessions = GaugeMetricFamily(
             "ftwbridge_sessions", "Agent sessions by state", labels=["state"]
@@ -44,24 +47,57 @@ class _Gauges(Collector):
         yield GaugeMetricFamily(
             "ftwbridge_calls_queued", "Calls waiting per process", value=s.queued
         )
-        drops = GaugeMetricFamily(
+        stats = self._door.stats
+        drops = CounterMetricFamily(
             "ftwbridge_door_dropped_tun",
             "Tun messages the door dropped past a home's limit",
             labels=["direction"],
         )
-        drops.add_metric(["to_box"], self._door.stats.dropped_to_box)
-        drops.add_metric(["from_box"], self._door.stats.dropped_from_box)
+        drops.add_metric(["to_box"], stats.dropped_to_box)
+        drops.add_metric(["from_box"], stats.dropped_from_box)
         yield drops
-        ended = GaugeMetricFamily(
+        ended = CounterMetricFamily(
             "ftwbridge_sessions_ended", "Sessions ended, by reason", labels=["reason"]
         )
         for reason, n in sorted(s.drops.items()):
             ended.add_metric([reason], n)
         yield ended
-        yield GaugeMetricFamily(
+        yield CounterMetricFamily(
             "ftwbridge_pacing_refusals",
             "Calls refused by per-home pacing",
             value=self._pool.pacer.refusals,
+        )
+        refused = CounterMetricFamily(
+            "ftwbridge_door_uplinks_refused",
+            "Uplinks the door refused before they were up, by reason"
+            " (unknown_home, bad_signature, no_hello)",
+            labels=["reason"],
+        )
+        for reason, n in sorted(stats.uplinks_refused_by.items()):
+            refused.add_metric([reason], n)
+        yield refused
+        rosters = CounterMetricFamily(
+            "ftwbridge_door_rosters_refused",
+            "Rosters the door refused, by code (stale_seq, bad_signature, malformed, ...)",
+            labels=["code"],
+        )
+        for code, n in sorted(stats.rosters_refused_by.items()):
+            rosters.add_metric([code], n)
+        yield rosters
+        yield CounterMetricFamily(
+            "ftwbridge_door_takeovers",
+            "Uplinks closed 4409 because a newer one of the same home took over",
+            value=stats.takeovers,
+        )
+        yield CounterMetricFamily(
+            "ftwbridge_door_home_key_changes",
+            "Home keys the running bridge saw re-enrolled (its uplink closed, the new key used)",
+            value=stats.home_key_changes,
+        )
+        yield GaugeMetricFamily(
+            "ftwbridge_door_rosters_behind",
+            "Homes whose box sent an older roster than the bridge holds (it lost its roster)",
+            value=self._door.rosters_behind_count,
         )
         yield GaugeMetricFamily(
             "ftwbridge_uplinks", "Boxes connected", value=self._door.uplink_count
@@ -134,6 +170,13 @@ class Metrics:
 
         self._listeners = _Listeners()
         self.registry.register(self._listeners)
+        self.requests = Counter(
+            "ftwbridge_mcp_requests",
+            "Requests that reached /mcp, by JSON-RPC method (known ones, else other or -)"
+            " and outcome (ok, a refusal's word, or a box's registry code)",
+            ["method", "outcome"],
+            registry=self.registry,
+        )
         self.connection_faults = Counter(
             "ftwbridge_connection_faults",
             "Connections ended by a fault of their own (kind: http, websocket, http2, door)",
@@ -159,6 +202,11 @@ class Metrics:
         """Record one tool call."""
         self.calls.labels(tool, outcome).inc()
         self.call_seconds.labels(tool).observe(seconds)
+
+    def on_request(self, method: str, outcome: str) -> None:
+        """Record one request that reached `/mcp` (`McpService`'s `on_request`): its JSON-RPC
+        `method` (a bounded set) and its `outcome`."""
+        self.requests.labels(method, outcome).inc()
 
     def on_queue_wait(self, seconds: float) -> None:
         """Record how long a call waited before reaching its session."""

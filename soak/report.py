@@ -39,11 +39,14 @@ INVARIANTS = (
 MIB = 1024 * 1024
 COUNTERS = (
     "ftwbridge_tool_calls_total",
-    "ftwbridge_sessions_ended",
+    "ftwbridge_sessions_ended_total",
     "ftwbridge_handshakes_total",
     "ftwbridge_connection_faults_total",
-    "ftwbridge_door_dropped_tun",
-    "ftwbridge_pacing_refusals",
+    "ftwbridge_door_dropped_tun_total",
+    "ftwbridge_pacing_refusals_total",
+    "ftwbridge_mcp_requests_total",
+    "ftwbridge_door_uplinks_refused_total",
+    "ftwbridge_door_rosters_refused_total",
 )
 """The counters a scenario's figures show the change of."""
 

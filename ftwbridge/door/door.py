@@ -38,6 +38,7 @@ from ftwbridge.proto.registry import Msg, peer_reason
 from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
 from ftwbridge.store import Store
 
+from .refusals import RefusalLog, RosterBehind, peer_text
 from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSocketLike, close_ws
 
 log = logging.getLogger("ftwbridge.door")
@@ -45,15 +46,25 @@ CLAIM_MAX_MS = 600_000
 """A claim offer lasts at most 10 minutes, whatever the box says (PROTOCOL.md part C)."""
 
 
+HOME_KEY_CHECK_S = 1.0
+"""How often `watch_home_keys` asks the store whether another process wrote it (seconds)."""
+
+
 @dataclass(slots=True)
 class DoorStats:
-    """Counters: tunnels dropped past the limits each way, uplinks taken over, refusals."""
+    """Counters (they only grow): tunnels dropped past the limits each way, uplinks taken
+    over, rosters and uplinks refused (totals, and by code or reason), home keys changed."""
 
     dropped_from_box: int = 0
     dropped_to_box: int = 0
     takeovers: int = 0
     rosters_refused: int = 0
     uplinks_refused: int = 0
+    rosters_refused_by: dict[str, int] = field(default_factory=dict)
+    """Rosters refused by code (`RosterProblem` values)."""
+    uplinks_refused_by: dict[str, int] = field(default_factory=dict)
+    """Uplinks refused by reason: `unknown_home`, `bad_signature`, `no_hello`."""
+    home_key_changes: int = 0
 
 
 RosterHook = Callable[[str, Roster], Awaitable[None]]
@@ -105,6 +116,9 @@ class Door:
     box sends a roster (the same one, when it reconnects)."""
     _saving: str | None = None
     _unsaved_changed: trio.Event = field(default_factory=trio.Event)
+    _behind: dict[str, RosterBehind] = field(default_factory=dict)
+    """Homes whose box's roster is older than the held one (see `roster_behind`)."""
+    _refusal_log: RefusalLog = field(default_factory=RefusalLog)
 
     async def apply_rosters(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -271,6 +285,7 @@ class Door:
         key = await self._home_key(home)
         held = await self.roster(home)
         if held is not None and signed == held.signed:
+            self._behind.pop(home, None)
             if home in self._failed:  # its save failed: this is the retry the log promised
                 self._to_save(home, held, None)
             return True, held.seq, ""  # the same roster again (a box reconnecting): nothing new
@@ -281,14 +296,99 @@ class Door:
                 signed, home_key=key, home=home, held_seq=None if held is None else held.seq
             )
         except RosterRefused as exc:
-            self.stats.rosters_refused += 1
+            self._roster_refused(exc.problem.value)
+            if exc.problem is RosterProblem.STALE_SEQ and key is not None and held is not None:
+                self._box_behind(home, signed, key, held)
             return False, held.seq if held else 0, exc.problem.value
+        self._behind.pop(home, None)
         self._rosters[home] = roster
         if self.on_roster is not None:
             await self.on_roster(home, roster)
         self._roster_changed.pop(home, trio.Event()).set()  # waiters see it in effect
         self._to_save(home, roster, held)  # stored and synced by `apply_rosters`
         return True, roster.seq, ""
+
+    def _box_behind(self, home: str, signed: bytes, key: bytes, held: Roster) -> None:
+        """The box sent a roster older than the held one (`stale_seq`): remember which agents
+        its own roster lists, so calls of the others are refused in words at once instead of
+        waiting `handshake_s` for a box that will not answer them, and warn (rate-limited)."""
+        try:
+            theirs = verify_roster(signed, home_key=key, home=home)
+        except RosterRefused:
+            return  # not the home's own older roster: refused, nothing to learn from it
+        self._behind[home] = RosterBehind(theirs.seq, held.seq, frozenset(theirs.agents()))
+        self._refusal_log.warn(
+            "stale_seq",
+            home,
+            "roster refused home=%s: stale_seq: the box sent roster seq %d, the bridge holds "
+            "seq %d; the box has lost its roster (reset, or restored from an old backup): "
+            "assistants its roster does not list are refused until its owner approves them "
+            'again at home (docs/operations.md, "When something is wrong")',
+            home,
+            theirs.seq,
+            held.seq,
+        )
+
+    def roster_behind(self, home: str, agent_key: bytes) -> RosterBehind | None:
+        """Whether `home`'s box sent an older roster than the held one that does not list
+        `agent_key` (its box would not answer that agent's handshake), or None."""
+        behind = self._behind.get(home)
+        if behind is None or agent_key in behind.box_agents:
+            return None
+        return behind
+
+    @property
+    def rosters_behind_count(self) -> int:
+        """Homes whose connected box sent an older roster than the held one."""
+        return len(self._behind)
+
+    async def watch_home_keys(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Until cancelled: every `HOME_KEY_CHECK_S` seconds ask the store whether another
+        process has written it (`Store.write_mark`, e.g. `ftwbridge home enroll`), and if so
+        apply changed home keys at once (`check_home_keys`). This is how a key re-enrolled by
+        the command line reaches the running bridge (issue 15 item 3)."""
+        mark = await self.store.write_mark()
+        task_status.started()
+        while True:
+            await trio.sleep(HOME_KEY_CHECK_S)
+            now = await self.store.write_mark()
+            if now != mark:
+                mark = now
+                await self.check_home_keys()
+
+    async def check_home_keys(self) -> list[str]:
+        """Compare the home keys this door holds with the store's; for each home whose key
+        changed (or went): use the new key from now on, forget the held roster (the old key
+        signed it; the box's next roster, verified by the new key, is taken whatever its
+        `seq`), log it, and close the home's uplink 4401 (its box dials again and must sign
+        with the new key). Returns the homes changed."""
+        homes = sorted(set(self._home_keys) | set(self._uplinks))
+        if not homes:
+            return []
+        keys = await self.store.home_keys(homes)
+        changed = [h for h in homes if keys.get(h) != self._home_keys.get(h)]
+        for home in changed:
+            new = keys.get(home)
+            if new is None:
+                self._home_keys.pop(home, None)
+            else:
+                self._home_keys[home] = new
+            self.stats.home_key_changes += 1
+            self._rosters.pop(home, None)
+            self._behind.pop(home, None)
+            uplink = self._uplinks.get(home)
+            log.warning(
+                "home key changed home=%s (%s): %s; the new key verifies its next uplink and "
+                "roster",
+                home,
+                "re-enrolled" if new is not None else "no longer enrolled",
+                "its uplink is closed" if uplink is not None else "it has no uplink now",
+            )
+            if uplink is not None:
+                await close_ws(uplink.ws, CLOSE_BAD_SIGNATURE, "home key changed")
+        return changed
 
     async def close_all(self, code: int, reason: str) -> None:
         """Close every uplink with a Close frame `code` (e.g. 1001 at drain), all at once, each
@@ -318,6 +418,7 @@ class Door:
             uplink.end_all(LocalEnd.UPLINK_LOST.value)
             if self._uplinks.get(home) is uplink:
                 del self._uplinks[home]
+                self._behind.pop(home, None)  # its next uplink sends its roster again
             log.info("uplink down home=%s", home)
 
     async def _authenticate(self, ws: WebSocketLike) -> str | None:
@@ -337,20 +438,48 @@ class Door:
             b: Any = env.b if isinstance(env.b, dict) else {}
             home, sig = b.get("home"), b.get("sig")
             if env.t != Msg.DOOR_HELLO or not isinstance(home, str) or not isinstance(sig, bytes):
+                self._uplink_refused("no_hello")
                 await close_ws(ws, CLOSE_BAD_SIGNATURE, "door.hello expected")
                 return None
             key = await self._home_key(home)
             if key is None:
-                self.stats.uplinks_refused += 1
+                self._uplink_refused("unknown_home")
+                self._refusal_log.warn(
+                    "unknown_home",
+                    home,
+                    "uplink refused home=%s from %s: unknown home (close 4403); enroll it with "
+                    "`ftwbridge home enroll` if it is yours",
+                    peer_text(home),
+                    getattr(ws, "remote_addr", "?"),
+                )
                 await close_ws(ws, CLOSE_UNKNOWN_HOME, "unknown home")
                 return None
             if not verify_door_signature(key, nonce, home, sig):
-                self.stats.uplinks_refused += 1
+                self._uplink_refused("bad_signature")
+                self._refusal_log.warn(
+                    "bad_signature",
+                    home,
+                    "uplink refused home=%s from %s: bad signature (close 4401); the box signs "
+                    "with another key than the one enrolled: enroll the box's key again",
+                    peer_text(home),
+                    getattr(ws, "remote_addr", "?"),
+                )
                 await close_ws(ws, CLOSE_BAD_SIGNATURE, "bad signature")
                 return None
             return home
+        self._uplink_refused("no_hello")
         await close_ws(ws, CLOSE_BAD_SIGNATURE, "no door.hello in time")
         return None
+
+    def _uplink_refused(self, reason: str) -> None:
+        self.stats.uplinks_refused += 1
+        by = self.stats.uplinks_refused_by
+        by[reason] = by.get(reason, 0) + 1
+
+    def _roster_refused(self, code: str) -> None:
+        self.stats.rosters_refused += 1
+        by = self.stats.rosters_refused_by
+        by[code] = by.get(code, 0) + 1
 
     async def _read(self, uplink: Uplink) -> None:
         while not uplink.closed:
@@ -401,7 +530,7 @@ class Door:
                 ok, seq, code = await self.take_roster(uplink.home, signed)
             else:
                 held = await self.roster(uplink.home)
-                self.stats.rosters_refused += 1
+                self._roster_refused(RosterProblem.MALFORMED.value)
                 ok, seq, code = False, held.seq if held else 0, RosterProblem.MALFORMED.value
             reply = (
                 Envelope(Msg.ROSTER_OK, None, {"seq": seq})

@@ -6,6 +6,11 @@ POST`), `Content-Type` (415), `Accept` (406), the declared body size (413), the 
 (401 with `WWW-Authenticate` and `resource_metadata`, RFC 9728 section 5.1), then the body
 (read within the size and time bounds by the caller's reader), `inbound.classify`, and the
 method. Tool failures are `isError` results in words; protocol faults are JSON-RPC errors.
+
+Every request that reaches `handle` leaves one audit line (logger `ftwbridge.audit`) and one
+`on_request(method, outcome)` sample, refusals included (issue 15 item 7): a tool call's line
+starts `tool=`, any other request's `method=`; `status` is `ok`, the refusal's word
+(`OUTCOMES`), or a box's registry code.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ftwbridge.store import TokenRecord
 from . import inbound
 from .auth import BearerAuth, Unauthorized
 from .results import (
+    ERROR_META,
     KNOWN_OUTCOMES,
     conforms,
     log_safe,
@@ -44,6 +50,42 @@ from .results import (
 from .tools import TOOLS, TOOLS_BY_NAME, ToolContext, ToolSpec
 
 audit = logging.getLogger("ftwbridge.audit")
+
+OUTCOMES = {
+    "method_not_allowed": "405: not POST",
+    "bad_media_type": "415: Content-Type is not application/json",
+    "not_acceptable": "406: Accept does not allow application/json",
+    "body_too_large": "413: the body is over max_body_bytes",
+    "body_too_slow": "408: the body did not arrive within body_timeout_s",
+    "unauthorized": "401: no token, or one that is unknown, expired or withdrawn",
+    "rate_limited": "429: the agent's requests past http_burst / http_per_s",
+    "protocol_error": "a JSON-RPC error from the envelope checks (versions, headers, JSON)",
+    "method_not_found": "a JSON-RPC method the bridge does not serve",
+    "invalid_params": "tools/call or tools/list with parameters it cannot use",
+    "unknown_tool": "tools/call naming no tool of the bridge",
+    "insufficient_scope": "403: the token lacks a scope the tool needs",
+    "invalid_arguments": "a tool's arguments do not fit its schema (an isError result)",
+    "roster_behind": "the box sent an older roster that does not list the agent",
+    "origin_refused": "403: a foreign Origin (app.py)",
+    "host_refused": "421: a Host the bridge does not serve (app.py)",
+    "cancelled": "the client left before the answer",
+    "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
+    "notification": "202: a JSON-RPC notification",
+}
+"""The outcome words of `/mcp` requests other than `ok` and a box's registry codes (audit
+`status`, metric label `outcome`), and when each is given."""
+METHODS = frozenset(
+    {"initialize", "ping", "server/discover", "tools/list", "tools/call", "notifications"}
+)
+"""JSON-RPC methods named in the request metric; any other is counted as `other` (a client
+chooses the method, so the label set stays bounded), and a request refused before its body
+was read as `-`."""
+ROSTER_BEHIND_WORDS = (
+    "The home's box came back with an older list of approved assistants than the bridge "
+    "holds (its list {box_seq}, the bridge's {held_seq}), and its list does not name this "
+    "assistant; the home's owner must approve it again at home."
+)
+"""The words of a call refused because the box's roster is behind (`Door.roster_behind`)."""
 
 RATE_LIMITED_JSONRPC = -32029
 """JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
@@ -80,6 +122,22 @@ class BodyTooLarge(Exception):
 
 class BodyTooSlow(Exception):
     """The body did not arrive within the time bound (408)."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What one request's audit line and metric sample say (filled in as it is handled)."""
+
+    method: str = "-"
+    outcome: str = "ok"
+    token: TokenRecord | None = None
+    tool: str | None = None
+
+
+def _method_label(method: str) -> str:
+    if method.startswith("notifications/"):
+        return "notifications"
+    return method if method in METHODS else "other"
 
 
 @dataclass(slots=True)
@@ -128,6 +186,10 @@ class McpService:
         wall_ms: the bridge's wall clock, ms since the epoch.
         http_burst, http_per_s: the per-agent request limit (requests, requests per second).
         on_call: told (tool, outcome, seconds) after each tool call (metrics), if given.
+        on_request: told (method, outcome) after each request (metrics), if given.
+        roster_behind: (home, agent key) -> a `RosterBehind`-like value with `box_seq` and
+            `held_seq` when the home's box sent an older roster that does not list the agent
+            (`Door.roster_behind`), else None; such a call is refused in words at once.
         anonymous_token: the test profile's token for requests without one (never in production).
     """
 
@@ -144,6 +206,8 @@ class McpService:
         http_burst: float = 30,
         http_per_s: float = 10,
         on_call: Callable[[str, str, float], None] | None = None,
+        on_request: Callable[[str, str], None] | None = None,
+        roster_behind: Callable[[str, bytes], Any] | None = None,
         anonymous_token: str | None = None,
     ) -> None:
         self._homes = homes
@@ -163,6 +227,8 @@ class McpService:
         self._http_per_s = http_per_s
         self._agent_buckets: dict[tuple[str, bytes], TokenBucket] = {}
         self._on_call = on_call
+        self._on_request = on_request
+        self._roster_behind = roster_behind
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
         """The per-agent request limit at `/mcp` (`http_burst` in a row, then `http_per_s`):
@@ -180,12 +246,71 @@ class McpService:
         )
         return _json(429, rej.body(), {"retry-after": str(max(1, math.ceil(wait_ms / 1000)))})
 
+    def refused_at_edge(self, outcome: str, status: int, headers: dict[str, list[str]]) -> None:
+        """Audit and count a request the HTTP shell refused before `handle` (a foreign
+        Origin, 403; an unknown Host, 421): `outcome` is a word of `OUTCOMES`."""
+        self._record(_Seen(outcome=outcome), status, headers, 0.0)
+
+    def _record(
+        self, seen: _Seen, status: int, headers: dict[str, list[str]], seconds: float
+    ) -> None:
+        """One request's audit line and metric sample (tool calls: also `on_call`)."""
+        t = seen.token
+        client = (t.client if t is not None else "") or (headers.get("user-agent") or ["-"])[0]
+        who = (
+            log_safe(t.home) if t is not None else "-",
+            log_safe(t.agent_id) if t is not None else "-",
+            log_safe(client),
+        )
+        if seen.tool is not None:
+            audit.info(
+                "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d",
+                seen.tool,
+                *who,
+                seen.outcome,
+                seconds * 1000,
+            )
+            if self._on_call is not None:
+                known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
+                self._on_call(seen.tool, seen.outcome if known else "other", seconds)
+        else:
+            audit.info(
+                "method=%s home=%s agent=%s client=%s status=%s http=%d duration_ms=%d",
+                seen.method,
+                *who,
+                seen.outcome,
+                status,
+                seconds * 1000,
+            )
+        if self._on_request is not None:
+            known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
+            self._on_request(seen.method, seen.outcome if known else "other")
+
     async def handle(self, req: HttpRequest) -> HttpResponse:
-        """Answer one request to `/mcp` (never raises for bad input)."""
+        """Answer one request to `/mcp` (never raises for bad input); audit and count it."""
+        seen = _Seen()
+        started = time.monotonic()
+        status = 0
+        try:
+            resp = await self._handle(req, seen)
+            status = resp.status
+            return resp
+        except trio.Cancelled:
+            seen.outcome = "cancelled"
+            raise
+        except BaseException:
+            seen.outcome = "error"
+            raise
+        finally:
+            self._record(seen, status, req.headers, time.monotonic() - started)
+
+    async def _handle(self, req: HttpRequest, seen: _Seen) -> HttpResponse:
         if req.method != "POST":
+            seen.outcome = "method_not_allowed"
             return HttpResponse(405, {"allow": "POST"})
         ctype = (req.headers.get("content-type") or [""])[0].split(";")[0].strip().lower()
         if ctype != "application/json":
+            seen.outcome = "bad_media_type"
             return _json(
                 415,
                 inbound.Rejection(
@@ -193,6 +318,7 @@ class McpService:
                 ).body(),
             )
         if not _accepts_json(req.headers.get("accept", [])):
+            seen.outcome = "not_acceptable"
             return _json(
                 406,
                 inbound.Rejection(
@@ -200,27 +326,37 @@ class McpService:
                 ).body(),
             )
         if req.content_length is not None and req.content_length > self._max_body:
+            seen.outcome = "body_too_large"
             return _refuse_body(413, "Request body too large")
         token = await self._auth.authenticate(req.headers.get("authorization", []))
         if isinstance(token, Unauthorized):
+            seen.outcome = "unauthorized"
             return _json(401, token.body, token.headers)
+        seen.token = token
         try:
             body = await req.read_body()
         except BodyTooLarge:
+            seen.outcome = "body_too_large"
             return _refuse_body(413, "Request body too large")
         except BodyTooSlow:
+            seen.outcome = "body_too_slow"
             return _refuse_body(408, "Request body not received in time")
         route = inbound.classify(req.headers, body)
+        if not isinstance(route, inbound.Rejection):
+            seen.method = _method_label(route.method)
         limited = self._http_limit(
             token, None if isinstance(route, inbound.Rejection) else route.id
         )
         if limited is not None:
+            seen.outcome = "rate_limited"
             return limited
         if isinstance(route, inbound.Rejection):
+            seen.outcome = "protocol_error"
             return _json(route.status, route.body())
         if route.is_notification:
+            seen.outcome = "notification"
             return HttpResponse(202)
-        return await self._dispatch(route, token, req.headers)
+        return await self._dispatch(route, token, req.headers, seen)
 
     def _result(
         self, route: inbound.Route, result: dict[str, Any], cacheable: bool = False
@@ -239,7 +375,11 @@ class McpService:
         return _json(status, rej.body())
 
     async def _dispatch(
-        self, route: inbound.Route, token: TokenRecord, headers: dict[str, list[str]]
+        self,
+        route: inbound.Route,
+        token: TokenRecord,
+        headers: dict[str, list[str]],
+        seen: _Seen,
     ) -> HttpResponse:
         m = route.method
         if route.era == "modern" and m == "server/discover":
@@ -265,6 +405,7 @@ class McpService:
         if m == "tools/list":
             cursor = route.params.get("cursor")
             if cursor is not None:  # one page holds every tool: no cursor was ever issued
+                seen.outcome = "invalid_params"
                 return self._error(
                     route,
                     jsonrpc.INVALID_PARAMS,
@@ -273,28 +414,31 @@ class McpService:
                 )
             return self._result(route, {"tools": self._tool_list}, cacheable=True)
         if m == "tools/call":
-            return await self._call(route, token, headers)
+            return await self._call(route, token, seen)
+        seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 
-    async def _call(
-        self, route: inbound.Route, token: TokenRecord, headers: dict[str, list[str]]
-    ) -> HttpResponse:
+    async def _call(self, route: inbound.Route, token: TokenRecord, seen: _Seen) -> HttpResponse:
         name = route.params.get("name")
         arguments = route.params.get("arguments", {})
         if not isinstance(name, str) or not isinstance(arguments, dict):
+            seen.outcome = "invalid_params"
             return self._error(
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
             )
         spec = TOOLS_BY_NAME.get(name)
         if spec is None:  # a protocol error (MCP tools, "Error Handling"): not a tool's result
+            seen.outcome = "unknown_tool"
             return self._error(
                 route,
                 jsonrpc.INVALID_PARAMS,
                 f"Unknown tool: {log_safe(name[:64])}",
                 {"tools": sorted(TOOLS_BY_NAME)},
             )
+        seen.tool = name
         missing = [s.value for s in spec.scopes if s.value not in token.scopes]
         if missing:
+            seen.outcome = "insufficient_scope"
             scope = " ".join(missing)
             rej = inbound.Rejection(
                 403,
@@ -314,32 +458,26 @@ class McpService:
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
                 for e in exc.errors()[:5]
             )
+            seen.outcome = "invalid_arguments"
             return self._result(
                 route, text_error(f"The arguments for {name} are not valid: {problems}.")
             )
-        started = time.monotonic()
-        outcome = "cancelled"
+        behind = None if spec.run is not None else self._behind(token)
+        if behind is not None:
+            seen.outcome = "roster_behind"
+            return self._result(route, _roster_behind_result(behind))
         try:
             result = await self._run(spec, args, token)
-            outcome = "ok"
         except Refusal as exc:
-            outcome = exc.code
-            result = refusal_result(exc)
-        finally:
-            seconds = time.monotonic() - started
-            client = token.client or (headers.get("user-agent") or ["-"])[0]
-            audit.info(
-                "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d",
-                name,
-                log_safe(token.home),
-                log_safe(token.agent_id),
-                log_safe(client),
-                outcome,
-                seconds * 1000,
-            )
-            if self._on_call is not None:
-                self._on_call(name, outcome if outcome in KNOWN_OUTCOMES else "other", seconds)
+            sent = exc.code
+            result = refusal_result(exc)  # cleans the peer's code: one that was not a code's
+            seen.outcome = exc.code if exc.code == sent else "other"  # shape is `other`
         return self._result(route, result)
+
+    def _behind(self, token: TokenRecord) -> Any:
+        if self._roster_behind is None:
+            return None
+        return self._roster_behind(token.home, token.agent_key)
 
     async def _run(self, spec: ToolSpec, args: Any, token: TokenRecord) -> dict[str, Any]:
         now_ms = self._wall_ms()
@@ -362,3 +500,15 @@ class McpService:
                 "unreadable answer for %s: %s", spec.name, type(exc).__name__
             )
             raise Refusal(Code.E_BAD_BODY) from exc
+
+
+def _roster_behind_result(behind: Any) -> dict[str, Any]:
+    """The `isError` result of a call whose home's box sent an older roster that does not list
+    the agent: `E_UNAVAILABLE {reason: roster_behind}`, not retryable, in words."""
+    words = ROSTER_BEHIND_WORDS.format(box_seq=behind.box_seq, held_seq=behind.held_seq)
+    error = {"code": Code.E_UNAVAILABLE.value, "message": words, "retryable": False}
+    return {
+        "content": [{"type": "text", "text": f"{Code.E_UNAVAILABLE.value}: {words}"}],
+        "isError": True,
+        "_meta": {ERROR_META: error},
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,6 +34,14 @@ class Store(Protocol):
 
     async def home_key(self, home: str) -> bytes | None:
         """A home's Ed25519 public key, or None for an unknown home."""
+
+    async def home_keys(self, homes: Collection[str]) -> dict[str, bytes]:
+        """The Ed25519 public keys of those of `homes` that are enrolled (home -> 32 bytes)."""
+
+    async def write_mark(self) -> int:
+        """A number that differs from the one the previous call returned when another process
+        has written the store since (SQLite: `PRAGMA data_version`). The bridge polls it to
+        notice `ftwbridge home enroll` run beside it."""
 
     async def put_roster(self, home: str, seq: int, signed: bytes) -> None:
         """Keep `signed` as the home's newest roster (the caller has verified it)."""

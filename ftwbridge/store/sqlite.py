@@ -6,7 +6,7 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,6 +81,28 @@ class SqliteStore:
         """See `Store.home_key`."""
         row = await self._one("SELECT public_key FROM homes WHERE home = ?", (home,))
         return None if row is None else bytes(row[0])
+
+    async def home_keys(self, homes: Collection[str]) -> dict[str, bytes]:
+        """See `Store.home_keys`."""
+        wanted = list(homes)
+
+        def work(db: sqlite3.Connection) -> dict[str, bytes]:
+            out: dict[str, bytes] = {}
+            for i in range(0, len(wanted), 500):  # below SQLite's bound on parameters
+                part = wanted[i : i + 500]
+                marks = ",".join("?" * len(part))
+                sql = f"SELECT home, public_key FROM homes WHERE home IN ({marks})"
+                for home, key in db.execute(sql, part):
+                    out[str(home)] = bytes(key)
+            return out
+
+        return await self._run(work)
+
+    async def write_mark(self) -> int:
+        """See `Store.write_mark`: SQLite's `PRAGMA data_version`, which changes on this
+        connection when another connection has committed (sqlite.org/pragma.html#pragma_data_version)."""
+        row = await self._one("PRAGMA data_version", ())
+        return int(row[0])
 
     async def put_roster(self, home: str, seq: int, signed: bytes) -> None:
         """See `Store.put_roster`."""
