@@ -10,23 +10,29 @@
 
 `--config` may stand before or after the command; without it, settings come from the
 environment (`FTWBRIDGE_*`) and defaults (state in ./state).
+
+A configuration or start-up that cannot work (the file, a key, a value, a port in use, a state
+folder that cannot be written, no state for a command that only reads) ends the command with
+one sentence on stderr, `ftwbridge: ...`, and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import sqlite3
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from ftwbridge.config import Config, load_config
+from ftwbridge.config import ENV_PREFIX, Config, ConfigError, load_config
 from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
-from ftwbridge.lifecycle import until_signalled, until_stdin_closes
+from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
+from ftwbridge.logs import configure_logging
 from ftwbridge.proto.roster import RosterRefused, verify_roster
 from ftwbridge.store import SqliteStore
 
@@ -97,14 +103,27 @@ async def _serve(config: Config, *, exit_with_parent: bool = False) -> int:
 
 
 async def _keys(config: Config, socket: Path) -> int:
+    """`ftwbridge keys`: serve the keys part on `socket` until signalled. A socket another keys
+    part is serving is refused in one sentence with status 2 (`serve_keys`)."""
+    from ftwbridge.keys.wire import KeysSocketError
+
     service = KeysService(Path(config.state_dir) / "agent-keys.json")
+    refused: list[KeysSocketError] = []
 
     async def run(nursery: trio.Nursery) -> None:
-        await nursery.start(serve_keys, socket, service)
+        try:
+            await nursery.start(serve_keys, socket, service)
+        except KeysSocketError as exc:  # raised before it serves: nothing is left running
+            refused.append(exc)
+            return
         print(f"keys part on {socket}", flush=True)
         await trio.sleep_forever()
 
-    return await until_signalled(run)
+    status = await until_signalled(run)
+    if refused:
+        print(f"ftwbridge: {refused[0]}", file=sys.stderr)
+        return 2
+    return status
 
 
 async def _enroll(config: Config, home: str, key_hex: str) -> int:
@@ -117,10 +136,20 @@ async def _enroll(config: Config, home: str, key_hex: str) -> int:
         return 2
     store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
     try:
+        before = await store.home_key(home)
         await store.enroll_home(home, key)
     finally:
         store.close()
-    print(f"enrolled {home}")
+    if before is None:
+        print(f"enrolled {home}")
+    elif before == key:
+        print(f"{home} was already enrolled with this key; nothing changed")
+    else:  # a running bridge on this state notices within `door.HOME_KEY_CHECK_S`
+        print(
+            f"re-enrolled {home} with a new key: a bridge running on this state closes the"
+            " home's uplink within a second and verifies its next uplink and roster with the"
+            " new key"
+        )
     return 0
 
 
@@ -135,7 +164,14 @@ async def _agent_create(config: Config, home: str) -> int:
 
 
 async def _issue(config: Config, home: str, agent: str) -> int:
-    store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
+    database = Path(config.state_dir) / "bridge.sqlite"
+    if not database.is_file():  # never leave an empty database behind a mistyped state_dir
+        raise StartupError(
+            f"no bridge state is in {config.state_dir} (no bridge.sqlite there): enroll a home"
+            " and run the bridge with this state folder first, or point --config or state_dir"
+            " at the folder the bridge uses"
+        )
+    store = SqliteStore(database)
     try:
         held, key = await store.roster(home), await store.home_key(home)
         if held is None or key is None:
@@ -163,6 +199,71 @@ async def _issue(config: Config, home: str, agent: str) -> int:
         store.close()
 
 
+WRITES_STATE = {("serve", None), ("keys", None), ("home", "enroll"), ("agent", "create")}
+"""Commands that write `state_dir` (made if missing, mode 0700); `token issue` only reads it.
+(`agent create` with `keys_socket` asks the keys part and writes nothing here.)"""
+
+
+def _writable_state_dir(config: Config) -> None:
+    """Make `state_dir` if it is missing and prove that a file can be created in it.
+
+    Raises:
+        StartupError: it is not a folder, or it cannot be made or written.
+    """
+    folder = Path(config.state_dir)
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except FileExistsError:
+        raise StartupError(
+            f"the state folder {folder} is a file, not a folder", setting="state_dir"
+        ) from None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise StartupError(
+            f"the state folder {folder} cannot be written: {why}", setting="state_dir"
+        ) from None
+
+
+STARTUP_ERRORS = (StartupError, StateFileError, ConfigError, sqlite3.DatabaseError)
+"""Errors whose message is the one sentence an operator reads (exit status 2); SQLite's
+(a damaged `bridge.sqlite`) gets the file's name and what to do added (`_sentence`)."""
+
+
+def _startup_error(exc: BaseException) -> BaseException | None:
+    """The start-up error `exc` is, or the one a group holds when nothing else failed in it
+    (its other members being cancellations and interrupts), else None."""
+    if isinstance(exc, STARTUP_ERRORS):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found = [e for e in exc.exceptions if _startup_error(e) is not None]
+        rest = [
+            e
+            for e in exc.exceptions
+            if e not in found and not isinstance(e, trio.Cancelled | KeyboardInterrupt)
+        ]
+        if found and not rest:
+            return _startup_error(found[0])
+    return None
+
+
+def _sentence(exc: BaseException, command: str, config: Config) -> str:
+    text = str(exc)
+    if isinstance(exc, sqlite3.DatabaseError):
+        text = (
+            f"the database {Path(config.state_dir) / 'bridge.sqlite'} cannot be used ({exc});"
+            " restore it from a backup, or move it aside to start with no homes, rosters or"
+            " tokens"
+        )
+    setting = getattr(exc, "setting", None)
+    if setting in ("bind", "admin_bind") and command == "demo":
+        text += '; pick another port with --port N (make demo DEMO_ARGS="--port N")'
+    elif setting is not None:
+        text += f"; change {setting} in the config file (or {ENV_PREFIX}{setting.upper()})"
+    return "ftwbridge: " + text
+
+
 def _only_interrupts(exc: BaseException) -> bool:
     if isinstance(exc, KeyboardInterrupt):
         return True
@@ -172,9 +273,17 @@ def _only_interrupts(exc: BaseException) -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `ftwbridge` command."""
     args = _parser().parse_args(argv)
-    level = logging.INFO if args.command == "serve" else logging.WARNING
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    config = load_config(args.config)
+    action = getattr(args, "action", None)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"ftwbridge: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if "log_level" in config.model_fields_set:
+        level = config.log_level
+    else:  # the commands that print a result keep stderr for what went wrong
+        level = "info" if args.command == "serve" else "warning"
+    configure_logging(level, config.log_format)
     jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
         ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
         ("keys", None): lambda: _keys(config, args.socket),
@@ -187,14 +296,20 @@ def main(argv: list[str] | None = None) -> None:
 
         port = args.port if args.port is not None else (0 if args.once else 8780)
         jobs[("demo", None)] = lambda: run_demo(once=args.once, port=port, state_dir=args.state_dir)
-    job = jobs[(args.command, getattr(args, "action", None))]
+    job = jobs[(args.command, action)]
     try:
+        if (args.command, action) in WRITES_STATE and not (
+            action == "create" and config.keys_socket is not None
+        ):
+            _writable_state_dir(config)
         status = trio.run(job)
-    except StateFileError as exc:
-        print(f"ftwbridge: {exc}", file=sys.stderr)
-        status = 2
     except BaseException as exc:
-        if not _only_interrupts(exc):
+        error = _startup_error(exc)
+        if error is not None:
+            print(_sentence(error, args.command, config), file=sys.stderr)
+            status = 2
+        elif _only_interrupts(exc):
+            status = 130
+        else:
             raise
-        status = 130
     sys.exit(status)

@@ -1,18 +1,74 @@
-"""The bridge's configuration: one frozen model, validated once at start (units in names)."""
+"""The bridge's configuration: one frozen model, validated once at start (units in names).
+
+`load_config` turns every way a configuration can be wrong (a missing file, TOML that does
+not parse, an unknown key, a value of the wrong type or out of range) into one `ConfigError`
+whose message is one sentence for the operator (issue 15).
+"""
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ENV_PREFIX = "FTWBRIDGE_"
 CALL_SLACK_S = 2.0
 """What a `/mcp` call may take past `call_deadline_s` besides its box reads (the token check,
 shaping the answer), in seconds; `door_silence_s` must leave at least this much."""
+
+Seconds = Annotated[float, Field(gt=0)]
+"""A duration in seconds that must be positive (a deadline, a timeout, an interval)."""
+Rate = Annotated[float, Field(gt=0)]
+"""A token-bucket refill rate per second; 0 would never refill, so it must be positive."""
+Burst = Annotated[float, Field(ge=1)]
+"""A token-bucket capacity: below 1 not even one request or message could ever pass."""
+ByteRate = Annotated[int, Field(gt=0)]
+"""Bytes per second, positive."""
+ByteBurst = Annotated[int, Field(ge=1)]
+"""A byte bucket's capacity in bytes, at least 1."""
+Count = Annotated[int, Field(ge=1)]
+"""A number of things allowed at once (calls, sessions), at least 1."""
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message is one sentence naming where the
+    setting came from (the file, or the `FTWBRIDGE_*` variable) and what to change."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """Split `host:port` (IPv6 in brackets: `[::1]:8780`) into host and port.
+
+    An empty host means 127.0.0.1, as the listener has always taken it.
+
+    Raises:
+        ValueError: no port, a port that is not a number, or one outside 0 to 65535.
+    """
+    host, colon, port = address.strip().rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be host:port, such as 127.0.0.1:8780 (got {address!r})")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 class Config(BaseModel):
@@ -25,46 +81,137 @@ class Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bind: str = "127.0.0.1:8780"
-    """host:port the HTTP listener binds (/mcp and /v1/box)."""
-    public_url: str = "http://127.0.0.1:8780"
-    """The URL assistants reach; `/mcp` under it is the OAuth resource (RFC 8707)."""
+    """host:port the HTTP listener binds (/mcp and /v1/box); port 0 picks a free one."""
+    public_url: str | None = None
+    """The URL assistants reach; `/mcp` under it is the OAuth resource (RFC 8707). None
+    (unset) follows `bind`: see `site_url`."""
     state_dir: Path = Path("state")
-    """Where SQLite and the keys part's key file live."""
+    """Where SQLite and the keys part's key file live; relative in a config file means
+    relative to that file's folder (`load_config`)."""
     keys_socket: Path | None = None
     """Unix socket of a separate keys-part process; None runs the keys part in-process."""
     allowed_origins: tuple[str, ...] = ()
     """Origins (scheme://host:port) allowed besides the public URL's own."""
     allowed_hosts: tuple[str, ...] = ()
     """Host header values allowed besides the public URL's and the bind address's."""
+    log_level: str = "info"
+    """The least severe log line written: debug, info, warning, error or critical (any
+    case). Commands other than `serve` and `keys` write warnings and worse unless it is set."""
+    log_format: Literal["text", "json"] = "text"
+    """`text`: one `<time> <LEVEL> <logger> <message>` line per record; `json`: one JSON
+    object a line with the keys `ts`, `level`, `logger`, `msg` (and `key=value` fields of the
+    message, such as the audit line's, as keys of their own); `ftwbridge.logs`."""
 
-    pace_calls_burst: float = 15
-    pace_calls_per_s: float = 0.75
-    pace_bytes_burst: int = 1024 * 1024
-    pace_bytes_per_s: int = 128 * 1024
-    pace_wait_s: float = 3.0
-    queue_per_home: int = 4
-    calls_in_flight: int = 256
-    warm_sessions: int = 1024
-    sessions_per_home: int = 16
-    call_deadline_s: float = 25.0
-    idle_close_s: float = 60.0
-    handshake_s: float = 5.0
-    clock_skew_max_ms: int = 300_000
+    pace_calls_burst: Burst = 15
+    """Calls a home's bucket holds (its box's `pace.calls` burst), at least 1."""
+    pace_calls_per_s: Rate = 0.75
+    """Calls a second a home's bucket refills."""
+    pace_bytes_burst: ByteBurst = 1024 * 1024
+    """Request bytes a home's bucket holds."""
+    pace_bytes_per_s: ByteRate = 128 * 1024
+    """Request bytes a second a home's bucket refills."""
+    pace_wait_s: float = Field(default=3.0, ge=0)
+    """The longest a call waits for its home's bucket before `E_RATE_LIMITED`, seconds."""
+    queue_per_home: int = Field(default=4, ge=0)
+    """Calls waiting per home before `E_RATE_LIMITED` (0: none wait)."""
+    calls_in_flight: Count = 256
+    """Box calls in flight per process."""
+    warm_sessions: Count = 1024
+    """Warm sessions per process."""
+    sessions_per_home: Count = 16
+    """Agent sessions per home."""
+    call_deadline_s: Seconds = 25.0
+    """One tool call, end to end, seconds."""
+    idle_close_s: Seconds = 60.0
+    """An idle warm session is closed after this many seconds."""
+    handshake_s: Seconds = 5.0
+    """A session's handshake and `hello_ok`, seconds."""
+    clock_skew_max_ms: int = Field(default=300_000, ge=0)
+    """How far the box's and the bridge's clocks may differ, ms."""
 
-    http_burst: float = 30
-    http_per_s: float = 10
-    max_body_bytes: int = 1024 * 1024
-    body_timeout_s: float = 10.0
+    http_burst: Burst = 30
+    """Requests to `/mcp` an agent's bucket holds."""
+    http_per_s: Rate = 10
+    """Requests a second an agent's bucket refills."""
+    max_body_bytes: ByteBurst = 1024 * 1024
+    """The largest request body, bytes (413 past it)."""
+    body_timeout_s: Seconds = 10.0
+    """The longest a request body may take to arrive, seconds (408 past it)."""
 
-    door_msgs_burst: float = 240
-    door_msgs_per_s: float = 60
-    door_bytes_burst: int = 4 * 1024 * 1024
-    door_bytes_per_s: int = 512 * 1024
-    door_hello_s: float = 10.0
-    door_ping_s: float = 15.0
-    door_silence_s: float = 45.0
+    door_msgs_burst: Burst = 240
+    """Messages an uplink's bucket holds."""
+    door_msgs_per_s: Rate = 60
+    """Messages a second an uplink's bucket refills."""
+    door_bytes_burst: ByteBurst = 4 * 1024 * 1024
+    """Bytes an uplink's bucket holds."""
+    door_bytes_per_s: ByteRate = 512 * 1024
+    """Bytes a second an uplink's bucket refills."""
+    door_hello_s: Seconds = 10.0
+    """How long a new uplink may take to send `door.hello`, seconds (Close 4401 past it)."""
+    door_ping_s: Seconds = 15.0
+    """WebSocket ping interval on the uplinks, seconds."""
+    door_silence_s: Seconds = 45.0
+    """An uplink (and any connection of the main listener) silent this long is closed, s."""
 
     token_ttl_s: int = Field(default=3600, gt=0)
+    """An access token's lifetime, seconds."""
+
+    @property
+    def site_url(self) -> str:
+        """The public URL in effect: `public_url` when set, else `http://<bind>` with a
+        wildcard host (0.0.0.0, ::) read as this machine's loopback. Port 0 stays 0 here; the
+        bridge puts in the port it bound (`run.Bridge.serve`)."""
+        if self.public_url is not None:
+            return self.public_url
+        host, port = split_address(self.bind)
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return f"http://{_url_host(host)}:{port}"
+
+    def url_warning(self) -> str | None:
+        """One sentence when the public URL cannot work for anyone beyond this machine while
+        the listener serves beyond it (a loopback URL on a public bind), else None. Whether a
+        URL that differs from `bind` otherwise is right (a proxy in front) cannot be told."""
+        bind_host = split_address(self.bind)[0]
+        url_host = (pydantic.AnyUrl(self.site_url).host or "").strip("[]")
+        if _is_loopback(bind_host) or not _is_loopback(url_host):
+            return None
+        how = (
+            "public_url"
+            if self.public_url is not None
+            else "public_url (not set, so taken from bind)"
+        )
+        return (
+            f"{how} is {self.site_url}, a loopback address, but bind {self.bind} listens beyond"
+            " this machine: assistants elsewhere would be sent to a URL they cannot reach (the"
+            " OAuth metadata, the 401 challenge); set public_url to the address they use"
+        )
+
+    @field_validator("bind", "admin_bind")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        """host:port that `split_address` reads, checked at load rather than at bind."""
+        if value is not None:
+            split_address(value)
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"https?://[^/\s]+", value):
+            raise ValueError(f"must be an http:// or https:// URL (got {value!r})")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip().lower()
+            if value not in LOG_LEVELS:
+                raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} (got {value!r})")
+        return value
 
     @model_validator(mode="after")
     def _silence_outlasts_a_call(self) -> Config:
@@ -94,25 +241,100 @@ class Config(BaseModel):
     """Accept a `client_id` that is an https URL naming its metadata document (fetched, bounded)."""
     test_loopback_metadata: bool = False
     """TEST PROFILE ONLY: let http on a loopback host stand in for https metadata documents."""
-    drain_s: float = 10.0
+    drain_s: float = Field(default=10.0, ge=0)
     """How long calls in flight may finish after SIGTERM before sessions are closed."""
     admin_bind: str | None = "127.0.0.1:8781"
     """host:port of the admin listener (/metrics, /healthz, /readyz); None turns it off."""
 
 
+PATH_KEYS = ("state_dir", "keys_socket")
+"""Settings that are paths: relative in a config file means relative to the file's folder."""
+
+
 def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> Config:
-    """Build a `Config` from a TOML file (optional) and `FTWBRIDGE_*` variables of `env`.
+    """Build a `Config` from a TOML file (optional) and `FTWBRIDGE_*` variables of `env`
+    (default: the process environment), the variables winning. A relative `state_dir` or
+    `keys_socket` in the file is taken from the file's folder, in a variable from the
+    current folder.
 
     Raises:
-        pydantic.ValidationError: an unknown key or a value of the wrong type.
-        OSError, tomllib.TOMLDecodeError: an unreadable file.
+        ConfigError: the file is missing or unreadable, is not TOML, names an unknown key;
+            a variable `FTWBRIDGE_*` names no setting; a value has the wrong type or is out of
+            range. The message is one sentence naming the file or the variable.
     """
     data: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     if path is not None:
-        data.update(tomllib.loads(path.read_text("utf-8")))
+        for key, value in _read_toml(path).items():
+            if key not in Config.model_fields:
+                raise ConfigError(f"{path}: unknown key {key!r}{_nearest(key)}")
+            if (
+                key in PATH_KEYS
+                and isinstance(value, str)
+                and value.strip().lower() not in ("", "none")
+            ):
+                value = str(path.parent / value)  # an absolute `value` stays as it is
+            data[key], origin[key] = value, str(path)
     environ = os.environ if env is None else env
-    for name in Config.model_fields:
-        raw = environ.get(ENV_PREFIX + name.upper())
-        if raw is not None:
-            data[name] = raw.split(",") if name.startswith("allowed_") else raw
-    return Config.model_validate(data)
+    for variable, raw in environ.items():
+        if not variable.startswith(ENV_PREFIX):
+            continue
+        name = variable[len(ENV_PREFIX) :].lower()
+        if name not in Config.model_fields:
+            raise ConfigError(
+                f"the environment variable {variable} names no setting{_nearest(name, env=True)}"
+            )
+        data[name] = raw.split(",") if name.startswith("allowed_") else raw
+        origin[name] = f"the environment variable {variable}"
+    try:
+        return Config.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(_one_sentence(exc, origin, path)) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"the config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"the config file {path} is a folder, not a file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"the config file {path} cannot be read: {why}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's message ends "(at line L, column C)" (or "(at end of document)").
+        where = re.search(r"\(at (line \d+, column \d+|end of document)\)", str(exc))
+        what = re.sub(r"\s*\(at [^)]*\)$", "", str(exc))
+        at = f" at {where.group(1)}" if where else ""
+        raise ConfigError(f"{path} is not valid TOML{at}: {what[:1].lower()}{what[1:]}") from None
+
+
+def _nearest(key: str, *, env: bool = False) -> str:
+    """ "; did you mean ...?" naming the closest known setting (as a variable when `env`)."""
+    close = difflib.get_close_matches(key.lower(), list(Config.model_fields), n=1, cutoff=0.6)
+    if not close:
+        return "; see the configuration keys in docs/operations.md"
+    return (
+        f"; did you mean {ENV_PREFIX + close[0].upper()}?"
+        if env
+        else f"; did you mean {close[0]!r}?"
+    )
+
+
+def _one_sentence(exc: pydantic.ValidationError, origin: dict[str, str], path: Path | None) -> str:
+    """pydantic's errors as one sentence: each setting, its source, what it must be."""
+    parts = []
+    for error in exc.errors():
+        key = str(error["loc"][0]) if error["loc"] else ""
+        msg = str(error["msg"]).removeprefix("Value error, ")
+        msg = re.sub(r"^Input should be", "must be", msg)
+        got = "" if "(got " in msg or not key else f" (got {error['input']!r})"
+        if key:
+            source = origin.get(key) or (str(path) if path else "the defaults")
+            parts.append(f"{key} {msg}{got} in {source}")
+        else:  # a rule across settings: the message names them
+            parts.append(msg)
+    return "; ".join(parts)

@@ -12,6 +12,22 @@ import trio
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+class StartupError(Exception):
+    """A process cannot start as configured (a port in use, a state folder it cannot write,
+    no state where a command needs some). The message is one sentence for the operator; the
+    command line prints it and exits with status 2, without a traceback.
+
+    Args:
+        message: what is wrong, one sentence without its remedy.
+        setting: the configuration key that would mend it, if one does (the command line
+            adds how to change it).
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 async def until_signalled(
     run: Callable[[trio.Nursery], Awaitable[None]],
     *,

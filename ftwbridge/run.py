@@ -6,6 +6,7 @@ is known), starts the pool, then hypercorn's trio worker, and reports the `Bridg
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import time
@@ -18,10 +19,11 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
-from ftwbridge.config import Config
+from ftwbridge.config import Config, split_address
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
 from ftwbridge.keys.service import KeysError, forget_dropped
+from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
@@ -63,14 +65,30 @@ class _Homes:
         return None if roster is None else roster.agents().get(agent_key)
 
 
-def _bind(address: str) -> socket.socket:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
+def _bind(address: str, listener: str, setting: str) -> socket.socket:
+    """A listening TCP socket on `address` (host:port, `config.split_address`).
+
+    Raises:
+        StartupError: the address cannot be bound (in use, not this machine's, not allowed);
+            the sentence names `listener` (main or admin) and its `setting`.
+    """
+    host, port = split_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, int(port)))
-    sock.listen(1024)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        why = {
+            errno.EADDRINUSE: "the port is in use (another bridge, or another program?)",
+            errno.EADDRNOTAVAIL: "that address is not one of this machine's",
+            errno.EACCES: "this user may not bind that port",
+        }.get(exc.errno or 0, exc.strerror or str(exc))
+        raise StartupError(
+            f"the {listener} listener cannot bind {address}: {why}", setting=setting
+        ) from None
     sock.set_inheritable(True)
     return sock
 
@@ -90,7 +108,7 @@ class Bridge:
     ) -> None:
         self.config = config
         self.clock = clock
-        self.site = Site(config.public_url)
+        self.site = Site(config.site_url)
         self.store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
         if keys is None:
             keys = (
@@ -210,7 +228,10 @@ class Bridge:
     ) -> None:
         """Run until cancelled; reports `self` once the listener accepts connections."""
         c = self.config
-        sock = _bind(c.bind)
+        warning = c.url_warning()
+        if warning is not None:
+            log.warning("%s", warning)
+        sock = _bind(c.bind, "main", "bind")
         host, port = sock.getsockname()[:2]
         fd = sock.detach()  # hypercorn owns the listening socket from here on
         if self.site.public_url.endswith(":0"):
@@ -231,6 +252,8 @@ class Bridge:
             http_burst=c.http_burst,
             http_per_s=c.http_per_s,
             on_call=self.metrics.on_call,
+            on_request=self.metrics.on_request,
+            roster_behind=self.door.roster_behind,
             anonymous_token=c.test_anonymous_token,
         )
         app = create_app(
@@ -255,7 +278,11 @@ class Bridge:
         hc.backlog = 1024
         admin_fd = None
         if c.admin_bind is not None:
-            admin_sock = _bind(c.admin_bind)
+            try:
+                admin_sock = _bind(c.admin_bind, "admin", "admin_bind")
+            except StartupError:
+                socket.close(fd)  # the main listener's socket, not yet hypercorn's
+                raise
             ahost, aport = admin_sock.getsockname()[:2]
             self.admin_url = f"http://{ahost}:{aport}"
             admin_fd = admin_sock.detach()
@@ -264,6 +291,7 @@ class Bridge:
                 self._nursery = nursery
                 await nursery.start(self.pool.run)
                 await nursery.start(self.door.apply_rosters)
+                await nursery.start(self.door.watch_home_keys)  # `home enroll` beside it
                 await nursery.start(self._serve_http, app, hc)
                 if admin_fd is not None:
                     ac = edge.EdgeConfig()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pydantic
 import pytest
 
-from ftwbridge.config import Config, load_config
+from ftwbridge.config import Config, ConfigError, load_config
 
 
 def test_door_silence_must_outlast_a_call() -> None:
@@ -15,5 +17,95 @@ def test_door_silence_must_outlast_a_call() -> None:
     Config(door_silence_s=10, call_deadline_s=8)
     with pytest.raises(pydantic.ValidationError, match=r"door_silence_s .* call_deadline_s"):
         Config(door_silence_s=5, call_deadline_s=8)
-    with pytest.raises(pydantic.ValidationError, match="door_silence_s"):
+    with pytest.raises(ConfigError, match="door_silence_s"):
         load_config(env={"FTWBRIDGE_CALL_DEADLINE_S": "60"})
+
+
+def test_every_limit_refuses_nonsense() -> None:
+    """Issue 15: a negative deadline, a zero rate, a burst below 1 or a count of 0 is refused
+    at load, for every limit, not found out at the first call."""
+    nonsense: dict[str, list[object]] = {}
+    for name, field in Config.model_fields.items():
+        if name.endswith("_per_s"):
+            nonsense[name] = [0, -1]
+        elif name.endswith("_burst"):
+            nonsense[name] = [0, 0.5] if field.annotation is float else [0]
+        elif name.endswith("_s"):
+            nonsense[name] = [-1] if name in ("pace_wait_s", "drain_s") else [0, -1]
+        elif name in ("calls_in_flight", "warm_sessions", "sessions_per_home", "max_body_bytes"):
+            nonsense[name] = [0]
+        elif name in ("queue_per_home", "clock_skew_max_ms"):
+            nonsense[name] = [-1]
+    assert len(nonsense) >= 26  # every limit of the model is listed above
+    for name, values in nonsense.items():
+        for value in values:
+            with pytest.raises(ConfigError, match=name):
+                load_config(env={f"FTWBRIDGE_{name.upper()}": str(value)})
+
+
+def test_unknown_keys_name_the_nearest(tmp_path: Path) -> None:
+    cfg = tmp_path / "bridge.toml"
+    cfg.write_text("call_deadline = 5\n")
+    with pytest.raises(ConfigError, match="did you mean 'call_deadline_s'"):
+        load_config(cfg, env={})
+    cfg.write_text("zzz = 5\n")
+    with pytest.raises(ConfigError, match="unknown key 'zzz'; see the configuration keys"):
+        load_config(cfg, env={})
+
+
+def test_relative_paths_in_a_file_are_the_files(tmp_path: Path) -> None:
+    cfg = tmp_path / "etc" / "bridge.toml"
+    cfg.parent.mkdir()
+    cfg.write_text('state_dir = "state"\nkeys_socket = "run/keys.sock"\n')
+    config = load_config(cfg, env={})
+    assert config.state_dir == tmp_path / "etc" / "state"
+    assert config.keys_socket == tmp_path / "etc" / "run" / "keys.sock"
+    cfg.write_text(f'state_dir = "{tmp_path}/abs"\nkeys_socket = "none"\n')
+    config = load_config(cfg, env={})
+    assert config.state_dir == tmp_path / "abs"
+    assert config.keys_socket is None
+    # a variable is read from the current folder, and wins over the file
+    assert load_config(cfg, env={"FTWBRIDGE_STATE_DIR": "here"}).state_dir == Path("here")
+
+
+@pytest.mark.parametrize(
+    ("bind", "url"),
+    [
+        ("127.0.0.1:9000", "http://127.0.0.1:9000"),
+        ("127.0.0.1:0", "http://127.0.0.1:0"),
+        ("0.0.0.0:9000", "http://127.0.0.1:9000"),
+        ("[::]:9000", "http://[::1]:9000"),
+        ("[::1]:9000", "http://[::1]:9000"),
+        ("bridge.example:9000", "http://bridge.example:9000"),
+        (":9000", "http://127.0.0.1:9000"),
+    ],
+)
+def test_public_url_follows_bind(bind: str, url: str) -> None:
+    assert Config(bind=bind).site_url == url
+    assert Config(bind=bind, public_url="https://b.example").site_url == "https://b.example"
+
+
+def test_public_url_warning() -> None:
+    """Warned: a loopback URL on a bind that listens beyond the machine. Not warned: anything
+    a proxy in front could explain."""
+    assert Config().url_warning() is None
+    assert Config(bind="0.0.0.0:8780", public_url="https://b.example").url_warning() is None
+    assert Config(bind="127.0.0.1:8780", public_url="https://b.example").url_warning() is None
+    assert Config(bind="[::1]:1", public_url="http://localhost:1").url_warning() is None
+    for bind in ("0.0.0.0:8780", "[::]:8780", "192.0.2.7:8780"):
+        for url in ("http://127.0.0.1:8780", "http://localhost:8780", "http://[::1]:8780"):
+            warning = Config(bind=bind, public_url=url).url_warning()
+            assert warning is not None and "loopback address" in warning
+    unset = Config(bind="0.0.0.0:8780").url_warning()
+    assert unset is not None and "not set, so taken from bind" in unset
+
+
+def test_toml_errors_are_one_sentence(tmp_path: Path) -> None:
+    cfg = tmp_path / "bridge.toml"
+    cfg.write_text('bind = "x\n')
+    with pytest.raises(ConfigError, match=r"is not valid TOML at line 1, column \d+"):
+        load_config(cfg, env={})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml", env={})
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        load_config(tmp_path, env={})
