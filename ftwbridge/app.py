@@ -196,7 +196,14 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.config["BODY_TIMEOUT"] = body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
-    app.before_request(framing_and_coding)
+
+    @app.before_request
+    async def _framing_and_coding() -> Response | None:
+        refused = await framing_and_coding()
+        if refused is not None and request.path == "/mcp":  # audited like every /mcp request
+            outcome = "bad_framing" if refused.status_code == 400 else "bad_coding"
+            service.refused_at_edge(outcome, refused.status_code, _headers())
+        return refused
 
     def _metadata() -> dict[str, Any]:
         return {

@@ -68,6 +68,8 @@ OUTCOMES = {
     "roster_behind": "the box sent an older roster that does not list the agent",
     "origin_refused": "403: a foreign Origin (app.py)",
     "host_refused": "421: a Host the bridge does not serve (app.py)",
+    "bad_framing": "400: Content-Length and Transfer-Encoding together (edge.py)",
+    "bad_coding": "415: a Content-Encoding other than identity (edge.py)",
     "cancelled": "the client left before the answer",
     "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
     "notification": "202: a JSON-RPC notification",
@@ -248,7 +250,8 @@ class McpService:
 
     def refused_at_edge(self, outcome: str, status: int, headers: dict[str, list[str]]) -> None:
         """Audit and count a request the HTTP shell refused before `handle` (a foreign
-        Origin, 403; an unknown Host, 421): `outcome` is a word of `OUTCOMES`."""
+        Origin, 403; an unknown Host, 421; the edge's framing and coding rules, 400 and 415):
+        `outcome` is a word of `OUTCOMES`."""
         self._record(_Seen(outcome=outcome), status, headers, 0.0)
 
     def _record(

@@ -99,10 +99,12 @@ async def test_every_request_leaves_an_audit_line_and_a_sample(
         statuses.append(r.status_code)  # 403 foreign Origin
         r = await http.post(env.url, content=b"x" * 5000, headers=headers)
         statuses.append(r.status_code)  # 413
+        r = await http.post(env.url, content=body, headers=headers | {"content-encoding": "br"})
+        statuses.append(r.status_code)  # 415, refused at the edge before the route
         while r.status_code != 429:  # the agent's burst of 8 runs out
             r = await http.post(env.url, content=body, headers=headers)
         statuses.append(r.status_code)
-    assert statuses == [401, 403, 400, 200, 200, 200, 403, 413, 429]
+    assert statuses == [401, 403, 400, 200, 200, 200, 403, 413, 415, 429]
     lines = _audit(caplog)
     wanted = [
         "status=unauthorized http=401",
@@ -115,6 +117,7 @@ async def test_every_request_leaves_an_audit_line_and_a_sample(
         "status=E_UNKNOWN_OP",
         "status=origin_refused http=403",
         "status=body_too_large http=413",
+        "status=bad_coding http=415",
         "status=rate_limited http=429",
     ]
     for fragment in wanted:
@@ -132,6 +135,7 @@ async def test_every_request_leaves_an_audit_line_and_a_sample(
         ("tools/call", "E_UNKNOWN_OP"),
         ("-", "origin_refused"),
         ("-", "body_too_large"),
+        ("-", "bad_coding"),
         ("tools/call", "rate_limited"),
     ]:
         assert _value(families, family, sample, method=method, outcome=outcome) >= 1, outcome
