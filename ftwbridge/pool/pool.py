@@ -18,8 +18,6 @@ so nothing is left behind and no call hangs.
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import logging
 import math
 from collections import OrderedDict
@@ -30,25 +28,21 @@ from typing import Any, Protocol
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.door import Door, HomeOffline, LocalEnd, TunEnded, tun_end_reason
-from ftwbridge.keys.service import KeysError, KeysPort
+from ftwbridge.door import Door, LocalEnd, TunEnded, tun_end_reason
+from ftwbridge.keys.service import KeysPort
 from ftwbridge.proto.errors import LocalProtocolError, ProtocolError
 from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.proto.registry import Msg, peer_code, peer_reason
 from ftwbridge.proto.roster import AgentGrant, Roster, admit
-from ftwbridge.proto.session import AgentSession, Push, Reply, Terminated
+from ftwbridge.proto.session import Reply
 
+from .deadlines import DeadlineHeap
+from .opening import open_session
 from .pacing import HomePacer
 from .session import REPLACEABLE, PooledSession, State, Waiter, refusal_for_end
 
 log = logging.getLogger("ftwbridge.pool")
 
-HELLO_BODY = {
-    "proto": {"min": 1, "max": 1},
-    "app": {"build": "ftwbridge", "ua": "agent"},
-    "locales": ["en"],
-}
 ANSWER_EWMA = 0.3
 """Weight of the newest answer time in a home's running estimate (for retry hints)."""
 
@@ -72,27 +66,6 @@ class PoolObserver(Protocol):
 
     def on_queue_wait(self, seconds: float) -> None: ...
     def on_open(self, outcome: str, seconds: float) -> None: ...
-
-
-def check_clock(hello_ok: dict[str, Any], now_ms: int, max_skew_ms: int) -> None:
-    """Check the box's clock in `hello_ok` against ours (PROTOCOL.md part B: a box without a
-    clock cannot judge expiry).
-
-    Raises:
-        Refusal: `E_UNAVAILABLE {subsystem: clock}` without a clock, `E_CLOCK_SKEW {skewMs,
-            maxMs}` past `max_skew_ms`.
-    """
-    clock = hello_ok.get("clock")
-    box_ms = clock.get("nowMs") if isinstance(clock, dict) else None
-    if (
-        isinstance(box_ms, bool)
-        or not isinstance(box_ms, int)
-        or (isinstance(clock, dict) and clock.get("source") == "none")
-    ):
-        raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "clock"})
-    skew = abs(box_ms - now_ms)
-    if skew > max_skew_ms:
-        raise Refusal(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": max_skew_ms})
 
 
 class _Home:
@@ -143,9 +116,7 @@ class Pool:
         self._changed = trio.Event()
         self.pacer = HomePacer(config)
         self._nursery: trio.Nursery | None = None
-        self._heap: list[tuple[float, int, PooledSession]] = []
-        self._seq = itertools.count()
-        self._reaper: trio.CancelScope | None = None
+        self._deadlines = DeadlineHeap(self._due)
         self._orphans: list[PooledSession] = []
         self._closing = 0
         """Sessions CLOSING: their box is still to hear `tun.end`."""
@@ -158,7 +129,7 @@ class Pool:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started(self)
-                await self._reap()
+                await self._deadlines.run()
         finally:
             self._nursery = None
             for s in list(self._sessions.values()):
@@ -403,7 +374,7 @@ class Pool:
             if not s.is_closed and s.holder is trio.lowlevel.current_task():
                 if s.at_box and not waiter.done.is_set():
                     s.give_up()  # the box still works on it: the session waits for that
-                    self._schedule(s, s.sent_at + self._config.call_deadline_s)
+                    self._deadlines.schedule(s, s.sent_at + self._config.call_deadline_s)
                 else:
                     s.release()
         if waiter.refusal is not None:
@@ -437,7 +408,7 @@ class Pool:
     def session_released(self, s: PooledSession) -> None:
         """`s` is READY with nobody waiting: it closes after `idle_close_s` unless taken."""
         s.idle_at = trio.current_time() + self._config.idle_close_s
-        self._schedule(s, s.idle_at)
+        self._deadlines.schedule(s, s.idle_at)
 
     def box_done(self, s: PooledSession, answered: bool) -> None:
         """The box finished `s`'s request (`answered`) or never will: its slot is free."""
@@ -469,43 +440,20 @@ class Pool:
 
     # -- the deadline heap ------------------------------------------------------------------
 
-    def _schedule(self, s: PooledSession, when: float) -> None:
-        """Have the heap look at `s` at `when` (trio seconds) unless it looks sooner already."""
-        if when >= s.check_at:
-            return
-        s.check_at = when
-        heapq.heappush(self._heap, (when, next(self._seq), s))
-        if self._reaper is not None and when < self._reaper.deadline:
-            self._reaper.deadline = when
-
-    async def _reap(self) -> None:
-        """The pool's one timer: close sessions idle past their deadline, and sessions whose
-        box has not answered a request its caller gave up on within `call_deadline_s`."""
-        heap = self._heap
-        while True:
-            with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as scope:
-                self._reaper = scope
-                await trio.sleep_forever()
-            self._reaper = None
-            now = trio.current_time()
-            while heap and heap[0][0] <= now:
-                when, _, s = heapq.heappop(heap)
-                if s.check_at != when:
-                    continue  # a sooner look replaced this one
-                s.check_at = math.inf
-                if s.is_closed:
-                    continue
-                if s.state is State.READY:
-                    if s.has_expired(now):
-                        s.close(TunEndReason.IDLE.value)
-                    else:
-                        self._schedule(s, s.idle_at)
-                elif s.is_abandoned:
-                    due = s.sent_at + self._config.call_deadline_s
-                    if now >= due:
-                        s.close(LocalEnd.NO_ANSWER.value)
-                    else:
-                        self._schedule(s, due)
+    def _due(self, s: PooledSession, now: float) -> None:
+        """The deadline heap's look at `s`: close it when idle past `idle_close_s`, or when its
+        box has not answered, within `call_deadline_s`, a request whose caller gave up."""
+        if s.state is State.READY:
+            if s.has_expired(now):
+                s.close(TunEndReason.IDLE.value)
+            else:
+                self._deadlines.schedule(s, s.idle_at)
+        elif s.is_abandoned:
+            due = s.sent_at + self._config.call_deadline_s
+            if now >= due:
+                s.close(LocalEnd.NO_ANSWER.value)
+            else:
+                self._deadlines.schedule(s, due)
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -517,7 +465,14 @@ class Pool:
         try:
             with scope:
                 try:
-                    await self._open(s, roster)
+                    await open_session(
+                        s,
+                        roster,
+                        door=self._door,
+                        keys=self._keys,
+                        config=self._config,
+                        wall_ms=self._wall_ms,
+                    )
                     if s.is_closed:  # closed from outside while it opened
                         outcome = "closed"
                 except Refusal as exc:
@@ -542,61 +497,3 @@ class Pool:
                 s.opening = None
                 with trio.CancelScope(shield=True):
                     await self._finish(s)
-
-    async def _open(self, s: PooledSession, roster: Roster) -> None:
-        assert roster.noise is not None
-        try:
-            tun = s.tun = await self._door.open_tun(s.home)
-        except HomeOffline:
-            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "door"}) from None
-        tun.on_end = s.close
-        handle: int | None = None
-        with trio.move_on_after(self._config.handshake_s) as deadline:
-            try:
-                handle, m1 = await self._keys.begin(s.agent_key, roster.noise)
-                if not await tun.send(m1):
-                    raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
-                m2 = await tun.receive()
-                keys = await self._keys.finish(handle, m2)
-                handle = None
-            except KeysError as exc:
-                if exc.bad_message:  # the box's message 2 did not complete the handshake
-                    raise Refusal(Code.E_UNAVAILABLE, {"reason": "handshake_failed"}) from None
-                what = "agent_key" if exc.unknown_key else "keys"
-                raise Refusal(Code.E_UNAVAILABLE, {"subsystem": what}) from None
-            finally:
-                if handle is not None:
-                    with (
-                        trio.CancelScope(shield=True),
-                        trio.move_on_after(1),
-                        contextlib.suppress(KeysError),
-                    ):
-                        await self._keys.abort(handle)
-            s.agent = AgentSession(keys)
-            if not await tun.send(s.agent.notify(Msg.HELLO, HELLO_BODY)):
-                raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
-            await self._wait_hello_ok(s)
-            while early := tun.queued():  # came after hello_ok, before the sink: in order
-                for message in early:
-                    await s.deliver(message)
-            if s.is_closed:
-                return
-            tun.attach(s.deliver)  # no await since the queue emptied: nothing out of order
-            s.opened()
-        if deadline.cancelled_caught:
-            raise Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
-
-    async def _wait_hello_ok(self, s: PooledSession) -> None:
-        assert s.agent is not None and s.tun is not None
-        while True:
-            for ev in s.agent.receive(await s.tun.receive()):
-                if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
-                    check_clock(ev.body, self._wall_ms(), self._config.clock_skew_max_ms)
-                    return  # nothing else of it is kept: 3 KiB a session (issue 12, item 6)
-                if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
-                    args = ev.body.get("args")
-                    raise Refusal(
-                        peer_code(ev.body.get("code")), args if isinstance(args, dict) else {}
-                    )
-                if isinstance(ev, Terminated):
-                    raise refusal_for_end(peer_reason(ev.reason))

@@ -1,0 +1,128 @@
+"""Opening one pooled session: the door tunnel, the Noise handshake through the keys part,
+`hello` and `hello_ok` (PROTOCOL.md parts A to C). No task of its own: `Pool` runs
+`open_session` in a short task per opening."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ftwbridge.config import Config
+from ftwbridge.door import Door, HomeOffline
+from ftwbridge.keys.service import KeysError, KeysPort
+from ftwbridge.proto.names import Code
+from ftwbridge.proto.refusal import Refusal
+from ftwbridge.proto.registry import Msg, peer_code, peer_reason
+from ftwbridge.proto.roster import Roster
+from ftwbridge.proto.session import AgentSession, Push, Terminated
+
+from .session import PooledSession, refusal_for_end
+
+HELLO_BODY = {
+    "proto": {"min": 1, "max": 1},
+    "app": {"build": "ftwbridge", "ua": "agent"},
+    "locales": ["en"],
+}
+
+
+def check_clock(hello_ok: dict[str, Any], now_ms: int, max_skew_ms: int) -> None:
+    """Check the box's clock in `hello_ok` against ours (PROTOCOL.md part B: a box without a
+    clock cannot judge expiry).
+
+    Raises:
+        Refusal: `E_UNAVAILABLE {subsystem: clock}` without a clock, `E_CLOCK_SKEW {skewMs,
+            maxMs}` past `max_skew_ms`.
+    """
+    clock = hello_ok.get("clock")
+    box_ms = clock.get("nowMs") if isinstance(clock, dict) else None
+    if (
+        isinstance(box_ms, bool)
+        or not isinstance(box_ms, int)
+        or (isinstance(clock, dict) and clock.get("source") == "none")
+    ):
+        raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "clock"})
+    skew = abs(box_ms - now_ms)
+    if skew > max_skew_ms:
+        raise Refusal(Code.E_CLOCK_SKEW, {"skewMs": skew, "maxMs": max_skew_ms})
+
+
+async def open_session(
+    s: PooledSession,
+    roster: Roster,
+    *,
+    door: Door,
+    keys: KeysPort,
+    config: Config,
+    wall_ms: Callable[[], int],
+) -> None:
+    """Open `s` (OPENING) to its home: a door tunnel, the Noise IK handshake through the keys
+    part (message 1 out, message 2 back within `config.handshake_s` seconds), `hello`, and a
+    `hello_ok` whose clock is within `config.clock_skew_max_ms` (PROTOCOL.md parts A to C).
+    On success the tunnel hands the box's messages to `s.deliver` and `s` is READY (or BUSY for
+    its first waiter). A keys-part handshake that does not finish is aborted.
+
+    Raises:
+        Refusal: the home is offline, the door dropped a message past its limit, the keys part
+            or the box refused, no answer in time, or the box's clock is missing or off.
+        TunEnded: the tunnel ended under the handshake.
+    """
+    assert roster.noise is not None
+    try:
+        tun = s.tun = await door.open_tun(s.home)
+    except HomeOffline:
+        raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "door"}) from None
+    tun.on_end = s.close
+    handle: int | None = None
+    with trio.move_on_after(config.handshake_s) as deadline:
+        try:
+            handle, m1 = await keys.begin(s.agent_key, roster.noise)
+            if not await tun.send(m1):
+                raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
+            m2 = await tun.receive()
+            transport = await keys.finish(handle, m2)
+            handle = None
+        except KeysError as exc:
+            if exc.bad_message:  # the box's message 2 did not complete the handshake
+                raise Refusal(Code.E_UNAVAILABLE, {"reason": "handshake_failed"}) from None
+            what = "agent_key" if exc.unknown_key else "keys"
+            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": what}) from None
+        finally:
+            if handle is not None:
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(1),
+                    contextlib.suppress(KeysError),
+                ):
+                    await keys.abort(handle)
+        s.agent = AgentSession(transport)
+        if not await tun.send(s.agent.notify(Msg.HELLO, HELLO_BODY)):
+            raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
+        await _wait_hello_ok(s, wall_ms(), config.clock_skew_max_ms)
+        while early := tun.queued():  # came after hello_ok, before the sink: in order
+            for message in early:
+                await s.deliver(message)
+        if s.is_closed:
+            return
+        tun.attach(s.deliver)  # no await since the queue emptied: nothing out of order
+        s.opened()
+    if deadline.cancelled_caught:
+        raise Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
+
+
+async def _wait_hello_ok(s: PooledSession, now_ms: int, max_skew_ms: int) -> None:
+    assert s.agent is not None and s.tun is not None
+    while True:
+        for ev in s.agent.receive(await s.tun.receive()):
+            if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
+                check_clock(ev.body, now_ms, max_skew_ms)
+                return  # nothing else of it is kept: 3 KiB a session (issue 12, item 6)
+            if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
+                args = ev.body.get("args")
+                raise Refusal(
+                    peer_code(ev.body.get("code")), args if isinstance(args, dict) else {}
+                )
+            if isinstance(ev, Terminated):
+                raise refusal_for_end(peer_reason(ev.reason))
