@@ -31,6 +31,7 @@ import trio
 from ftwbridge.config import ENV_PREFIX, Config, ConfigError, load_config
 from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
+from ftwbridge.keys.service import KeysError
 from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
 from ftwbridge.logs import configure_logging
 from ftwbridge.proto.roster import RosterRefused, verify_roster
@@ -132,8 +133,7 @@ async def _enroll(config: Config, home: str, key_hex: str) -> int:
     except ValueError:
         key = b""
     if len(key) != 32:
-        print("the key must be 32 bytes of hex", file=sys.stderr)
-        return 2
+        raise StartupError("the home's key must be 32 bytes of hex (64 characters)")
     store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
     try:
         before = await store.home_key(home)
@@ -159,7 +159,10 @@ async def _agent_create(config: Config, home: str) -> int:
         if config.keys_socket is None
         else KeysClient(config.keys_socket)
     )
-    print((await keys.create(home)).hex())
+    try:
+        print((await keys.create(home)).hex())
+    except KeysError as exc:  # the keys part's socket answers nobody
+        raise StartupError(f"{exc} at {config.keys_socket}", setting="keys_socket") from None
     return 0
 
 
@@ -175,13 +178,15 @@ async def _issue(config: Config, home: str, agent: str) -> int:
     try:
         held, key = await store.roster(home), await store.home_key(home)
         if held is None or key is None:
-            print(f"no roster is held for {home}", file=sys.stderr)
-            return 1
+            raise StartupError(
+                f"no roster is held for home {home!r}: enroll it and let its box connect first"
+            )
         try:
             roster = verify_roster(held[1], home_key=key, home=home)
         except RosterRefused as exc:
-            print(f"the held roster does not verify: {exc}", file=sys.stderr)
-            return 1
+            raise StartupError(
+                f"the roster held for home {home!r} does not verify: {exc}"
+            ) from None
         for agent_key, grant in roster.agents().items():
             if grant.id == agent:
                 from ftwbridge.run import Bridge
@@ -193,8 +198,9 @@ async def _issue(config: Config, home: str, agent: str) -> int:
                     bridge.store.close()
                 print(token)
                 return 0
-        print(f"the roster of {home} lists no agent {agent}", file=sys.stderr)
-        return 1
+        raise StartupError(
+            f"the roster of home {home!r} lists no agent {agent!r}: its owner approves it at home"
+        )
     finally:
         store.close()
 

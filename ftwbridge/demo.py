@@ -300,7 +300,8 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             await nursery.start(bridge.serve)
             url = bridge.site.resource
             door_url = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
-            _proc, line = await start_stub(nursery, door_url, "--approve-all")
+            stub_state = ("--state", str(state / "stub"))  # its roster lives as the bridge's
+            _proc, line = await start_stub(nursery, door_url, "--approve-all", *stub_state)
             await bridge.store.enroll_home(DEMO_HOME, bytes.fromhex(line["homeKey"]))
             with trio.fail_after(15):
                 await bridge.door.wait_roster(DEMO_HOME, lambda r: True)

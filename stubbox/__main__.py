@@ -36,7 +36,7 @@ import trio
 
 from ftwbridge.lifecycle import until_stdin_closes
 
-from .console import serve_console
+from .console import ConsoleError, serve_console
 from .state import StateError, state_path
 from .uplink import StubHome, run_uplink
 
@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         trio.run(_main, args)
-    except StateError as exc:  # raised at start, before any uplink or console runs
-        print(f"stubbox: {exc}", file=sys.stderr)
+    except* (StateError, ConsoleError) as group:  # raised at start: one sentence, exit 2
+        print(f"stubbox: {group.exceptions[0]}", file=sys.stderr)
         sys.exit(2)
 
 

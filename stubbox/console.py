@@ -24,6 +24,10 @@ from .uplink import StubHome
 MAX_LINE_BYTES = 64 * 1024
 
 
+class ConsoleError(Exception):
+    """The console cannot start (its port is taken); the message is one sentence."""
+
+
 def _grant(stub: StubHome, cmd: dict[str, Any]) -> AgentGrant:
     return AgentGrant(
         id=str(cmd["id"]),
@@ -127,7 +131,13 @@ async def serve_console(
 ) -> None:
     """Serve the console of `stubs` (home id -> stub) on 127.0.0.1:`port` (0 picks one);
     reports the bound port. A command's `home` picks the stub (default: the first)."""
-    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    try:
+        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    except OSError as exc:
+        raise ConsoleError(
+            f"the console cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); pick"
+            " another port with --console N, or 0 to let the system pick one"
+        ) from None
     bound = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         task_status.started(bound)

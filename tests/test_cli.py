@@ -372,3 +372,53 @@ def test_log_level_from_the_environment(tmp_path: Path) -> None:
     assert ready
     err = _stop(proc)
     assert " INFO " not in err, err
+
+
+# -- what a fresh-eyes walk through the README met (tracebacks where a sentence belongs) ------
+
+
+def test_agent_create_with_no_keys_part_on_its_socket(tmp_path: Path) -> None:
+    config = write(tmp_path / "b.toml", f'keys_socket = "{tmp_path / "none.sock"}"\n')
+    refused(
+        ftwbridge("agent", "create", "--config", str(config), "--home", "H", cwd=tmp_path),
+        "not reachable",
+        "keys_socket",
+    )
+
+
+def test_enroll_with_a_short_key(tmp_path: Path) -> None:
+    refused(
+        ftwbridge("home", "enroll", "--home", "H", "--key", "abcd", cwd=tmp_path),
+        "32 bytes of hex",
+    )
+
+
+def test_stub_console_port_in_use(tmp_path: Path, held_port: int) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stubbox",
+            "--console",
+            str(held_port),
+            "--bridge",
+            "ws://127.0.0.1:9/v1/box",
+        ],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in out, out
+    assert done.stderr.startswith("stubbox: the console cannot listen"), done.stderr
+
+
+def test_demo_runs_twice_on_one_state_dir(tmp_path: Path) -> None:
+    """`--state-dir` keeps the stub home's roster beside the bridge's, so a second run finds
+    the roster the bridge holds (it once came back at seq 1 and hung, refused `stale_seq`)."""
+    for _ in range(2):
+        done = ftwbridge("demo", "--once", "--state-dir", str(tmp_path / "demo"), cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "demo session done" in done.stdout, done.stdout

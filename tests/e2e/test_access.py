@@ -213,7 +213,8 @@ async def test_operator_flow_from_the_cli(env: Env) -> None:
         env=run_env,
         check=False,
     )
-    assert done.returncode == 1 and b"lists no agent" in done.stderr
+    assert done.returncode == 2 and b"ftwbridge: " in done.stderr
+    assert b"lists no agent 'nobody'" in done.stderr and b"Traceback" not in done.stderr
 
 
 async def test_a_key_the_keys_part_never_held_is_refused_in_words(env: Env) -> None:
