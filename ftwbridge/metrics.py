@@ -223,8 +223,9 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def create_admin_app(metrics: Metrics, ready: Callable[[], Awaitable[bool]]) -> QuartTrio:
-    """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (`ready()`)."""
+def create_admin_app(metrics: Metrics, not_ready: Callable[[], Awaitable[str | None]]) -> QuartTrio:
+    """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (200 `ready`, or 503
+    `not ready: <why>` with the sentence `not_ready()` gives)."""
     app = QuartTrio("ftwbridge-admin")
     app.before_request(framing_and_coding)
 
@@ -238,10 +239,11 @@ def create_admin_app(metrics: Metrics, ready: Callable[[], Awaitable[bool]]) -> 
 
     @app.route("/readyz")
     async def readyz() -> Response:
-        ok = await ready()
-        return Response(
-            b"ready\n" if ok else b"not ready\n", 200 if ok else 503, {"content-type": "text/plain"}
-        )
+        why = await not_ready()
+        if why is None:
+            return Response(b"ready\n", 200, {"content-type": "text/plain"})
+        body = f"not ready: {why}\n".encode()
+        return Response(body, 503, {"content-type": "text/plain; charset=utf-8"})
 
     return app
 

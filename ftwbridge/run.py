@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -184,17 +185,23 @@ class Bridge:
         """
         return await self.minter.mint(home, agent_key, agent_id, scopes, client)
 
-    async def ready(self) -> bool:
-        """Ready once the store and the keys part answer, and not while draining."""
+    async def not_ready(self) -> str | None:
+        """Why the bridge should take no traffic now, in one sentence, or None when it is
+        ready: the store and the keys part answer (within 2 s each), and it is not draining."""
         if self.pool.draining:
-            return False
+            return "draining: the bridge is stopping"
         try:
             with trio.fail_after(2):
                 await self.store.home_key("")
+        except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
+            return f"the store does not answer ({type(exc).__name__})"
+        try:
+            with trio.fail_after(2):
                 await self.keys.has(bytes(32))
-        except (trio.TooSlowError, KeysError, OSError):
-            return False
-        return True
+        except (trio.TooSlowError, KeysError, OSError) as exc:
+            where = f" at {self.config.keys_socket}" if self.config.keys_socket else ""
+            return f"the keys part{where} does not answer ({exc or type(exc).__name__})"
+        return None
 
     async def drain(self) -> None:
         """Stop taking calls, let calls in flight finish (`drain_s`), end every session with
@@ -301,9 +308,12 @@ class Bridge:
                     ac.accesslog = None
                     ac.errorlog = hc.errorlog
                     ac.graceful_timeout = 1.0
-                    admin = create_admin_app(self.metrics, self.ready)
+                    admin = create_admin_app(self.metrics, self.not_ready)
                     await nursery.start(hypercorn_serve, admin, ac)
                 log.info("bridge up at %s", self.site.public_url)
+                why = await self.not_ready()
+                if why is not None:  # serving anyway: the part may come up later
+                    log.warning("not ready: %s; calls that need it are refused until it does", why)
                 task_status.started(self)
         finally:
             self.store.close()

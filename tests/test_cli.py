@@ -422,3 +422,12 @@ def test_demo_runs_twice_on_one_state_dir(tmp_path: Path) -> None:
         done = ftwbridge("demo", "--once", "--state-dir", str(tmp_path / "demo"), cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "demo session done" in done.stdout, done.stdout
+
+
+def test_serve_says_when_its_keys_part_does_not_answer(tmp_path: Path) -> None:
+    """`keys_socket` naming a socket no keys part serves: the bridge serves (the keys part may
+    come up later) but says so once at start, and `/readyz` gives the same reason."""
+    sock = tmp_path / "none.sock"
+    proc, _banner = _serve(tmp_path, f'bind = "127.0.0.1:{_free_port()}"\nkeys_socket = "{sock}"\n')
+    err = _stop(proc)
+    assert f"not ready: the keys part at {sock} does not answer" in err, err

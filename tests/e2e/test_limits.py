@@ -60,7 +60,10 @@ async def test_slow_body_is_408_and_metrics_and_health(env: Env) -> None:
         async with trio.open_nursery() as inner:
             inner.start_soon(env.bridge.pool.drain, 5)
             await trio.sleep(0.05)
-            assert (await http.get(f"{admin}/readyz")).status_code == 503
+            r = await http.get(f"{admin}/readyz")
+            assert (
+                r.status_code == 503 and r.text == "not ready: draining: the bridge is stopping\n"
+            )
     result = (await post_call(env, token, "status")).json()["result"]
     assert result["isError"] and "restarting" in result["content"][0]["text"]
 
