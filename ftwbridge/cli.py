@@ -154,6 +154,18 @@ async def _enroll(config: Config, home: str, key_hex: str) -> int:
 
 
 async def _agent_create(config: Config, home: str) -> int:
+    database = Path(config.state_dir) / "bridge.sqlite"
+    if database.is_file():  # a key for a home the bridge does not know would serve no one
+        store = SqliteStore(database)
+        try:
+            enrolled = await store.home_key(home) is not None
+        finally:
+            store.close()
+        if not enrolled:
+            raise StartupError(
+                f"home {home!r} is not enrolled here: run `ftwbridge home enroll --home {home}"
+                " --key <its key>` first"
+            )
     keys: KeysPort = (
         KeysService(Path(config.state_dir) / "agent-keys.json")
         if config.keys_socket is None

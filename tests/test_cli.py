@@ -431,3 +431,11 @@ def test_serve_says_when_its_keys_part_does_not_answer(tmp_path: Path) -> None:
     proc, _banner = _serve(tmp_path, f'bind = "127.0.0.1:{_free_port()}"\nkeys_socket = "{sock}"\n')
     err = _stop(proc)
     assert f"not ready: the keys part at {sock} does not answer" in err, err
+
+
+def test_agent_create_for_a_home_never_enrolled(tmp_path: Path) -> None:
+    key = "ab" * 32
+    assert ftwbridge("home", "enroll", "--home", "H", "--key", key, cwd=tmp_path).returncode == 0
+    refused(ftwbridge("agent", "create", "--home", "G", cwd=tmp_path), "'G' is not enrolled")
+    made = ftwbridge("agent", "create", "--home", "H", cwd=tmp_path)
+    assert made.returncode == 0 and len(bytes.fromhex(made.stdout.strip())) == 32, made.stderr
