@@ -23,6 +23,8 @@ from typing import Any
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from ftwbridge.demo import console
+
 PY = sys.executable
 WAIT_S = 30.0
 """Bound on a process start or on one cross-process wait (seconds); generous for a loaded
@@ -294,16 +296,7 @@ class StubProc:
             RuntimeError: the console answered with an error.
         """
         with trio.fail_after(WAIT_S):
-            stream = await trio.open_tcp_stream("127.0.0.1", self.console)
-            async with stream:
-                await stream.send_all(json.dumps({"home": home, **command}).encode() + b"\n")
-                buf = b""
-                while not buf.endswith(b"\n"):
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        break
-                    buf += chunk
-        answer = json.loads(buf)
-        if "error" in answer:
-            raise RuntimeError(f"console of {home}: {answer['error']}")
-        return answer["ok"]
+            try:
+                return await console(self.console, {"home": home, **command})
+            except RuntimeError as exc:
+                raise RuntimeError(f"console of {home}: {exc}") from None
