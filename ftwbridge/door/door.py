@@ -38,6 +38,7 @@ from ftwbridge.proto.registry import Msg, peer_reason
 from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
 from ftwbridge.store import Store
 
+from .applier import RosterApplier
 from .refusals import RefusalLog, RosterBehind, peer_text
 from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSocketLike, close_ws
 
@@ -108,71 +109,34 @@ class Door:
     """Told (home, req) when a box answers `agent.denied {req}`."""
     on_fault: Callable[[str], None] | None = None
     """Told `door` each time an uplink is closed 4400 for a message that breaks part C."""
-    _unsaved: dict[str, tuple[Roster, frozenset[bytes]]] = field(default_factory=dict)
-    """Per home, in the order they first waited: the newest roster not yet stored, and the
-    agents that rosters since the last save dropped."""
-    _failed: dict[str, tuple[Roster, frozenset[bytes]]] = field(default_factory=dict)
-    """Per home, a roster whose save failed, and the agents it dropped: saved again when the
-    box sends a roster (the same one, when it reconnects)."""
-    _saving: str | None = None
-    _unsaved_changed: trio.Event = field(default_factory=trio.Event)
+    _applier: RosterApplier = field(init=False)
     _behind: dict[str, RosterBehind] = field(default_factory=dict)
     """Homes whose box's roster is older than the held one (see `roster_behind`)."""
     _refusal_log: RefusalLog = field(default_factory=RefusalLog)
 
+    def __post_init__(self) -> None:
+        self._applier = RosterApplier(self._save_roster)
+
+    async def _save_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
+        await self.store.put_roster(home, roster.seq, roster.signed)
+        if self.on_persist is not None:
+            await self.on_persist(home, roster, dropped)
+
     async def apply_rosters(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """The roster applier, until cancelled: for each home with an accepted roster not yet
-        stored, store its newest one, then run `on_persist` with the agents dropped since the
-        last save. One home at a time, each home's rosters in order (a newer one waiting
-        replaces an older one: the store keeps only the newest). A failure is logged with its
-        home and the applier goes on (the box sends its newest roster again when it next
-        connects)."""
-        task_status.started()
-        while True:
-            while not self._unsaved:
-                await self._unsaved_changed.wait()
-            home = next(iter(self._unsaved))
-            roster, dropped = self._unsaved.pop(home)
-            self._saving = home
-            try:
-                await self.store.put_roster(home, roster.seq, roster.signed)
-                if self.on_persist is not None:
-                    await self.on_persist(home, roster, dropped)
-            except Exception as exc:  # the applier outlives one bad write; the reason is logged
-                self._failed[home] = (roster, dropped)  # retried when the box sends it again
-                log.error(
-                    "roster seq %d of home %s was not saved (%s: %s); it is saved again when "
-                    "the box next sends a roster (at the latest when it reconnects)",
-                    roster.seq,
-                    home,
-                    type(exc).__name__,
-                    exc,
-                )
-            finally:
-                self._saving = None
-                self._unsaved_changed.set()
-                self._unsaved_changed = trio.Event()
+        """The roster applier (`door.applier`), until cancelled: each home's newest accepted
+        roster is stored, then `on_persist` runs with the agents dropped since the last save."""
+        await self._applier.run(task_status=task_status)
 
     @property
     def rosters_unsaved(self) -> int:
         """Homes whose newest accepted roster the applier has not finished yet."""
-        return len(self._unsaved) + (self._saving is not None)
+        return self._applier.unsaved
 
     async def rosters_saved(self) -> None:
         """Wait until the applier has nothing left to store (the caller bounds the time)."""
-        while self.rosters_unsaved:
-            await self._unsaved_changed.wait()
-
-    def _to_save(self, home: str, roster: Roster, held: Roster | None) -> None:
-        dropped = frozenset(held.agents()) - frozenset(roster.agents()) if held else frozenset()
-        for before in (self._unsaved.get(home), self._failed.pop(home, None)):
-            if before is not None:
-                dropped |= before[1]
-        self._unsaved[home] = (roster, dropped)
-        self._unsaved_changed.set()
-        self._unsaved_changed = trio.Event()
+        await self._applier.saved()
 
     async def _bad_message(self, ws: WebSocketLike, why: str) -> None:
         """Close an uplink that sent a message breaking part C (4400), logged and counted."""
@@ -286,8 +250,7 @@ class Door:
         held = await self.roster(home)
         if held is not None and signed == held.signed:
             self._behind.pop(home, None)
-            if home in self._failed:  # its save failed: this is the retry the log promised
-                self._to_save(home, held, None)
+            self._applier.retry(home, held)  # a save that failed is tried again now
             return True, held.seq, ""  # the same roster again (a box reconnecting): nothing new
         try:
             if key is None:
@@ -305,7 +268,7 @@ class Door:
         if self.on_roster is not None:
             await self.on_roster(home, roster)
         self._roster_changed.pop(home, trio.Event()).set()  # waiters see it in effect
-        self._to_save(home, roster, held)  # stored and synced by `apply_rosters`
+        self._applier.add(home, roster, held)  # stored and synced by `apply_rosters`
         return True, roster.seq, ""
 
     def _box_behind(self, home: str, signed: bytes, key: bytes, held: Roster) -> None:
