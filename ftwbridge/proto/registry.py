@@ -16,14 +16,27 @@ from typing import Any, Final
 
 import yaml
 
-from .names import Answer, Cap, Code, Read, Resolution, Scope, TerminateReason, TunEndReason
+from .names import (
+    Answer,
+    Cap,
+    Code,
+    GoalMsg,
+    Read,
+    Resolution,
+    Scope,
+    TerminateReason,
+    TunEndReason,
+)
 
 
 class Msg(StrEnum):
-    """Envelope `t` values of PROTOCOL.md parts A (upstream), B and C that no YAML file lists."""
+    """Envelope `t` values of PROTOCOL.md parts A (upstream), B, C and E that no YAML file lists
+    (`cmd`, `cmd.ack`, `cmd.result` are upstream's; E's goal messages are `names.GoalMsg`)."""
 
     HELLO = "hello"
     CMD = "cmd"
+    CMD_ACK = "cmd.ack"
+    CMD_RESULT = "cmd.result"
     HELLO_OK = "hello_ok"
     ERROR = "error"
     SESSION_TERMINATE = "session.terminate"
@@ -37,7 +50,7 @@ class Msg(StrEnum):
     CLAIM_OFFER = "claim.offer"
     AGENT_REQUEST = "agent.request"
     AGENT_DENIED = "agent.denied"
-    AGENT_DECIDED = "agent.decided"
+    AGENT_DECIDED = GoalMsg.AGENT_DECIDED.value  # listed in agents.yaml `goal_messages`
 
 
 def _load(name: str) -> Any:
