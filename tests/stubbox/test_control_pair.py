@@ -330,3 +330,48 @@ def test_reads_only_grant_and_raw_hostile_commands() -> None:
         assert env.t == "error" and env.id == 77, env
         assert env.b["code"] == "E_UNKNOWN_OP" and env.b["args"] == {"arg": arg}, env.b
     assert p.box.commands.stats.acted == 0
+
+
+def test_the_checks_come_in_part_e_order() -> None:
+    p = Ctl(ops=("loadpoint.hold",))
+    late = p.new_id()
+    _rid, message = p.session.command("battery.hold", {}, cmd_id=late, now_ms=p.now)
+    p.uptime += 60_000  # expiry comes before the unknown op
+    assert refused(p.exchange(message))[0] == Code.E_CMD_EXPIRED
+    p.uptime -= 60_000
+    p.box.home.controls.blocked_by = ["planner"]
+    p.box.home.controls.bump()  # a stale revision comes before the dispatch gate
+    assert refused(p.command(HOLD.to_args()))[0] == Code.E_CONFLICT
+    p.ask(Read.LOADPOINTS_GET)
+    assert refused(p.command({"id": "lp1", "power_w": 5}))[0] == Code.E_PRECONDITION  # gate first
+    p.box.home.controls.blocked_by = []
+    assert refused(p.command({"id": "lp1", "power_w": 5}))[0] == Code.E_NEEDS_OWNER
+
+
+def test_the_table_forgets_after_a_day_and_an_expired_grant_ends_the_session() -> None:
+    p = Ctl()
+    cmd_id = p.new_id()
+    assert [type(e) for e in p.command(HOLD.to_args(), cmd_id=cmd_id)] == [Acked, Reply]
+    p.now += DAY
+    p.uptime += DAY
+    p.ask(Read.LOADPOINTS_GET)
+    assert [type(e) for e in p.command(HOLD.to_args(), cmd_id=cmd_id)] == [Acked, Reply]
+    assert p.box.commands.stats.acted == 2  # a day later the same cmdId is a new command
+    p.now = p.grant.expires_at_ms
+    events = p.command(Release("lp1").to_args())
+    assert refused(events[:1])[0] == Code.E_GRANT_EXPIRED and events[1].reason == "expired"
+    assert not p.box.has_session(1)
+
+
+def test_cmds_per_hour_is_counted_per_agent() -> None:
+    p = Ctl(caps={"cmds_per_hour": 1})
+    assert [type(e) for e in p.command(HOLD.to_args())] == [Acked, Reply]
+    assert refused(p.command(HOLD.to_args()))[0] == Code.E_RATE_LIMITED
+    p.command(Release("lp1").to_args())
+    private, key = generate_static()
+    p.owner.put_agent(key, replace(p.grant, id="a2"), now_ms=p.now)
+    p.box.set_roster(p.owner.roster)
+    p.session = p.open(sid=1, private=private)  # the second agent on a fresh tunnel
+    p.hello()
+    p.ask(Read.LOADPOINTS_GET)
+    assert [type(e) for e in p.command(HOLD.to_args())] == [Acked, Reply]
