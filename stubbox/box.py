@@ -46,7 +46,7 @@ from . import reads
 from .commands import Commands
 from .goals import Entry, GoalBook, decided
 from .home import Home
-from .problem import Problem, error_body
+from .problem import Problem, error_body, take_slot
 
 ClockSource = Literal["ntp", "rtc", "none"]
 MINUTE_MS = 60_000
@@ -319,12 +319,7 @@ class Box:
         info = CAPS[Cap.READS_PER_MIN]
         cap = min(sess.grant.caps.get(Cap.READS_PER_MIN, info.default), info.ceiling)
         recent = self._recent.setdefault(sess.key, deque())
-        while recent and recent[0] <= now_ms - MINUTE_MS:
-            recent.popleft()
-        if len(recent) >= cap:
-            wait = recent[0] + MINUTE_MS - now_ms
-            raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
-        recent.append(now_ms)
+        take_slot(recent, now_ms, window_ms=MINUTE_MS, most=cap)
 
 
 __all__ = ["MAX_ENVELOPE_BYTES", "Box", "BoxStats", "Problem", "error_body"]

@@ -53,7 +53,7 @@ from ftwbridge.proto.roster import AgentGrant
 
 from . import charger
 from .home import Home
-from .problem import Problem, error_body
+from .problem import Problem, error_body, take_slot
 from .reads import cap_value
 
 KEEP_MS: Final = 86_400_000
@@ -189,14 +189,8 @@ class Commands:
 
     def _count(self, key: bytes, grant: AgentGrant, now_ms: int) -> None:
         """`cmds_per_hour` (agents.yaml `caps`) over a rolling hour, per agent key."""
-        top = cap_value(grant, Cap.CMDS_PER_HOUR)
         recent = self._recent.setdefault(key, deque())
-        while recent and recent[0] <= now_ms - HOUR_MS:
-            recent.popleft()
-        if len(recent) >= top:
-            wait = recent[0] + HOUR_MS - now_ms
-            raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
-        recent.append(now_ms)
+        take_slot(recent, now_ms, window_ms=HOUR_MS, most=cap_value(grant, Cap.CMDS_PER_HOUR))
 
 
 def _error(p: Problem) -> tuple[str, Any]:

@@ -1,7 +1,9 @@
-"""A box's refusal of a read, and the upstream `error` body it becomes (PROTOCOL.md part A)."""
+"""A box's refusal of a request, the upstream `error` body it becomes (PROTOCOL.md part A), and
+the rolling windows its rate limits count in."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from ftwbridge.proto.names import Code
@@ -28,3 +30,18 @@ def error_body(
     if args:
         body["args"] = args
     return body
+
+
+def take_slot(recent: deque[int], now_ms: int, *, window_ms: int, most: int) -> None:
+    """Count one event at `now_ms` in a rolling window of `window_ms` (ms) holding at most
+    `most`; `recent` holds the window's event times, oldest first, and is updated.
+
+    Raises:
+        Problem: `E_RATE_LIMITED {retryAfterMs}` when the window is full (nothing counted).
+    """
+    while recent and recent[0] <= now_ms - window_ms:
+        recent.popleft()
+    if len(recent) >= most:
+        wait = recent[0] + window_ms - now_ms
+        raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
+    recent.append(now_ms)
