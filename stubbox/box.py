@@ -253,7 +253,7 @@ class Box:
             raise Problem(Code.E_SCOPE_DENIED, needScope=need.value)
         if env.t == Read.REQUESTS_GET:
             self._count(sess, now_ms)
-            mine = self.goals.for_agent(sess.key, now_ms)
+            mine = self.goals.for_agent(sess.key, now_ms, max_bytes=reads.ANSWER_ROOM_BYTES)
             return self._wrap(sess, env.id, [(Answer.REQUESTS, mine.to_body())])
         if now_ms < sess.busy_until_ms:
             wait = sess.busy_until_ms - now_ms

@@ -23,6 +23,7 @@ from ftwbridge.proto.control import (
     RequestList,
     RequestState,
 )
+from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.fields import MAX_REQUESTS
 from ftwbridge.proto.names import Cap, Code
 from ftwbridge.proto.roster import AgentGrant
@@ -130,12 +131,20 @@ class GoalBook:
             del self._entries[next(iter(self._entries))]
         return GoalQueued(req_id, now_ms + WAIT_MS)
 
-    def for_agent(self, key: bytes, now_ms: int) -> RequestList:
-        """The `requests` answer for the agent with `key`: its requests, newest first (at most
-        `MAX_REQUESTS`)."""
+    def for_agent(self, key: bytes, now_ms: int, *, max_bytes: int | None = None) -> RequestList:
+        """The `requests` answer for the agent with `key`: its requests, newest first, at most
+        `MAX_REQUESTS`, and with `max_bytes`, only as many as fit that many bytes of CBOR (the
+        contract's answer has no paging; the oldest are left out)."""
         self.expire(now_ms)
-        mine = [e.record for e in self._entries.values() if e.key == key]
-        return RequestList(tuple(reversed(mine[-MAX_REQUESTS:])))
+        mine = [e.record for e in reversed(self._entries.values()) if e.key == key]
+        out: list[GoalRecord] = []
+        size = 16  # the map and its one key
+        for record in mine[:MAX_REQUESTS]:
+            size += len(dumps(record.to_body()))
+            if max_bytes is not None and size > max_bytes:
+                break
+            out.append(record)
+        return RequestList(tuple(out))
 
     def waiting(self, now_ms: int) -> list[Entry]:
         """Requests waiting for the owner, oldest first."""

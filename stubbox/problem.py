@@ -20,15 +20,20 @@ class Problem(Exception):
         self.retry_after_ms = retry_after_ms
 
 
+ECHO_CHARS = 64
+"""Most characters of a peer's text (a type, a field name) an `error` repeats back."""
+
+
 def error_body(
     code: Code, args: dict[str, Any], retry_after_ms: int | None = None
 ) -> dict[str, Any]:
-    """An upstream `error` body `{code, retryable, retryAfterMs?, args?}`."""
+    """An upstream `error` body `{code, retryable, retryAfterMs?, args?}`; text args are cut
+    to `ECHO_CHARS`, so a hostile type or field name is not sent back whole."""
     body: dict[str, Any] = {"code": code.value, "retryable": CODES[code].retryable}
     if retry_after_ms is not None:
         body["retryAfterMs"] = retry_after_ms
     if args:
-        body["args"] = args
+        body["args"] = {k: v[:ECHO_CHARS] if isinstance(v, str) else v for k, v in args.items()}
     return body
 
 

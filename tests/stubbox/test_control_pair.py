@@ -375,3 +375,33 @@ def test_cmds_per_hour_is_counted_per_agent() -> None:
     p.hello()
     p.ask(Read.LOADPOINTS_GET)
     assert [type(e) for e in p.command(HOLD.to_args())] == [Acked, Reply]
+
+
+def test_a_long_history_of_requests_fits_one_answer() -> None:
+    p = Ctl(caps={"pending_requests": 20, "reads_per_min": 60})
+    note = "\u00e9" * 280  # the longest note, two bytes a character
+    asked = []
+    for i in range(300):
+        p.now += 60_000
+        body = {"goal": "site_mode", "args": {"mode": "idle"}, "note": note}
+        asked.append(p.box.goals.ask(p.key, p.grant, body, p.now).req_id)
+        p.box.goals.decide(asked[-1], i % 2 == 0, p.now)
+    p.now += 60_000
+    [listed] = p.exchange(p.session.request(Read.REQUESTS_GET.value)[1])
+    ids = [r.req_id for r in listed.body.requests]
+    assert 10 < len(ids) < 300 and ids == asked[::-1][: len(ids)]  # the newest, newest first
+
+
+def test_what_the_box_echoes_of_a_hostile_message_is_bounded() -> None:
+    p = Ctl()
+    long = "x" * 16_200
+    body = {
+        "cmdId": p.new_id(),
+        "op": "loadpoint.hold",
+        "args": {"id": "lp1", "power_w": 1, "hold_s": 1, long: 1},
+        "notValidAfterMs": p.uptime + 20_000,
+        "expect": {"rev": p.box.home.controls.rev},
+    }
+    for t, b in [("cmd", body), (long, None), ("api.req" + long, None)]:
+        [env] = p.raw(t, b)
+        assert env.t == "error" and len(str(env.b)) < 300, env.b
