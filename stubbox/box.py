@@ -298,8 +298,10 @@ class Box:
         return self._pushes([entry])
 
     def expire_goals(self, now_ms: int) -> list[tuple[int, bytes]]:
-        """Expire goal requests that waited 24 h; returns their `agent.decided {expired}`."""
-        return self._pushes(self.goals.expire(now_ms))
+        """Expire goal requests that waited 24 h; returns the `agent.decided {expired}` of
+        every request that expired since the last call, whichever call noticed it."""
+        self.goals.expire(now_ms)
+        return self._pushes(self.goals.take_expired())
 
     def _pushes(self, entries: list[Entry]) -> list[tuple[int, bytes]]:
         out = []

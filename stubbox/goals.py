@@ -89,6 +89,7 @@ class GoalBook:
         self._next = max(ids, default=0) + 1
         self.version = 0
         """Moves with every change (a request queued, decided, expired or forgotten)."""
+        self._expired: list[Entry] = []
 
     def entries(self) -> list[Entry]:
         """Every kept request, oldest first."""
@@ -167,16 +168,19 @@ class GoalBook:
         state = RequestState.APPROVED if approve else RequestState.DENIED
         return self._settle(entry, state, now_ms)
 
-    def expire(self, now_ms: int) -> list[Entry]:
-        """Expire requests that waited 24 h, forget those asked over 30 days ago; returns the
-        entries that expired now (each gets `agent.decided {decision: expired}`)."""
-        out = []
+    def expire(self, now_ms: int) -> None:
+        """Expire requests that waited 24 h (each is kept for `take_expired`, whose agent
+        hears `agent.decided {decision: expired}`), forget those asked over 30 days ago."""
         for entry in list(self._entries.values()):
             if entry.record.at_ms + KEEP_MS <= now_ms:
                 del self._entries[entry.record.req_id]
                 self.version += 1
             elif entry.record.state is RequestState.PENDING and entry.expires_at_ms <= now_ms:
-                out.append(self._settle(entry, RequestState.EXPIRED, entry.expires_at_ms))
+                self._expired.append(self._settle(entry, RequestState.EXPIRED, entry.expires_at_ms))
+
+    def take_expired(self) -> list[Entry]:
+        """The requests that expired since the last call (whichever call noticed it)."""
+        out, self._expired = self._expired, []
         return out
 
     def _settle(self, entry: Entry, state: RequestState, at_ms: int) -> Entry:

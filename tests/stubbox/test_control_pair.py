@@ -405,3 +405,15 @@ def test_what_the_box_echoes_of_a_hostile_message_is_bounded() -> None:
     for t, b in [("cmd", body), (long, None), ("api.req" + long, None)]:
         [env] = p.raw(t, b)
         assert env.t == "error" and len(str(env.b)) < 300, env.b
+
+
+def test_an_expiry_noticed_by_the_owners_look_is_still_pushed() -> None:
+    p = Ctl()
+    ask = {"goal": "site_mode", "args": {"mode": "idle"}}
+    [q] = p.exchange(p.session.request(GoalMsg.GOAL_REQUEST.value, ask)[1])
+    p.now += DAY
+    assert p.box.goals.waiting(p.now) == []  # the owner's console looked first
+    [(_sid, push)] = p.box.expire_goals(p.now)
+    [ev] = p.session.receive(push)
+    assert ev.body == Decided(q.body.req_id, Decision.EXPIRED, EVENING + DAY)
+    assert p.box.expire_goals(p.now) == []  # pushed once
