@@ -32,6 +32,7 @@ from ftwbridge.proto.names import (
     Cap,
     Code,
     GoalMsg,
+    Op,
     Read,
     RefusedToAgents,
     Role,
@@ -43,6 +44,7 @@ from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
 from ftwbridge.proto.session import Channel
 
 from . import reads
+from .charger import OWNER
 from .commands import Commands
 from .goals import Entry, GoalBook, decided
 from .home import Home
@@ -162,10 +164,16 @@ class Box:
         return len(self._sessions)
 
     def set_roster(self, roster: Roster) -> list[tuple[int, bytes]]:
-        """Adopt a newer roster; returns (sid, `session.terminate {revoked}`) for dropped agents."""
+        """Adopt a newer roster; returns (sid, `session.terminate {revoked}`) for dropped agents.
+        A hold set by an agent the roster no longer lists, or whose grant lost the op, ends."""
         self.roster = roster
         out: list[tuple[int, bytes]] = []
         agents = roster.agents()
+        holding = {k.hex() for k, g in agents.items() if Op.LOADPOINT_HOLD.value in g.ops}
+        controls = self.home.controls
+        for charger_id, held in list(controls.holds.items()):
+            if held.by != OWNER and held.by not in holding:
+                controls.release(charger_id)
         for sid, sess in list(self._sessions.items()):
             row = roster.device(sess.key)
             if sess.key not in agents or row is None or row.role != Role.AGENT:

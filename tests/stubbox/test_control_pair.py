@@ -417,3 +417,15 @@ def test_an_expiry_noticed_by_the_owners_look_is_still_pushed() -> None:
     [ev] = p.session.receive(push)
     assert ev.body == Decided(q.body.req_id, Decision.EXPIRED, EVENING + DAY)
     assert p.box.expire_goals(p.now) == []  # pushed once
+
+
+def test_revoking_an_agent_ends_its_hold_and_its_session() -> None:
+    p = Ctl()
+    p.command(HOLD.to_args())
+    assert p.lp1()["hold"] is not None
+    p.owner.drop_agent(p.key, now_ms=p.now)
+    [(_sid, terminate)] = p.box.set_roster(p.owner.roster)
+    [ev] = p.session.receive(terminate)
+    assert ev.reason == "revoked"
+    lp = p.box.home.loadpoints(p.now)["loadpoints"][0]
+    assert lp["hold"] is None and lp["power_w"] == 0
