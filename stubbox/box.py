@@ -241,8 +241,9 @@ class Box:
         if self.clock_source == "none":
             raise Problem(Code.E_UNAVAILABLE, subsystem="clock")
         g = sess.grant
+        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
         if env.t == Msg.CMD:  # part E's own order, idempotency first (stubbox/commands.py)
-            answers = self.commands.handle(sess.key, g, env.b, now_ms, uptime_ms)
+            answers = self.commands.handle(sess.key, g, env.b, now_ms, uptime_ms, home_ms=home_ms)
             return self._wrap(sess, env.id, answers, bulk=False)
         if now_ms >= g.expires_at_ms:
             raise Problem(Code.E_GRANT_EXPIRED, expiresAtMs=g.expires_at_ms)
@@ -269,7 +270,6 @@ class Box:
         self._count(sess, now_ms)
         sess.busy_until_ms = now_ms + self.answer_delay_ms
         self.last_delay_ms = self.answer_delay_ms
-        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
         answers = reads.answer(self, g, Read(env.t), env.b, home_ms, uptime_ms)
         self.stats.reads += 1
         out = []

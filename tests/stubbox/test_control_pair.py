@@ -429,3 +429,11 @@ def test_revoking_an_agent_ends_its_hold_and_its_session() -> None:
     assert ev.reason == "revoked"
     lp = p.box.home.loadpoints(p.now)["loadpoints"][0]
     assert lp["hold"] is None and lp["power_w"] == 0
+
+
+def test_a_frozen_home_holds_at_its_own_time() -> None:
+    p = Ctl(start=EVENING - 18 * 3_600_000)  # 02:00 by the box's clock: the planner holds lp1
+    p.box.frozen_ms = EVENING  # ... but the home answers as at 20:00 (--frozen-ms)
+    ack, _result = p.command(HOLD.to_args())
+    assert isinstance(ack, Acked) and ack.ack.expires_at_ms == EVENING + 600_000
+    assert p.lp1()["hold"] == {"power_w": 7400, "untilMs": EVENING + 600_000}
