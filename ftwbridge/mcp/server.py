@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 from mcp_types import jsonrpc
@@ -29,15 +29,17 @@ from pydantic import ValidationError
 
 from ftwbridge import __version__
 from ftwbridge.proto.clean import to_json
-from ftwbridge.proto.names import Code, Read
+from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
 from . import inbound
 from .auth import BearerAuth, Unauthorized
+from .confirm import StateRefused
+from .control import Control, ControlPort, InputRequired
+from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .results import (
     ERROR_META,
     KNOWN_OUTCOMES,
@@ -73,6 +75,7 @@ OUTCOMES = {
     "cancelled": "the client left before the answer",
     "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
     "notification": "202: a JSON-RPC notification",
+    "input_required": "a command waits for the person's confirmation (MCP 2026-07-28 MRTR)",
 }
 """The outcome words of `/mcp` requests other than `ok` and a box's registry codes (audit
 `status`, metric label `outcome`), and when each is given."""
@@ -93,18 +96,14 @@ RATE_LIMITED_JSONRPC = -32029
 """JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
 SERVER_INFO = {"name": "ftwbridge", "version": __version__}
 INSTRUCTIONS = (
-    "Read-only access to one home's energy box: live power, plan, prices, history, health."
+    "Access to one home's energy box: live power, plan, prices, history, health; within the"
+    " owner's grant, start and stop a charge, and ask the owner for lasting changes."
 )
 
 
-class HomePort(Protocol):
-    """What `/mcp` needs of the rest of the bridge (the pool and the rosters)."""
-
-    async def call(self, home: str, agent_key: bytes, read: Read, body: Any) -> Reply:
-        """One box read; raises `Refusal`."""
-
-    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        """The agent's row in the home's newest roster, or None when it is not listed."""
+HomePort = ControlPort
+"""What `/mcp` needs of the rest of the bridge (the pool and the rosters): reads, grants and
+commands (`mcp/control.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +192,8 @@ class McpService:
             `held_seq` when the home's box sent an older roster that does not list the agent
             (`Door.roster_behind`), else None; such a call is refused in words at once.
         anonymous_token: the test profile's token for requests without one (never in production).
+        confirm_ttl_s: how long a person has to confirm a charge where the client can ask
+            (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
     """
 
     def __init__(
@@ -211,8 +212,15 @@ class McpService:
         on_request: Callable[[str, str], None] | None = None,
         roster_behind: Callable[[str, bytes], Any] | None = None,
         anonymous_token: str | None = None,
+        confirm_ttl_s: float | None = 120.0,
     ) -> None:
         self._homes = homes
+        self._control = Control(
+            homes=homes,
+            wall_ms=wall_ms,
+            call_deadline_s=call_deadline_s,
+            confirm_ttl_s=confirm_ttl_s,
+        )
         self._auth = BearerAuth(
             verify_token=verify_token,
             grant=homes.grant,
@@ -224,7 +232,7 @@ class McpService:
         self._max_body = max_body_bytes
         self._deadline_s = call_deadline_s
         self._wall_ms = wall_ms
-        self._tool_list = [t.definition() for t in TOOLS]
+        self._tool_list = [t.definition() for t in TOOLS] + [t.definition() for t in CONTROL_TOOLS]
         self._http_burst = http_burst
         self._http_per_s = http_per_s
         self._agent_buckets: dict[tuple[str, bytes], TokenBucket] = {}
@@ -429,33 +437,26 @@ class McpService:
             return self._error(
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
             )
-        spec = TOOLS_BY_NAME.get(name)
+        spec: ToolSpec | ControlTool | None = TOOLS_BY_NAME.get(name) or CONTROL_BY_NAME.get(name)
         if spec is None:  # a protocol error (MCP tools, "Error Handling"): not a tool's result
             seen.outcome = "unknown_tool"
             return self._error(
                 route,
                 jsonrpc.INVALID_PARAMS,
                 f"Unknown tool: {log_safe(name[:64])}",
-                {"tools": sorted(TOOLS_BY_NAME)},
+                {"tools": sorted([*TOOLS_BY_NAME, *CONTROL_BY_NAME])},
             )
         seen.tool = name
         missing = [s.value for s in spec.scopes if s.value not in token.scopes]
         if missing:
             seen.outcome = "insufficient_scope"
-            scope = " ".join(missing)
-            rej = inbound.Rejection(
-                403,
-                jsonrpc.INVALID_REQUEST,
-                f"insufficient_scope: this tool needs {scope}",
-                route.id,
-                {"requiredScopes": missing},
-            )
-            challenge = self._auth.challenge(
-                "insufficient_scope", f"The tool {name} needs {scope}", scope
-            )
-            return _json(403, rej.body(), {"www-authenticate": challenge})
+            return self._insufficient_scope(route, name, missing)
         try:
-            args = spec.args.model_validate(arguments)
+            args = (
+                spec.parse(arguments)
+                if isinstance(spec, ControlTool)
+                else spec.args.model_validate(arguments)
+            )
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
@@ -465,17 +466,46 @@ class McpService:
             return self._result(
                 route, text_error(f"The arguments for {name} are not valid: {problems}.")
             )
-        behind = None if spec.run is not None else self._behind(token)
+        answered_here = isinstance(spec, ToolSpec) and spec.run is not None
+        behind = None if answered_here else self._behind(token)
         if behind is not None:
             seen.outcome = "roster_behind"
             return self._result(route, _roster_behind_result(behind))
         try:
-            result = await self._run(spec, args, token)
+            if isinstance(spec, ControlTool):
+                out = await self._control.run(spec, args, token, route)
+                if isinstance(out, InputRequired):
+                    seen.outcome = "input_required"
+                    return _json(200, {"jsonrpc": "2.0", "id": route.id, "result": out.result()})
+                result = out
+            else:
+                result = await self._run(spec, args, token)
+        except StateRefused as exc:
+            seen.outcome = "invalid_params"
+            return self._error(route, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {exc}")
         except Refusal as exc:
             sent = exc.code
             result = refusal_result(exc)  # cleans the peer's code: one that was not a code's
             seen.outcome = exc.code if exc.code == sent else "other"  # shape is `other`
         return self._result(route, result)
+
+    def _insufficient_scope(
+        self, route: inbound.Route, name: str, missing: list[str]
+    ) -> HttpResponse:
+        """403 `insufficient_scope` naming the scopes the tool needs, for step-up (RFC 6750
+        section 3.1; MCP authorization, "Scope Challenge Handling")."""
+        scope = " ".join(missing)
+        rej = inbound.Rejection(
+            403,
+            jsonrpc.INVALID_REQUEST,
+            f"insufficient_scope: this tool needs {scope}",
+            route.id,
+            {"requiredScopes": missing},
+        )
+        challenge = self._auth.challenge(
+            "insufficient_scope", f"The tool {name} needs {scope}", scope
+        )
+        return _json(403, rej.body(), {"www-authenticate": challenge})
 
     def _behind(self, token: TokenRecord) -> Any:
         if self._roster_behind is None:

@@ -19,7 +19,7 @@ from ftwbridge.proto.registry import Msg, peer_code, peer_reason
 from ftwbridge.proto.roster import Roster
 from ftwbridge.proto.session import AgentSession, Push, Terminated
 
-from .session import PooledSession, refusal_for_end
+from .session import PooledSession, refusal_for_end, session_clock_ms
 
 HELLO_BODY = {
     "proto": {"min": 1, "max": 1},
@@ -115,7 +115,8 @@ async def open_session(
 async def _wait_hello_ok(s: PooledSession, now_ms: int, max_skew_ms: int) -> None:
     assert s.agent is not None and s.tun is not None
     while True:
-        for ev in s.agent.receive(await s.tun.receive()):
+        message = await s.tun.receive()
+        for ev in s.agent.receive(message, now_ms=session_clock_ms()):
             if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
                 check_clock(ev.body, now_ms, max_skew_ms)
                 return  # nothing else of it is kept: 3 KiB a session (issue 12, item 6)
