@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, RootModel
 
 from ftwbridge.proto.fields import MAX_NOTE
 from ftwbridge.proto.names import AgentOp, Cap, Goal, Mode, Read, Scope
-from ftwbridge.proto.registry import CAPS, OP_SCOPE, READS
+from ftwbridge.proto.registry import CAPS, OP_SCOPE, READ_SCOPES, READS
 
 from .args import NoArgs, _Args
 
@@ -236,3 +236,7 @@ REQUESTS = ControlTool(
 )
 CONTROL_TOOLS: Final[tuple[ControlTool, ...]] = (CHARGE_NOW, STOP, GOAL, REQUESTS)
 CONTROL_BY_NAME: Final[dict[str, ControlTool]] = {t.name: t for t in CONTROL_TOOLS}
+TOOL_SCOPES: Final[frozenset[str]] = frozenset(
+    {*(s.value for s in READ_SCOPES), *(s.value for t in CONTROL_TOOLS for s in t.scopes)}
+)
+"""Every scope a tool of `/mcp` needs: the reads' and control's (RFC 9728 `scopes_supported`)."""
