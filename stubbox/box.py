@@ -9,9 +9,12 @@ messages for every session whose agent it drops. Times: `now_ms` is the box's ow
 
 Per read the box enforces, in this order (PROTOCOL.md part B, agents.yaml): the clock (a box
 without one refuses agents, `E_UNAVAILABLE {subsystem: clock}`), expiry (`E_GRANT_EXPIRED` then
-`session.terminate {expired}`), refused types (`api.req`) and ops (`E_OP_NOT_GRANTED`), the
-scope (`E_SCOPE_DENIED {needScope}`), one request in flight and the rolling minute
-(`E_RATE_LIMITED {retryAfterMs}`), then the read's own arguments, caps and limits.
+`session.terminate {expired}`), refused types (`api.req`, `E_OP_NOT_GRANTED`), the scope
+(`E_SCOPE_DENIED {needScope}`; `goal.request` and `requests.get` need `ftw.goals.write`), one
+request in flight and the rolling minute (`E_RATE_LIMITED {retryAfterMs}`), then the read's own
+arguments, caps and limits. A `cmd` goes, after the clock, through part E's own order
+(`stubbox/commands.py`); goal requests are kept in `stubbox/goals.py`, and `decide` /
+`expire_goals` return the `agent.decided` pushes for the asking agent's open sessions.
 """
 
 from __future__ import annotations
@@ -20,16 +23,28 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ftwbridge.proto.control import EvTarget
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
-from ftwbridge.proto.names import Cap, Code, Read, RefusedToAgents, Role, TerminateReason
+from ftwbridge.proto.names import (
+    Answer,
+    Cap,
+    Code,
+    GoalMsg,
+    Read,
+    RefusedToAgents,
+    Role,
+    TerminateReason,
+)
 from ftwbridge.proto.noise import Responder
-from ftwbridge.proto.registry import CAPS, READS, Msg
+from ftwbridge.proto.registry import CAPS, GOAL_REQUEST_SCOPE, READS, Msg
 from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
 from ftwbridge.proto.session import Channel
 
 from . import reads
+from .commands import Commands
+from .goals import Entry, GoalBook, decided
 from .home import Home
 from .problem import Problem, error_body
 
@@ -96,6 +111,10 @@ class Box:
         self.last_delay_ms = 0
         """How long the shell should hold the answers of the last `receive` (reads only)."""
         self.stats = BoxStats()
+        self.commands = Commands(home)
+        """Agents' commands: idempotency table, `cmds_per_hour`, part E's checks."""
+        self.goals = GoalBook()
+        """Agents' goal requests, waiting for the owner or decided (30 days)."""
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -214,20 +233,28 @@ class Box:
         if self.clock_source == "none":
             raise Problem(Code.E_UNAVAILABLE, subsystem="clock")
         g = sess.grant
+        if env.t == Msg.CMD:  # part E's own order, idempotency first (stubbox/commands.py)
+            answers = self.commands.handle(sess.key, g, env.b, now_ms, uptime_ms)
+            return self._wrap(sess, env.id, answers, bulk=False)
         if now_ms >= g.expires_at_ms:
             raise Problem(Code.E_GRANT_EXPIRED, expiresAtMs=g.expires_at_ms)
         if env.t in set(RefusedToAgents):
             raise Problem(Code.E_OP_NOT_GRANTED, t=env.t)
-        if env.t == Msg.CMD:
-            op = env.b.get("op") if isinstance(env.b, dict) else None
-            if op not in g.ops:
-                raise Problem(Code.E_OP_NOT_GRANTED, op=str(op))
-            raise Problem(Code.E_NEEDS_OWNER, op=str(op), why="durable")
+        if env.t == GoalMsg.GOAL_REQUEST:
+            if GOAL_REQUEST_SCOPE not in g.scopes:
+                raise Problem(Code.E_SCOPE_DENIED, needScope=GOAL_REQUEST_SCOPE.value)
+            self._count(sess, now_ms)
+            queued = self.goals.ask(sess.key, g, env.b, now_ms)
+            return self._wrap(sess, env.id, [(GoalMsg.GOAL_QUEUED, queued.to_body())])
         if env.t not in set(Read):
             raise Problem(Code.E_UNKNOWN_OP, t=env.t)
         need = READS[Read(env.t)].scope
         if need not in g.scopes:
             raise Problem(Code.E_SCOPE_DENIED, needScope=need.value)
+        if env.t == Read.REQUESTS_GET:
+            self._count(sess, now_ms)
+            mine = self.goals.for_agent(sess.key, now_ms)
+            return self._wrap(sess, env.id, [(Answer.REQUESTS, mine.to_body())])
         if now_ms < sess.busy_until_ms:
             wait = sess.busy_until_ms - now_ms
             raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
@@ -240,6 +267,49 @@ class Box:
         out = []
         for t, body in answers:
             out.append(sess.channel.wrap(Envelope(t, env.id, body), bulk=True))
+        return out
+
+    def _wrap(
+        self, sess: _Session, rid: int, answers: list[tuple[str, Any]], *, bulk: bool = True
+    ) -> list[bytes]:
+        for t, body in answers:
+            if t == Msg.ERROR:
+                code = body["code"]
+                self.stats.refusals[code] = self.stats.refusals.get(code, 0) + 1
+        return [sess.channel.wrap(Envelope(t, rid, body), bulk=bulk) for t, body in answers]
+
+    # -- the owner's decisions --------------------------------------------------------------
+
+    def decide(self, req_id: str, approve: bool, now_ms: int) -> list[tuple[int, bytes]]:
+        """The owner approves or denies goal request `req_id`; an approval makes the change as
+        the owner (`ev_target` sets the car's target, `site_mode` the site's mode). Returns
+        (sid, `agent.decided`) for each open session of the asking agent (it answers no call).
+
+        Raises:
+            KeyError: no such request. ValueError: it is no longer waiting.
+        """
+        entry = self.goals.decide(req_id, approve, now_ms)
+        if approve:
+            args = entry.record.args
+            if isinstance(args, EvTarget):
+                self.home.controls.set_target(args.car, args.soc_permille)
+            else:
+                self.home.controls.set_mode(args.mode.value)
+        return self._pushes([entry])
+
+    def expire_goals(self, now_ms: int) -> list[tuple[int, bytes]]:
+        """Expire goal requests that waited 24 h; returns their `agent.decided {expired}`."""
+        return self._pushes(self.goals.expire(now_ms))
+
+    def _pushes(self, entries: list[Entry]) -> list[tuple[int, bytes]]:
+        out = []
+        for entry in entries:
+            body = decided(entry).to_body()
+            for sess in self._sessions.values():
+                if sess.key == entry.key:
+                    out.append(
+                        (sess.sid, sess.channel.wrap(Envelope(GoalMsg.AGENT_DECIDED, None, body)))
+                    )
         return out
 
     def _count(self, sess: _Session, now_ms: int) -> None:

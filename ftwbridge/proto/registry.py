@@ -143,6 +143,10 @@ READ_SCOPES: Final[frozenset[Scope]] = frozenset(
 SCOPE_DESC: Final[dict[Scope, str]] = {
     Scope(s["name"]): s["desc"] for s in [*_REGISTRY["scopes"], *_AGENTS.get("scopes", [])]
 }
+GOAL_REQUEST_SCOPE: Final[Scope] = Scope(
+    next(m["scope"] for m in _AGENTS["goal_messages"] if m.get("t") == GoalMsg.GOAL_REQUEST)
+)
+"""The scope `goal.request` needs (agents.yaml `goal_messages`): `ftw.goals.write`."""
 OP_SCOPE: Final[dict[str, Scope]] = {o["name"]: Scope(o["scope"]) for o in _REGISTRY["ops"]}
 ROSTER_CONTEXT: Final[bytes] = _AGENTS["roster"]["signing_context"].encode("ascii") + b"\x00"
 DOOR_CONTEXT: Final[bytes] = _AGENTS["roster"]["door_context"].encode("ascii") + b"\x00"
