@@ -104,8 +104,11 @@ async def grant_agent(
     scopes: list[str] | None = None,
     ttl_ms: int = 86_400_000,
     name: str = "Demo assistant",
+    ops: list[str] | None = None,
+    caps: dict[str, int] | None = None,
 ) -> tuple[bytes, str]:
-    """Create an agent key in the keys part, have the owner grant it, wait for the roster.
+    """Create an agent key in the keys part, have the owner grant it (`scopes`, reads by
+    default; `ops` and `caps`, none by default), wait for the roster.
 
     Returns (agent key, agent id).
     """
@@ -122,8 +125,8 @@ async def grant_agent(
             "client": "demo",
             "name": name,
             "scopes": granted,
-            "ops": [],
-            "caps": {},
+            "ops": ops or [],
+            "caps": caps or {},
             "expiresAtMs": bridge.clock() + ttl_ms,
         },
     )

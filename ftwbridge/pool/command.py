@@ -4,7 +4,8 @@
 session for the whole command, so nothing else goes to the box between its steps:
 
 1. `cmds_per_hour` is checked at the bridge before a byte leaves (`CommandBudget`, the grant's
-   cap, default 20, ceiling 120): past it, `E_RATE_LIMITED {retryAfterMs}`;
+   cap, default 20, ceiling 120): past it, `E_RATE_LIMITED {retryAfterMs}`. A release (`clear`)
+   is neither limited nor counted, as at the box: an assistant can always stop what it started;
 2. a session that has seen no `controlRev` reads `loadpoints.get` first (part E);
 3. `cmd` goes out on lane 0 with `expect.rev` and `notValidAfterMs` (proto/session.py); the
    session stays BUSY through `cmd.ack` until `cmd.result`;
@@ -122,8 +123,10 @@ async def send_command(
             returned, not raised: the caller says what it means.
     """
     key = (home, agent_key)
+    counted = "clear" not in args  # a release is never limited: an assistant can always stop
     async with pool.hold(home, agent_key, command=True) as (s, grant):
-        wait_ms = budget.retry_after_ms(key, cap_of(grant, Cap.CMDS_PER_HOUR), trio.current_time())
+        cap = cap_of(grant, Cap.CMDS_PER_HOUR)
+        wait_ms = budget.retry_after_ms(key, cap, trio.current_time()) if counted else None
         if wait_ms is not None:
             raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": wait_ms}, wait_ms)
         assert s.agent is not None
@@ -132,7 +135,8 @@ async def send_command(
         for attempt in (1, 2):
             ack: list[CmdAck] = []
             outcome: CmdResult | Refusal
-            budget.charge(key, cmd_id, trio.current_time())
+            if counted:
+                budget.charge(key, cmd_id, trio.current_time())
             try:
                 reply = await pool.exchange(s, partial(_start, op, args, cmd_id), acks=ack)
                 assert isinstance(reply.body, CmdResult)

@@ -88,6 +88,8 @@ async def test_cmds_per_hour_is_checked_before_a_byte_leaves(
     assert limited.value.code == Code.E_RATE_LIMITED
     assert 0 < limited.value.retry_after_ms <= HOUR_S * 1000  # type: ignore[operator]
     assert len(rig.links[0].sent) == sent and trio.current_time() == t0
+    stop = Release("lp1").to_args()  # never limited: an assistant can always stop
+    await rig.pool.command("h1", key, "loadpoint.hold", stop, rig.pool.new_cmd_id())
     await trio.sleep(limited.value.retry_after_ms / 1000)  # type: ignore[operator]
     await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
 
