@@ -37,8 +37,9 @@ import trio
 from ftwbridge.lifecycle import until_stdin_closes
 
 from .console import ConsoleError, serve_console
+from .dial import run_uplink
 from .state import StateError, state_path
-from .uplink import StubHome, run_uplink
+from .uplink import StubHome
 
 STOP_S = 1.0
 """The most a stop takes from the first signal (seconds); uplinks close within it."""

@@ -86,6 +86,8 @@ class GoalBook:
         self._entries: dict[str, Entry] = {e.record.req_id: e for e in entries or ()}
         ids = [int(r[5:]) for r in self._entries if r.startswith("goal-") and r[5:].isdigit()]
         self._next = max(ids, default=0) + 1
+        self.version = 0
+        """Moves with every change (a request queued, decided, expired or forgotten)."""
 
     def entries(self) -> list[Entry]:
         """Every kept request, oldest first."""
@@ -123,6 +125,7 @@ class GoalBook:
             req_id, asked.goal, asked.args, RequestState.PENDING, now_ms, asked.note
         )
         self._entries[req_id] = Entry(record, key, grant.id, now_ms + WAIT_MS)
+        self.version += 1
         while len(self._entries) > MAX_KEPT:
             del self._entries[next(iter(self._entries))]
         return GoalQueued(req_id, now_ms + WAIT_MS)
@@ -162,6 +165,7 @@ class GoalBook:
         for entry in list(self._entries.values()):
             if entry.record.at_ms + KEEP_MS <= now_ms:
                 del self._entries[entry.record.req_id]
+                self.version += 1
             elif entry.record.state is RequestState.PENDING and entry.expires_at_ms <= now_ms:
                 out.append(self._settle(entry, RequestState.EXPIRED, entry.expires_at_ms))
         return out
@@ -170,6 +174,7 @@ class GoalBook:
         record = replace(entry.record, state=state, decided_at_ms=at_ms)
         settled = replace(entry, record=record)
         self._entries[record.req_id] = settled
+        self.version += 1
         return settled
 
 
