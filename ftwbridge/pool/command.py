@@ -4,8 +4,9 @@
 session for the whole command, so nothing else goes to the box between its steps:
 
 1. `cmds_per_hour` is checked at the bridge before a byte leaves (`CommandBudget`, the grant's
-   cap, default 20, ceiling 120): past it, `E_RATE_LIMITED {retryAfterMs}`. A release (`clear`)
-   is neither limited nor counted, as at the box: an assistant can always stop what it started;
+   cap, default 20, ceiling 120): past it, `E_RATE_LIMITED {retryAfterMs}`. As at the box, it
+   counts commands the box carried out (acked, or `applied` / `unconfirmed`), and a release
+   (`clear`) is neither limited nor counted: an assistant can always stop what it started;
 2. a session that has seen no `controlRev` reads `loadpoints.get` first (part E);
 3. `cmd` goes out on lane 0 with `expect.rev` and `notValidAfterMs` (proto/session.py); the
    session stays BUSY through `cmd.ack` until `cmd.result`;
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from .pool import Pool
 
 HOUR_S: Final = 3600.0
+ACTED: Final = frozenset({CmdState.APPLIED, CmdState.UNCONFIRMED})
+"""`cmd.result` states of a command the box carried out (what `cmds_per_hour` counts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,8 @@ def cap_of(grant: AgentGrant, cap: Cap) -> int:
 
 
 class CommandBudget:
-    """`cmds_per_hour` at the bridge: the commands each agent sent in the rolling hour.
+    """`cmds_per_hour` at the bridge: the commands of each agent the box carried out in the
+    rolling hour.
 
     Times are trio seconds passed in; no I/O. A `cmdId` sent again (a retry the box answers
     from its idempotency table) is not counted twice.
@@ -135,8 +139,6 @@ async def send_command(
         for attempt in (1, 2):
             ack: list[CmdAck] = []
             outcome: CmdResult | Refusal
-            if counted:
-                budget.charge(key, cmd_id, trio.current_time())
             try:
                 reply = await pool.exchange(s, partial(_start, op, args, cmd_id), acks=ack)
                 assert isinstance(reply.body, CmdResult)
@@ -149,5 +151,7 @@ async def send_command(
                 continue
             if isinstance(outcome, Refusal):
                 raise outcome
+            if counted and (ack or outcome.state in ACTED):
+                budget.charge(key, cmd_id, trio.current_time())
             return CommandOutcome(cmd_id, ack[0] if ack else None, outcome)
     raise AssertionError("unreachable")  # pragma: no cover
