@@ -181,7 +181,9 @@ async def test_refusals_reach_the_assistant_in_words_and_a_retry_acts_once(env: 
         r = await post(env, token, "ev_charge_now", charge, rid=43)
         assert r.json()["result"]["content"][0]["text"].startswith("E_PRECONDITION: ")
         await home.console(op="block", by=[])
-        r = await post(env, token, "ev_charge_now", {"charger": "lp7", "power_w": 7400, "minutes": 5}, rid=44)
+        r = await post(
+            env, token, "ev_charge_now", {"charger": "lp7", "power_w": 7400, "minutes": 5}, rid=44
+        )
         assert "no charger called 'lp7'" in r.json()["result"]["content"][0]["text"]
 
         for rid in (45, 46):  # the 2nd and 3rd the box carried out this hour, then the cap
