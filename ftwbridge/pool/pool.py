@@ -23,8 +23,7 @@ import math
 import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -32,7 +31,7 @@ from ftwbridge.config import Config
 from ftwbridge.door import Door, LocalEnd, TunEnded, tun_end_reason
 from ftwbridge.keys.service import KeysPort
 from ftwbridge.proto.control import CmdAck, new_cmd_id
-from ftwbridge.proto.errors import LocalProtocolError, ProtocolError
+from ftwbridge.proto.errors import LocalProtocolError
 from ftwbridge.proto.names import Cap, Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.roster import AgentGrant, Roster, admit
@@ -40,7 +39,8 @@ from ftwbridge.proto.session import AgentSession, Reply
 
 from .command import CommandBudget, CommandOutcome, send_command
 from .deadlines import DeadlineHeap
-from .opening import open_session
+from .homes import HomeShare, PoolObserver, PoolStats
+from .opening import open_outcome
 from .pacing import HomePacer
 from .session import REPLACEABLE, PooledSession, State, Waiter, refusal_for_end
 
@@ -48,49 +48,6 @@ log = logging.getLogger("ftwbridge.pool")
 
 ANSWER_EWMA = 0.3
 """Weight of the newest answer time in a home's running estimate (for retry hints)."""
-
-
-@dataclass(slots=True)
-class PoolStats:
-    """`Pool.statistics()`: sessions by state (`sessions` = ready + busy), calls whose request
-    is at a box (`calls_in_flight`, including those whose caller gave up), calls waiting for a
-    session (`queued`), and how many sessions ended, by reason."""
-
-    sessions: int
-    opening: int
-    busy: int
-    calls_in_flight: int
-    queued: int
-    drops: dict[str, int]
-
-
-class PoolObserver(Protocol):
-    """Where the pool reports timings (the bridge's metrics fit)."""
-
-    def on_queue_wait(self, seconds: float) -> None: ...
-    def on_open(self, outcome: str, seconds: float) -> None: ...
-
-
-class _Home:
-    """One home's share of the pool: its open sessions by agent key, its queue, and how long
-    its box has taken to answer (seconds, a running estimate)."""
-
-    __slots__ = ("answer_s", "commands", "queued", "sessions")
-
-    def __init__(self) -> None:
-        self.sessions: dict[bytes, PooledSession] = {}
-        self.queued = 0
-        """Reads waiting for their turn or their session."""
-        self.commands = 0
-        """Commands waiting, counted apart so reads never fill their places."""
-        self.answer_s = 0.0
-
-    def count(self, command: bool, delta: int) -> None:
-        """One more (`delta` 1) or one fewer (-1) call waiting, in its own count."""
-        if command:
-            self.commands += delta
-        else:
-            self.queued += delta
 
 
 class Pool:
@@ -120,7 +77,7 @@ class Pool:
         self._wall_ms = wall_ms
         self._sessions: OrderedDict[tuple[str, bytes], PooledSession] = OrderedDict()
         """Open and opening sessions, least recently used first."""
-        self._homes: dict[str, _Home] = {}
+        self._homes: dict[str, HomeShare] = {}
         self._in_flight = 0
         self._limiter = trio.CapacityLimiter(config.calls_in_flight)
         self._drops: dict[str, int] = {}
@@ -219,10 +176,10 @@ class Pool:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def _home(self, home: str) -> _Home:
+    def _home(self, home: str) -> HomeShare:
         h = self._homes.get(home)
         if h is None:
-            h = self._homes[home] = _Home()
+            h = self._homes[home] = HomeShare()
         return h
 
     def _forget_home_if_empty(self, home: str) -> None:
@@ -544,27 +501,14 @@ class Pool:
         assert scope is not None
         try:
             with scope:
-                try:
-                    await open_session(
-                        s,
-                        roster,
-                        door=self._door,
-                        keys=self._keys,
-                        config=self._config,
-                        wall_ms=self._wall_ms,
-                    )
-                    if s.is_closed:  # closed from outside while it opened
-                        outcome = "closed"
-                except Refusal as exc:
-                    outcome = exc.code
-                    s.failure = exc
-                    s.close(LocalEnd.REFUSED.value)
-                except TunEnded as exc:
-                    outcome = "closed"
-                    s.close(exc.reason)
-                except ProtocolError:
-                    outcome = "closed"
-                    s.close(LocalEnd.PROTOCOL_ERROR.value)
+                outcome = await open_outcome(
+                    s,
+                    roster,
+                    door=self._door,
+                    keys=self._keys,
+                    config=self._config,
+                    wall_ms=self._wall_ms,
+                )
             if scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
                 outcome = "closed"
         finally:
