@@ -224,7 +224,8 @@ class MemoryTokenStorage:
 
 async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: str) -> Any:
     """The official `mcp` client's OAuth provider, signing in through the bridge with the person
-    played by `consent_as_person`. Returns the provider (an httpx2 auth) once it holds tokens."""
+    played by `consent_as_person`. Returns the provider (an httpx2 auth); once it signed in,
+    `demo_storage` holds its tokens and `demo_consents` what the person saw."""
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import (
         AuthorizationCodeResult,
@@ -233,9 +234,11 @@ async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: st
     from pydantic import AnyUrl
 
     answer: dict[str, list[str]] = {}
+    consents: list[Consent] = []
 
     async def redirect_handler(url: str) -> None:
-        answer.update((await consent_as_person(base_url, url, console_port, home)).query)
+        consents.append(await consent_as_person(base_url, url, console_port, home))
+        answer.update(consents[-1].query)
 
     async def callback_handler() -> AuthorizationCodeResult:
         return AuthorizationCodeResult(
@@ -258,6 +261,7 @@ async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: st
         callback_handler=callback_handler,
     )
     provider.demo_storage = storage  # type: ignore[attr-defined]
+    provider.demo_consents = consents  # type: ignore[attr-defined]
     return provider
 
 

@@ -14,11 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitResult
+
+from ftwbridge.demo import oauth_sign_in
 
 from .env import REAL_WAIT_S, Env, Home, now_ms
 
@@ -205,3 +208,48 @@ async def test_refusals_reach_the_assistant_in_words_and_a_retry_acts_once(env: 
             await env.bridge.door.wait_roster("h1", lambda ro: key not in ro.agents())
         r = await post(env, token, "ev_stop", {"charger": "lp1"})
         assert r.status_code == 401 and "withdrawn" in r.json()["error_description"]
+
+
+async def test_consent_lists_control_apart_and_the_owner_may_approve_reads_only(env: Env) -> None:
+    """Issue 16 item 5, through the official client's OAuth provider: the consent page lists
+    what the assistant could change apart from what it could read, `agent.request` carries the
+    ops asked, and an owner who approves reads only leaves a row with no ops and a token that
+    the control tools answer with a step-up challenge."""
+    home = await env.add_home("h1")
+    asked: list[dict[str, Any]] = []
+
+    async def owner() -> None:
+        # the request crosses into the stub's process, which has no event to wait on: look at
+        # its console until it is there (the test's fail_after bounds it)
+        while True:
+            waiting = [w for w in await home.console(op="requests") if w["kind"] == "assistant"]
+            if waiting:
+                break
+            await trio.sleep(0.05)
+        asked.append(waiting[0])
+        await home.console(op="approve", req=waiting[0]["req"], readsOnly=True)
+
+    base = env.bridge.site.public_url.rstrip("/")
+    auth = await oauth_sign_in(base, env.url, home.console_port, "h1")
+    with trio.fail_after(REAL_WAIT_S):
+        async with trio.open_nursery() as n:
+            n.start_soon(owner)
+            async with (
+                httpx2.AsyncClient(auth=auth, timeout=30) as http,
+                env.client(http, "2026-07-28") as c,
+            ):
+                await c.list_tools()
+    (consent,) = auth.demo_consents
+    reads, _, changes = consent.page.partition("and to change, within the limits you set at home")
+    assert "Current readings" in reads and "charging" not in reads
+    assert "Start and stop charging for up to 15 minutes at a time" in changes
+    assert "Ask you for lasting changes" in changes and "approve reading only" in changes
+    assert asked[0]["ops"] == ["loadpoint.hold"]
+    assert {"ftw.dispatch.write", "ftw.goals.write"} <= set(asked[0]["scopes"])
+    roster = await env.bridge.door.roster("h1")
+    assert roster is not None
+    (grant,) = roster.agents().values()
+    assert grant.ops == () and "ftw.dispatch.write" not in grant.scopes
+    token = auth.demo_storage.tokens.access_token
+    r = await post(env, token, "ev_charge_now", {"charger": "lp1", "power_w": 7400})
+    assert r.status_code == 403 and 'scope="ftw.dispatch.write"' in r.headers["www-authenticate"]
