@@ -51,7 +51,7 @@ from .control_tools import (
     StopArgs,
 )
 from .inbound import META_CAPABILITIES, Route
-from .results import ok_result, text_error
+from .results import log_safe, ok_result, text_error
 
 audit = logging.getLogger("ftwbridge.audit")
 
@@ -326,8 +326,8 @@ class Control:
             "cmd op=%s charger=%s home=%s agent=%s outcome=%s",
             HOLD_OP.value,
             charger,
-            clean(token.home)[:80],
-            clean(token.agent_id)[:80],
+            log_safe(token.home),
+            log_safe(token.agent_id),
             outcome,
         )
 

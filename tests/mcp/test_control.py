@@ -389,3 +389,20 @@ async def test_a_charger_the_home_does_not_list_is_not_asked_about() -> None:
         async with client(service(homes), elicit=lambda c, p: None) as c:
             result = await c.call_tool("ev_charge_now", CHARGE | {"charger": "lp9"})
     assert result.is_error and "no charger called 'lp9'" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_every_command_leaves_one_audit_line(caplog: pytest.LogCaptureFixture) -> None:
+    homes = Homes()
+    svc = service(homes, confirm_ttl_s=None)
+    with caplog.at_level("INFO", logger="ftwbridge.audit"):
+        await post(svc, *call("ev_charge_now", CHARGE))
+        homes.refusal = Refusal("E_NEEDS_OWNER", {"op": "loadpoint.hold", "why": "held"})
+        await post(svc, *call("ev_stop", {"charger": "lp1"}))
+        await post(
+            svc, *call("goal_request", {"goal": "site_mode", "mode": "idle", "note": "x\ny"})
+        )
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cmd ")]
+    assert lines == [  # the token's agent id tries a line break: it stays on one line
+        "cmd op=loadpoint.hold charger=lp1 home=h1 agent=a 1 status=ok outcome=applied",
+        "cmd op=loadpoint.hold charger=lp1 home=h1 agent=a 1 status=ok outcome=E_NEEDS_OWNER",
+    ]
