@@ -50,6 +50,8 @@ class Home:
     proc: trio.Process
     console_port: int
     home_key: bytes
+    offset_ms: int = 0
+    """How far the home's clock was moved (its console's `clock {offsetMs}`)."""
 
     async def console(self, **command: Any) -> Any:
         return await console(self.console_port, {"home": self.name} | command)

@@ -50,10 +50,11 @@ SKEWED = pytest.mark.config(clock_skew_max_ms=DAY_MS)
 
 
 async def home_at(env: Env, hour: float) -> Home:
-    """Home "h1", its clock moved to `hour` (UTC) of some day within the next 24 h."""
+    """Home "h1", its clock moved to `hour` (UTC) of some day within the next 24 h
+    (`home.offset_ms`)."""
     home = await env.add_home("h1")
-    now = now_ms()
-    await home.console(op="clock", offsetMs=int(hour * HOUR_MS - now % DAY_MS) % DAY_MS)
+    home.offset_ms = int(hour * HOUR_MS - now_ms() % DAY_MS) % DAY_MS
+    await home.console(op="clock", offsetMs=home.offset_ms)
     return home
 
 
@@ -71,6 +72,41 @@ async def post(env: Env, token: str, name: str, arguments: dict[str, Any], rid: 
 
 def words(result: Any) -> str:
     return str(result.content[0].text)
+
+
+async def story(c: Client, home: Home, *, power_w: int, soc_permille: int) -> Any:
+    """Issue 16 item 7's story with client `c`: a charge, the hold and the power the charger
+    draws, a stop, a charge target by a time that the owner approves at home. Returns the
+    charge's structured result."""
+    started = await c.call_tool(
+        "ev_charge_now", {"charger": "lp1", "power_w": power_w, "minutes": 10}
+    )
+    assert not started.is_error, words(started)
+    run = started.structured_content
+    assert run is not None and run["state"] == "applied"
+    lp = (await c.call_tool("chargers_list", {})).structured_content["loadpoints"][0]  # type: ignore[index]
+    assert lp["hold"] is not None and lp["hold"]["untilMs"] == run["holdEndsAtMs"]
+    # what the charger draws (whole amps on three phases), not what was asked
+    assert lp["power_w"] == run["observed"]["power_w"] != power_w
+    stopped = await c.call_tool("ev_stop", {"charger": "lp1"})
+    assert not stopped.is_error and stopped.structured_content["state"] == "applied"  # type: ignore[index]
+    lp = (await c.call_tool("chargers_list", {})).structured_content["loadpoints"][0]  # type: ignore[index]
+    assert lp["hold"] is None
+    by_ms = now_ms() + 3 * DAY_MS
+    queued = await c.call_tool(
+        "goal_request",
+        {"goal": "ev_target", "car": "car1", "soc_permille": soc_permille, "by_ms": by_ms},
+    )
+    assert not queued.is_error, words(queued)
+    req = queued.structured_content["reqId"]  # type: ignore[index]
+    waiting = await home.console(op="requests")
+    assert [w["reqId"] for w in waiting if w.get("kind") == "goal"] == [req]
+    await home.console(op="decide", reqId=req, decision="approve")
+    listed = (await c.call_tool("requests_list", {})).structured_content["requests"]  # type: ignore[index]
+    assert (req, "approved") in [(r["reqId"], r["state"]) for r in listed]
+    cars = (await c.call_tool("cars_list", {})).structured_content["cars"]  # type: ignore[index]
+    assert cars[0]["id"] == "car1" and cars[0]["target_soc_permille"] == soc_permille
+    return run
 
 
 @SKEWED
@@ -92,43 +128,13 @@ async def test_an_assistant_charges_stops_and_asks_the_owner(env: Env, tmp_path:
                 elicitation_callback=accept,
             ) as c,
         ):
-            started = await c.call_tool(
-                "ev_charge_now", {"charger": "lp1", "power_w": 7400, "minutes": 10}
-            )
-            assert not started.is_error, words(started)
-            run = started.structured_content
-            assert run is not None and run["state"] == "applied"
-            assert asked == [
-                "Charge Garage charger at 7.4 kW for 10 minutes? It stops by itself after that."
-            ]
-            lp = (await c.call_tool("chargers_list", {})).structured_content["loadpoints"][0]  # type: ignore[index]
-            assert lp["hold"] is not None and lp["hold"]["untilMs"] == run["holdEndsAtMs"]
-            # what the charger draws (whole amps on three phases), not what was asked
-            assert lp["power_w"] == run["observed"]["power_w"] == 6900
-            stopped = await c.call_tool("ev_stop", {"charger": "lp1"})
-            assert not stopped.is_error and stopped.structured_content["state"] == "applied"  # type: ignore[index]
-            lp = (await c.call_tool("chargers_list", {})).structured_content["loadpoints"][0]  # type: ignore[index]
-            assert lp["hold"] is None
-            by_ms = now_ms() + 3 * DAY_MS
-            queued = await c.call_tool(
-                "goal_request",
-                {"goal": "ev_target", "car": "car1", "soc_permille": 900, "by_ms": by_ms},
-            )
-            assert not queued.is_error, words(queued)
-            req = queued.structured_content["reqId"]  # type: ignore[index]
-            waiting = await home.console(op="requests")
-            assert [w["reqId"] for w in waiting if w.get("kind") == "goal"] == [req]
-            await home.console(op="decide", reqId=req, decision="approve")
-            listed = (await c.call_tool("requests_list", {})).structured_content["requests"]  # type: ignore[index]
-            assert [(r["reqId"], r["state"]) for r in listed] == [(req, "approved")]
-            cars = (await c.call_tool("cars_list", {})).structured_content["cars"]  # type: ignore[index]
-            assert cars[0]["id"] == "car1" and cars[0]["target_soc_permille"] == 900
-
+            run = await story(c, home, power_w=7400, soc_permille=900)
+        assert run["observed"]["power_w"] == 6900
+        assert asked == [
+            "Charge Garage charger at 7.4 kW for 10 minutes? It stops by itself after that."
+        ]
         async with env.http(token) as http, env.client(http, "legacy") as c:
-            started = await c.call_tool("ev_charge_now", {"charger": "lp1", "power_w": 11000})
-            assert not started.is_error and started.structured_content["state"] == "applied"  # type: ignore[index]
-            stopped = await c.call_tool("ev_stop", {"charger": "lp1"})
-            assert not stopped.is_error, words(stopped)
+            await story(c, home, power_w=11000, soc_permille=800)  # no one to ask: the grant
 
         node = PEERS / "node_modules" / ".bin" / "node"
         if not node.exists():
@@ -168,14 +174,17 @@ async def test_refusals_reach_the_assistant_in_words_and_a_retry_acts_once(env: 
         r = await post(env, token, "ev_charge_now", charge | {"minutes": 20})
         assert "at most 600 s" in r.json()["result"]["content"][0]["text"]
 
-        # a retried call (same id, same arguments) acts once: replayed after a stop, the box
-        # answers it from its table and the charger stays free
+        # a retried call (same id, same arguments) acts once: the home's clock moves a minute
+        # on before the retry, and the hold still ends when the first try said (acting again
+        # would have set it a minute later)
         first = (await post(env, token, "ev_charge_now", charge, rid=41)).json()["result"]
-        await post(env, token, "ev_stop", {"charger": "lp1"}, rid=42)
+        await home.console(op="clock", offsetMs=home.offset_ms + 60_000)
         again = (await post(env, token, "ev_charge_now", charge, rid=41)).json()["result"]
         assert again["structuredContent"]["cmdId"] == first["structuredContent"]["cmdId"]
         r = await post(env, token, "chargers_list", {})
-        assert r.json()["result"]["structuredContent"]["loadpoints"][0]["hold"] is None
+        hold = r.json()["result"]["structuredContent"]["loadpoints"][0]["hold"]
+        assert hold["untilMs"] == first["structuredContent"]["holdEndsAtMs"]
+        await post(env, token, "ev_stop", {"charger": "lp1"}, rid=42)
         r = await post(env, token, "ev_stop", {"charger": "lp1"})
         text = r.json()["result"]["content"][0]["text"]
         assert text.startswith("E_NOT_FOUND: ") and "no hold by this assistant" in text

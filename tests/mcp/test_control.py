@@ -215,13 +215,29 @@ def test_the_retry_rule_reuses_a_cmd_id_for_60_s() -> None:
     same = {"home": "h", "agent_key": b"k", "digest": digest}
     first = ids.cmd_id(rid=7, now_s=0.0, **same)
     assert ids.cmd_id(rid=7, now_s=RETRY_WINDOW_S - 1, **same) == first
-    assert ids.cmd_id(rid="7", now_s=1.0, **same) != first  # another JSON-RPC id
-    assert ids.cmd_id(rid=8, now_s=1.0, **same) != first
-    other = same | {"digest": call_digest("ev_stop", {"charger": "lp2"})}
-    assert ids.cmd_id(rid=7, now_s=1.0, **other) != first
-    assert ids.cmd_id(rid=7, now_s=1.0, **(same | {"agent_key": b"j"})) != first
-    assert ids.cmd_id(rid=7, now_s=RETRY_WINDOW_S + 0.5, **same) != first
+    assert ids.cmd_id(rid=7, now_s=RETRY_WINDOW_S + 0.5, **same) != first  # too late
+    for other in (
+        {"rid": "7"},  # another JSON-RPC id (text, not the number)
+        {"rid": 8},
+        {"digest": call_digest("ev_stop", {"charger": "lp2"})},
+        {"agent_key": b"j"},
+    ):
+        again = ids.cmd_id(rid=7, now_s=100.0, **same)
+        assert ids.cmd_id(**({"rid": 7, "now_s": 101.0} | same | other)) != again
     assert call_digest("t", {"a": 1, "b": 2}) == call_digest("t", {"b": 2, "a": 1})
+
+
+def test_a_call_the_agent_followed_with_another_is_no_longer_a_retry() -> None:
+    """A client that reconnects restarts its JSON-RPC ids: its stop with id 2 after a new
+    charge is a new command, not the stop another connection sent with id 2 before."""
+    made = iter(range(100))
+    ids = CommandIds(lambda: f"id-{next(made)}")
+    stop = {"home": "h", "agent_key": b"k", "digest": call_digest("ev_stop", {"charger": "lp1"})}
+    charge = stop | {"digest": call_digest("ev_charge_now", {"charger": "lp1", "power_w": 1})}
+    first_stop = ids.cmd_id(rid=2, now_s=0.0, **stop)
+    ids.cmd_id(rid=1, now_s=1.0, **charge)
+    assert ids.cmd_id(rid=2, now_s=2.0, **stop) != first_stop
+    assert ids.cmd_id(rid=2, now_s=3.0, **(stop | {"agent_key": b"j"})) not in (first_stop,)
 
 
 async def test_a_retried_call_sends_one_cmd_id() -> None:
