@@ -32,6 +32,7 @@ from ftwbridge.proto.names import (
     Cap,
     Code,
     GoalMsg,
+    Op,
     Read,
     RefusedToAgents,
     Role,
@@ -43,10 +44,11 @@ from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
 from ftwbridge.proto.session import Channel
 
 from . import reads
+from .charger import OWNER
 from .commands import Commands
 from .goals import Entry, GoalBook, decided
 from .home import Home
-from .problem import Problem, error_body
+from .problem import Problem, error_body, take_slot
 
 ClockSource = Literal["ntp", "rtc", "none"]
 MINUTE_MS = 60_000
@@ -162,10 +164,16 @@ class Box:
         return len(self._sessions)
 
     def set_roster(self, roster: Roster) -> list[tuple[int, bytes]]:
-        """Adopt a newer roster; returns (sid, `session.terminate {revoked}`) for dropped agents."""
+        """Adopt a newer roster; returns (sid, `session.terminate {revoked}`) for dropped agents.
+        A hold set by an agent the roster no longer lists, or whose grant lost the op, ends."""
         self.roster = roster
         out: list[tuple[int, bytes]] = []
         agents = roster.agents()
+        holding = {k.hex() for k, g in agents.items() if Op.LOADPOINT_HOLD.value in g.ops}
+        controls = self.home.controls
+        for charger_id, held in list(controls.holds.items()):
+            if held.by != OWNER and held.by not in holding:
+                controls.release(charger_id)
         for sid, sess in list(self._sessions.items()):
             row = roster.device(sess.key)
             if sess.key not in agents or row is None or row.role != Role.AGENT:
@@ -233,8 +241,9 @@ class Box:
         if self.clock_source == "none":
             raise Problem(Code.E_UNAVAILABLE, subsystem="clock")
         g = sess.grant
+        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
         if env.t == Msg.CMD:  # part E's own order, idempotency first (stubbox/commands.py)
-            answers = self.commands.handle(sess.key, g, env.b, now_ms, uptime_ms)
+            answers = self.commands.handle(sess.key, g, env.b, now_ms, uptime_ms, home_ms=home_ms)
             return self._wrap(sess, env.id, answers, bulk=False)
         if now_ms >= g.expires_at_ms:
             raise Problem(Code.E_GRANT_EXPIRED, expiresAtMs=g.expires_at_ms)
@@ -253,7 +262,7 @@ class Box:
             raise Problem(Code.E_SCOPE_DENIED, needScope=need.value)
         if env.t == Read.REQUESTS_GET:
             self._count(sess, now_ms)
-            mine = self.goals.for_agent(sess.key, now_ms)
+            mine = self.goals.for_agent(sess.key, now_ms, max_bytes=reads.ANSWER_ROOM_BYTES)
             return self._wrap(sess, env.id, [(Answer.REQUESTS, mine.to_body())])
         if now_ms < sess.busy_until_ms:
             wait = sess.busy_until_ms - now_ms
@@ -261,7 +270,6 @@ class Box:
         self._count(sess, now_ms)
         sess.busy_until_ms = now_ms + self.answer_delay_ms
         self.last_delay_ms = self.answer_delay_ms
-        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
         answers = reads.answer(self, g, Read(env.t), env.b, home_ms, uptime_ms)
         self.stats.reads += 1
         out = []
@@ -298,8 +306,10 @@ class Box:
         return self._pushes([entry])
 
     def expire_goals(self, now_ms: int) -> list[tuple[int, bytes]]:
-        """Expire goal requests that waited 24 h; returns their `agent.decided {expired}`."""
-        return self._pushes(self.goals.expire(now_ms))
+        """Expire goal requests that waited 24 h; returns the `agent.decided {expired}` of
+        every request that expired since the last call, whichever call noticed it."""
+        self.goals.expire(now_ms)
+        return self._pushes(self.goals.take_expired())
 
     def _pushes(self, entries: list[Entry]) -> list[tuple[int, bytes]]:
         out = []
@@ -319,12 +329,7 @@ class Box:
         info = CAPS[Cap.READS_PER_MIN]
         cap = min(sess.grant.caps.get(Cap.READS_PER_MIN, info.default), info.ceiling)
         recent = self._recent.setdefault(sess.key, deque())
-        while recent and recent[0] <= now_ms - MINUTE_MS:
-            recent.popleft()
-        if len(recent) >= cap:
-            wait = recent[0] + MINUTE_MS - now_ms
-            raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
-        recent.append(now_ms)
+        take_slot(recent, now_ms, window_ms=MINUTE_MS, most=cap)
 
 
 __all__ = ["MAX_ENVELOPE_BYTES", "Box", "BoxStats", "Problem", "error_body"]

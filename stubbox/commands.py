@@ -53,7 +53,7 @@ from ftwbridge.proto.roster import AgentGrant
 
 from . import charger
 from .home import Home
-from .problem import Problem, error_body
+from .problem import Problem, error_body, take_slot
 from .reads import cap_value
 
 KEEP_MS: Final = 86_400_000
@@ -86,10 +86,19 @@ class Commands:
         self.stats = CommandStats()
 
     def handle(
-        self, key: bytes, grant: AgentGrant, body: Any, now_ms: int, uptime_ms: int
+        self,
+        key: bytes,
+        grant: AgentGrant,
+        body: Any,
+        now_ms: int,
+        uptime_ms: int,
+        *,
+        home_ms: int | None = None,
     ) -> Answers:
         """Answer one `cmd` from the agent with `key` (32 bytes) and `grant`; times are the
-        box's wall clock and uptime (ms).
+        box's wall clock and uptime (ms). `home_ms` is the time the simulated home runs at
+        when the box answers as at a frozen time (`Box.frozen_ms`): holds start, end and are
+        read back at it, while the grant, the table and `cmds_per_hour` go by `now_ms`.
 
         Raises:
             Problem: `E_GRANT_EXPIRED` (the box answers it and ends the session).
@@ -105,7 +114,8 @@ class Commands:
             self.stats.replays += 1
             return seen[1]
         try:
-            answers = self._act(key, grant, body, now_ms, uptime_ms)
+            home = now_ms if home_ms is None else home_ms
+            answers = self._act(key, grant, body, now_ms, uptime_ms, home)
         except Problem as p:
             if p.code is Code.E_GRANT_EXPIRED:
                 raise
@@ -118,7 +128,7 @@ class Commands:
         return answers
 
     def _act(
-        self, key: bytes, grant: AgentGrant, body: Any, now_ms: int, uptime_ms: int
+        self, key: bytes, grant: AgentGrant, body: Any, now_ms: int, uptime_ms: int, home_ms: int
     ) -> Answers:
         try:
             cmd = Cmd.parse(body)
@@ -136,16 +146,16 @@ class Commands:
         if need not in grant.scopes:
             raise Problem(Code.E_SCOPE_DENIED, needScope=need.value)
         controls = self.home.controls
-        controls.hold(charger.LOADPOINT, now_ms)  # a hold that ran out moves the rev first
+        controls.hold(charger.LOADPOINT, home_ms)  # a hold that ran out moves the rev first
         if cmd.expect_rev != controls.rev:
             raise Problem(Code.E_CONFLICT, rev=controls.rev)
         if controls.blocked_by:
             raise Problem(Code.E_PRECONDITION, blockedBy=list(controls.blocked_by))
         if cmd.op in set(DurableOp):
             raise Problem(Code.E_NEEDS_OWNER, op=cmd.op, why="durable")
-        return self._hold(key, grant, cmd, now_ms)
+        return self._hold(key, grant, cmd, now_ms, home_ms)
 
-    def _hold(self, key: bytes, grant: AgentGrant, cmd: Cmd, now_ms: int) -> Answers:
+    def _hold(self, key: bytes, grant: AgentGrant, cmd: Cmd, now_ms: int, home_ms: int) -> Answers:
         try:
             args = parse_hold_args(cmd.args)
         except BadBody as exc:
@@ -153,12 +163,12 @@ class Commands:
         controls, me = self.home.controls, key.hex()
         if args.id != charger.LOADPOINT:
             raise Problem(Code.E_NOT_FOUND, what="loadpoint", id=args.id)
-        held = controls.hold(args.id, now_ms)
+        held = controls.hold(args.id, home_ms)
         if not isinstance(args, Hold):
             if held is None or held.by != me:
                 raise Problem(Code.E_NOT_FOUND, what="hold", id=args.id)
             controls.release(args.id)
-            return self._done(cmd, f"{held.lease_id}", now_ms, now_ms)
+            return self._done(cmd, held.lease_id, home_ms, home_ms)
         if args.hold_s is None:
             raise Problem(Code.E_NEEDS_OWNER, op=cmd.op, why="durable")
         top = cap_value(grant, Cap.HOLD_S)
@@ -169,9 +179,9 @@ class Commands:
         self._count(key, grant, now_ms)
         self._leases += 1
         lease = f"lease-{self._leases}"
-        until = now_ms + args.hold_s * 1000
+        until = home_ms + args.hold_s * 1000
         controls.set_hold(args.id, charger.Hold(args.power_w, until, me, lease))
-        return self._done(cmd, lease, until, now_ms)
+        return self._done(cmd, lease, until, home_ms)
 
     def _done(self, cmd: Cmd, lease: str, until_ms: int, now_ms: int) -> Answers:
         """Ack, read the charger back, and give the result."""
@@ -189,14 +199,8 @@ class Commands:
 
     def _count(self, key: bytes, grant: AgentGrant, now_ms: int) -> None:
         """`cmds_per_hour` (agents.yaml `caps`) over a rolling hour, per agent key."""
-        top = cap_value(grant, Cap.CMDS_PER_HOUR)
         recent = self._recent.setdefault(key, deque())
-        while recent and recent[0] <= now_ms - HOUR_MS:
-            recent.popleft()
-        if len(recent) >= top:
-            wait = recent[0] + HOUR_MS - now_ms
-            raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
-        recent.append(now_ms)
+        take_slot(recent, now_ms, window_ms=HOUR_MS, most=cap_value(grant, Cap.CMDS_PER_HOUR))
 
 
 def _error(p: Problem) -> tuple[str, Any]:

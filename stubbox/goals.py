@@ -23,6 +23,7 @@ from ftwbridge.proto.control import (
     RequestList,
     RequestState,
 )
+from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.fields import MAX_REQUESTS
 from ftwbridge.proto.names import Cap, Code
 from ftwbridge.proto.roster import AgentGrant
@@ -88,6 +89,7 @@ class GoalBook:
         self._next = max(ids, default=0) + 1
         self.version = 0
         """Moves with every change (a request queued, decided, expired or forgotten)."""
+        self._expired: list[Entry] = []
 
     def entries(self) -> list[Entry]:
         """Every kept request, oldest first."""
@@ -130,12 +132,20 @@ class GoalBook:
             del self._entries[next(iter(self._entries))]
         return GoalQueued(req_id, now_ms + WAIT_MS)
 
-    def for_agent(self, key: bytes, now_ms: int) -> RequestList:
-        """The `requests` answer for the agent with `key`: its requests, newest first (at most
-        `MAX_REQUESTS`)."""
+    def for_agent(self, key: bytes, now_ms: int, *, max_bytes: int | None = None) -> RequestList:
+        """The `requests` answer for the agent with `key`: its requests, newest first, at most
+        `MAX_REQUESTS`, and with `max_bytes`, only as many as fit that many bytes of CBOR (the
+        contract's answer has no paging; the oldest are left out)."""
         self.expire(now_ms)
-        mine = [e.record for e in self._entries.values() if e.key == key]
-        return RequestList(tuple(reversed(mine[-MAX_REQUESTS:])))
+        mine = [e.record for e in reversed(self._entries.values()) if e.key == key]
+        out: list[GoalRecord] = []
+        size = 16  # the map and its one key
+        for record in mine[:MAX_REQUESTS]:
+            size += len(dumps(record.to_body()))
+            if max_bytes is not None and size > max_bytes:
+                break
+            out.append(record)
+        return RequestList(tuple(out))
 
     def waiting(self, now_ms: int) -> list[Entry]:
         """Requests waiting for the owner, oldest first."""
@@ -158,16 +168,19 @@ class GoalBook:
         state = RequestState.APPROVED if approve else RequestState.DENIED
         return self._settle(entry, state, now_ms)
 
-    def expire(self, now_ms: int) -> list[Entry]:
-        """Expire requests that waited 24 h, forget those asked over 30 days ago; returns the
-        entries that expired now (each gets `agent.decided {decision: expired}`)."""
-        out = []
+    def expire(self, now_ms: int) -> None:
+        """Expire requests that waited 24 h (each is kept for `take_expired`, whose agent
+        hears `agent.decided {decision: expired}`), forget those asked over 30 days ago."""
         for entry in list(self._entries.values()):
             if entry.record.at_ms + KEEP_MS <= now_ms:
                 del self._entries[entry.record.req_id]
                 self.version += 1
             elif entry.record.state is RequestState.PENDING and entry.expires_at_ms <= now_ms:
-                out.append(self._settle(entry, RequestState.EXPIRED, entry.expires_at_ms))
+                self._expired.append(self._settle(entry, RequestState.EXPIRED, entry.expires_at_ms))
+
+    def take_expired(self) -> list[Entry]:
+        """The requests that expired since the last call (whichever call noticed it)."""
+        out, self._expired = self._expired, []
         return out
 
     def _settle(self, entry: Entry, state: RequestState, at_ms: int) -> Entry:

@@ -267,6 +267,7 @@ class StubHome:
         """
         async with self._changing:
             pushes = self.box.decide(req_id, approve, self.wall_ms())
+            pushes += self.box.expire_goals(self.wall_ms())
             if self.keeper is not None:
                 await self.keeper.save()
         for sid, message in pushes:

@@ -330,3 +330,110 @@ def test_reads_only_grant_and_raw_hostile_commands() -> None:
         assert env.t == "error" and env.id == 77, env
         assert env.b["code"] == "E_UNKNOWN_OP" and env.b["args"] == {"arg": arg}, env.b
     assert p.box.commands.stats.acted == 0
+
+
+def test_the_checks_come_in_part_e_order() -> None:
+    p = Ctl(ops=("loadpoint.hold",))
+    late = p.new_id()
+    _rid, message = p.session.command("battery.hold", {}, cmd_id=late, now_ms=p.now)
+    p.uptime += 60_000  # expiry comes before the unknown op
+    assert refused(p.exchange(message))[0] == Code.E_CMD_EXPIRED
+    p.uptime -= 60_000
+    p.box.home.controls.blocked_by = ["planner"]
+    p.box.home.controls.bump()  # a stale revision comes before the dispatch gate
+    assert refused(p.command(HOLD.to_args()))[0] == Code.E_CONFLICT
+    p.ask(Read.LOADPOINTS_GET)
+    assert refused(p.command({"id": "lp1", "power_w": 5}))[0] == Code.E_PRECONDITION  # gate first
+    p.box.home.controls.blocked_by = []
+    assert refused(p.command({"id": "lp1", "power_w": 5}))[0] == Code.E_NEEDS_OWNER
+
+
+def test_the_table_forgets_after_a_day_and_an_expired_grant_ends_the_session() -> None:
+    p = Ctl()
+    cmd_id = p.new_id()
+    assert [type(e) for e in p.command(HOLD.to_args(), cmd_id=cmd_id)] == [Acked, Reply]
+    p.now += DAY
+    p.uptime += DAY
+    p.ask(Read.LOADPOINTS_GET)
+    assert [type(e) for e in p.command(HOLD.to_args(), cmd_id=cmd_id)] == [Acked, Reply]
+    assert p.box.commands.stats.acted == 2  # a day later the same cmdId is a new command
+    p.now = p.grant.expires_at_ms
+    events = p.command(Release("lp1").to_args())
+    assert refused(events[:1])[0] == Code.E_GRANT_EXPIRED and events[1].reason == "expired"
+    assert not p.box.has_session(1)
+
+
+def test_cmds_per_hour_is_counted_per_agent() -> None:
+    p = Ctl(caps={"cmds_per_hour": 1})
+    assert [type(e) for e in p.command(HOLD.to_args())] == [Acked, Reply]
+    assert refused(p.command(HOLD.to_args()))[0] == Code.E_RATE_LIMITED
+    p.command(Release("lp1").to_args())
+    private, key = generate_static()
+    p.owner.put_agent(key, replace(p.grant, id="a2"), now_ms=p.now)
+    p.box.set_roster(p.owner.roster)
+    p.session = p.open(sid=1, private=private)  # the second agent on a fresh tunnel
+    p.hello()
+    p.ask(Read.LOADPOINTS_GET)
+    assert [type(e) for e in p.command(HOLD.to_args())] == [Acked, Reply]
+
+
+def test_a_long_history_of_requests_fits_one_answer() -> None:
+    p = Ctl(caps={"pending_requests": 20, "reads_per_min": 60})
+    note = "\u00e9" * 280  # the longest note, two bytes a character
+    asked = []
+    for i in range(300):
+        p.now += 60_000
+        body = {"goal": "site_mode", "args": {"mode": "idle"}, "note": note}
+        asked.append(p.box.goals.ask(p.key, p.grant, body, p.now).req_id)
+        p.box.goals.decide(asked[-1], i % 2 == 0, p.now)
+    p.now += 60_000
+    [listed] = p.exchange(p.session.request(Read.REQUESTS_GET.value)[1])
+    ids = [r.req_id for r in listed.body.requests]
+    assert 10 < len(ids) < 300 and ids == asked[::-1][: len(ids)]  # the newest, newest first
+
+
+def test_what_the_box_echoes_of_a_hostile_message_is_bounded() -> None:
+    p = Ctl()
+    long = "x" * 16_200
+    body = {
+        "cmdId": p.new_id(),
+        "op": "loadpoint.hold",
+        "args": {"id": "lp1", "power_w": 1, "hold_s": 1, long: 1},
+        "notValidAfterMs": p.uptime + 20_000,
+        "expect": {"rev": p.box.home.controls.rev},
+    }
+    for t, b in [("cmd", body), (long, None), ("api.req" + long, None)]:
+        [env] = p.raw(t, b)
+        assert env.t == "error" and len(str(env.b)) < 300, env.b
+
+
+def test_an_expiry_noticed_by_the_owners_look_is_still_pushed() -> None:
+    p = Ctl()
+    ask = {"goal": "site_mode", "args": {"mode": "idle"}}
+    [q] = p.exchange(p.session.request(GoalMsg.GOAL_REQUEST.value, ask)[1])
+    p.now += DAY
+    assert p.box.goals.waiting(p.now) == []  # the owner's console looked first
+    [(_sid, push)] = p.box.expire_goals(p.now)
+    [ev] = p.session.receive(push)
+    assert ev.body == Decided(q.body.req_id, Decision.EXPIRED, EVENING + DAY)
+    assert p.box.expire_goals(p.now) == []  # pushed once
+
+
+def test_revoking_an_agent_ends_its_hold_and_its_session() -> None:
+    p = Ctl()
+    p.command(HOLD.to_args())
+    assert p.lp1()["hold"] is not None
+    p.owner.drop_agent(p.key, now_ms=p.now)
+    [(_sid, terminate)] = p.box.set_roster(p.owner.roster)
+    [ev] = p.session.receive(terminate)
+    assert ev.reason == "revoked"
+    lp = p.box.home.loadpoints(p.now)["loadpoints"][0]
+    assert lp["hold"] is None and lp["power_w"] == 0
+
+
+def test_a_frozen_home_holds_at_its_own_time() -> None:
+    p = Ctl(start=EVENING - 18 * 3_600_000)  # 02:00 by the box's clock: the planner holds lp1
+    p.box.frozen_ms = EVENING  # ... but the home answers as at 20:00 (--frozen-ms)
+    ack, _result = p.command(HOLD.to_args())
+    assert isinstance(ack, Acked) and ack.ack.expires_at_ms == EVENING + 600_000
+    assert p.lp1()["hold"] == {"power_w": 7400, "untilMs": EVENING + 600_000}
