@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from ftwbridge.door import Door
 from ftwbridge.pool.command import HOUR_S, CommandBudget
 from ftwbridge.proto.control import CmdState, Hold, Release
 from ftwbridge.proto.names import Code, Read
@@ -134,3 +135,43 @@ async def test_a_command_waiting_behind_reads_is_never_dropped_for_a_read(
             n.start_soon(read, readers[2])  # the reads' place is taken: refused at once
     assert outcomes.count("read") == 2 and outcomes.count(Code.E_RATE_LIMITED) == 1
     assert any(o in ("applied", "unconfirmed") for o in outcomes)
+
+
+class _LaggingDoor(Door):
+    """A door that, once `lag` is set, answers the box's new rosters without taking them: the
+    bridge still lists an agent its home has dropped."""
+
+    lag = False
+
+    async def take_roster(self, home: str, signed: bytes) -> tuple[bool, int, str]:
+        if type(self).lag:
+            held = await self.roster(home)
+            return True, held.seq if held else 0, ""
+        return await super().take_roster(home, signed)
+
+
+async def test_a_revoked_agent_is_refused_at_the_box_while_the_bridge_lags(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+) -> None:
+    """The box is the authority on its roster: an agent the home dropped is refused there even
+    while the bridge still lists it (the bridge's own refusal, with a roster in time, is in
+    tests/e2e/test_control.py). Its session ends `revoked`, a new one is never answered, and
+    the hold it set is gone."""
+    door_cls: type[_LaggingDoor] = type("D", (_LaggingDoor,), {})
+    rig = Rig(nursery, door_cls=door_cls)
+    await rig.start()
+    stub = await rig.add_home()
+    stub.box.frozen_ms = wall_ms() - wall_ms() % 86_400_000 + 19 * 3_600_000  # the car is in
+    key = await control_agent(rig, stub)
+    await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    held = stub.box.home.controls.hold("lp1", stub.box.frozen_ms)
+    assert held is not None and held.by == key.hex()
+    door_cls.lag = True
+    await stub.drop_agent(key)
+    assert (await rig.door.roster("h1")).agents().get(key) is not None  # type: ignore[union-attr]
+    with pytest.raises(Refusal) as refused:
+        await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    # the box ended the session (revoked) and never answers a handshake for a key it dropped
+    assert refused.value == Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
+    assert rig.pool.statistics().drops.get("revoked") == 1
+    assert stub.box.home.controls.hold("lp1", stub.box.frozen_ms) is None  # nothing charging
