@@ -38,7 +38,8 @@ class Confirmed:
 
 class StateRefused(ValueError):
     """A `requestState` that is not one this bridge issued for this call (tampered, another
-    agent's or call's, or not ours at all); the message says which, for the JSON-RPC error."""
+    agent's or call's, or not ours at all), or `inputResponses` that are not an object; the
+    message says which, for the JSON-RPC error (-32602)."""
 
 
 class StateExpired(ValueError):
@@ -141,20 +142,26 @@ def question(message: str) -> dict[str, Any]:
 
 
 def answer(input_responses: Any) -> str | None:
-    """The person's answer in `inputResponses`: `accept` (accepted, and `confirm` not false),
-    `decline` (declined, cancelled, or accepted with `confirm: false`), or None when there is
-    no answer to our question (then it is asked again)."""
-    if not isinstance(input_responses, dict):
+    """The person's answer in `inputResponses`: `accept` (accepted, with `confirm: true` or no
+    form content at all), `decline` (declined, cancelled, or accepted with anything else as
+    `confirm`), or None when there is no answer to our question (then it is asked again).
+
+    Raises:
+        StateRefused: `inputResponses` is not an object (MRTR "Error Handling": an invalid
+            `InputResponses` is a protocol error).
+    """
+    if input_responses is None:
         return None
+    if not isinstance(input_responses, dict):
+        raise StateRefused("inputResponses must be an object keyed by the input request")
     response = input_responses.get(CONFIRM_KEY)
     if not isinstance(response, dict):
         return None
     action = response.get("action")
     if action == "accept":
         content = response.get("content")
-        if isinstance(content, dict) and content.get("confirm") is False:
-            return "decline"
-        return "accept"
+        confirmed = content.get("confirm") if isinstance(content, dict) else True
+        return "accept" if confirmed is True else "decline"
     if action in ("decline", "cancel"):
         return "decline"
     return None

@@ -254,6 +254,7 @@ class Control:
         assert self._states is not None
         principal = f"{token.home}\x00{token.agent_key.hex()}"
         state = route.params.get("requestState")
+        responses = confirm.answer(route.params.get("inputResponses"))
         again = ""
         if state is not None:
             try:
@@ -263,10 +264,9 @@ class Control:
             except confirm.StateExpired:
                 again = "That confirmation ran out. "
             else:
-                answer = confirm.answer(route.params.get("inputResponses"))
-                if answer == "accept":
+                if responses == "accept":
                     return opened.cmd_id
-                if answer == "decline":
+                if responses == "decline":
                     return None
         name = await self._charger_name(token, args.charger)
         message = (

@@ -389,7 +389,7 @@ class McpService:
                 result = await self._run(spec, args, token)
         except StateRefused as exc:
             seen.outcome = "invalid_params"
-            return self._error(route, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {exc}")
+            return self._error(route, jsonrpc.INVALID_PARAMS, f"Invalid params: {exc}")
         except Refusal as exc:
             sent = exc.code
             result = refusal_result(exc)  # cleans the peer's code: one that was not a code's

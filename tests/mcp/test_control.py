@@ -422,3 +422,43 @@ async def test_every_command_leaves_one_audit_line(caplog: pytest.LogCaptureFixt
         "cmd op=loadpoint.hold charger=lp1 home=h1 agent=a 1 status=ok outcome=applied",
         "cmd op=loadpoint.hold charger=lp1 home=h1 agent=a 1 status=ok outcome=E_NEEDS_OWNER",
     ]
+
+
+async def test_raw_confirmation_rounds_as_an_attacker_sends_them() -> None:
+    """The retry's fields straight on the wire: junk `inputResponses` is -32602, an answer to
+    no question of ours asks again, a `confirm` that is not `true` sends nothing."""
+    homes = Homes()
+    svc = service(homes)
+    body, headers = call("ev_charge_now", CHARGE)
+    body["params"]["_meta"] = {
+        **body["params"]["_meta"],
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    }
+    _, first = await post(svc, body, headers)
+    state = first["result"]["requestState"]
+    assert first["result"]["resultType"] == "input_required"
+    cases: list[tuple[Any, str]] = [
+        ("yes", "error"),
+        ([{"action": "accept"}], "error"),
+        ({"other": {"action": "accept"}}, "input_required"),
+        ({"confirm": {"action": "maybe"}}, "input_required"),
+        ({"confirm": {"action": "accept", "content": {"confirm": "true"}}}, "declined"),
+        ({"confirm": {"action": "accept", "content": {}}}, "declined"),
+    ]
+    for responses, expect in cases:
+        body["params"] |= {"requestState": state, "inputResponses": responses}
+        body["id"] = body["id"] + 1
+        status, out = await post(svc, body, headers)
+        if expect == "error":
+            assert status == 400 and out["error"]["code"] == -32602, responses
+        elif expect == "input_required":
+            assert out["result"]["resultType"] == "input_required", responses
+        else:
+            assert out["result"]["isError"] and "did not confirm" in str(out["result"]), responses
+    body["params"] |= {"requestState": 12, "inputResponses": {"confirm": {"action": "accept"}}}
+    status, out = await post(svc, body, headers)
+    assert status == 400 and "requestState" in out["error"]["message"]
+    assert homes.sent == []
+    body["params"] |= {"requestState": state}
+    _, out = await post(svc, body, headers)
+    assert out["result"]["structuredContent"]["state"] == "applied" and len(homes.sent) == 1
