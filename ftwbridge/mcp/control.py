@@ -11,6 +11,7 @@ the outcome (ids and registry words only, never a client's free text).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -147,7 +148,7 @@ class Control:
         self,
         *,
         homes: ControlPort,
-        wall_ms: Any,
+        wall_ms: Callable[[], int],
         call_deadline_s: float,
         confirm_ttl_s: float | None,
     ) -> None:
