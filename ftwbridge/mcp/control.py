@@ -308,7 +308,8 @@ class Control:
             target: EvTarget | SiteMode = EvTarget(goal.car, goal.soc_permille, goal.by_ms)
         else:
             target = SiteMode(Mode(goal.mode))
-        body = GoalRequest(Goal(goal.goal), target, goal.note).to_body()
+        note = clean(goal.note or "").strip() or None  # the owner reads it: no hidden characters
+        body = GoalRequest(Goal(goal.goal), target, note).to_body()
         reply = await self._homes.call(token.home, token.agent_key, GoalMsg.GOAL_REQUEST, body)
         queued = reply.body
         assert isinstance(queued, GoalQueued)

@@ -381,7 +381,7 @@ async def test_goals_and_requests() -> None:
                 "car": "car1",
                 "soc_permille": 800,
                 "by_ms": 2_000_000,
-                "note": "trip",
+                "note": "trip\u202e\u200b",  # hidden characters never reach the owner
             },
         )
         listed = await c.call_tool("requests_list", {})
