@@ -18,10 +18,10 @@ from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 from ftwbridge.door import Door
 from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.edge import framing_and_coding
+from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
-from ftwbridge.proto.registry import READ_SCOPES
 
 MCP_METHODS = ["POST", "GET", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"]
 
@@ -209,7 +209,7 @@ def create_app(
         return {
             "resource": site.resource,
             "authorization_servers": [site.public_url.rstrip("/")],
-            "scopes_supported": sorted(s.value for s in READ_SCOPES),
+            "scopes_supported": sorted(TOOL_SCOPES),
             "bearer_methods_supported": ["header"],
             "resource_name": "ftwbridge",
         }

@@ -122,6 +122,11 @@ class Config(BaseModel):
     """Agent sessions per home."""
     call_deadline_s: Seconds = 25.0
     """One tool call, end to end, seconds."""
+    confirm_commands: bool = True
+    """Ask the person before `ev_charge_now` where their client can (MCP 2026-07-28
+    elicitation, docs/control.md); false sends commands on the owner's grant alone."""
+    confirm_ttl_s: Seconds = 120.0
+    """How long the person has to confirm a command, seconds."""
     idle_close_s: Seconds = 60.0
     """An idle warm session is closed after this many seconds."""
     handshake_s: Seconds = 5.0

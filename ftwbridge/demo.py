@@ -4,8 +4,10 @@ Starts the bridge (keys part in-process, SQLite in a state folder), starts a stu
 own process (`python -m stubbox`), enrolls the home, has the keys part create a demo agent key,
 asks the home's owner console to grant it (the box signs a roster listing the agent), mints a
 token, then runs the official `mcp` client in the 2026-07-28 and legacy eras: it lists the
-tools, calls every one, and prints what it read. Without `--once` it then keeps serving and
-prints the URL and token for MCP Inspector or another client.
+tools, calls every read, and prints what it read; in the 2026-07-28 era it then starts a charge
+(the person confirms), stops it, and asks the owner for a charge target, which the owner
+approves at the home's console. Without `--once` it then keeps serving and prints the URL and
+token for MCP Inspector or another client.
 """
 
 from __future__ import annotations
@@ -104,8 +106,11 @@ async def grant_agent(
     scopes: list[str] | None = None,
     ttl_ms: int = 86_400_000,
     name: str = "Demo assistant",
+    ops: list[str] | None = None,
+    caps: dict[str, int] | None = None,
 ) -> tuple[bytes, str]:
-    """Create an agent key in the keys part, have the owner grant it, wait for the roster.
+    """Create an agent key in the keys part, have the owner grant it (`scopes`, reads by
+    default; `ops` and `caps`, none by default), wait for the roster.
 
     Returns (agent key, agent id).
     """
@@ -122,8 +127,8 @@ async def grant_agent(
             "client": "demo",
             "name": name,
             "scopes": granted,
-            "ops": [],
-            "caps": {},
+            "ops": ops or [],
+            "caps": caps or {},
             "expiresAtMs": bridge.clock() + ttl_ms,
         },
     )
@@ -219,7 +224,8 @@ class MemoryTokenStorage:
 
 async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: str) -> Any:
     """The official `mcp` client's OAuth provider, signing in through the bridge with the person
-    played by `consent_as_person`. Returns the provider (an httpx2 auth) once it holds tokens."""
+    played by `consent_as_person`. Returns the provider (an httpx2 auth); once it signed in,
+    `demo_storage` holds its tokens and `demo_consents` what the person saw."""
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import (
         AuthorizationCodeResult,
@@ -228,9 +234,11 @@ async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: st
     from pydantic import AnyUrl
 
     answer: dict[str, list[str]] = {}
+    consents: list[Consent] = []
 
     async def redirect_handler(url: str) -> None:
-        answer.update((await consent_as_person(base_url, url, console_port, home)).query)
+        consents.append(await consent_as_person(base_url, url, console_port, home))
+        answer.update(consents[-1].query)
 
     async def callback_handler() -> AuthorizationCodeResult:
         return AuthorizationCodeResult(
@@ -253,6 +261,7 @@ async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: st
         callback_handler=callback_handler,
     )
     provider.demo_storage = storage  # type: ignore[attr-defined]
+    provider.demo_consents = consents  # type: ignore[attr-defined]
     return provider
 
 
@@ -278,21 +287,89 @@ async def assistant_session(
     return lines
 
 
+DEMO_HOME_HOUR = 19
+"""The demo home's local hour (UTC): an evening, when its car is plugged in and its own
+night charge (01:00-05:00) does not hold the charger, so the demo's charge means the same at
+any hour it runs."""
+DAY_MS = 86_400_000
+
+
+async def control_session(url: str, auth: Any, console_port: int, home: str) -> list[str]:
+    """The assistant's control in the 2026-07-28 era (docs/control.md): it starts a charge,
+    which the person confirms when the bridge asks, reads the hold, stops it, and asks the
+    owner for a charge target, which the demo home's owner approves at home (`--approve-all`;
+    its console shows the decision). Returns the printed lines."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.session import ClientRequestContext
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_types import ElicitRequestParams, ElicitResult, ErrorData
+
+    lines: list[str] = []
+
+    async def person(
+        context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        lines.append(f"  the bridge asks the person: {params.message!r}; they confirm")
+        return ElicitResult(action="accept", content={"confirm": True})
+
+    http = httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30.0))
+    client = Client(
+        streamable_http_client(url, http_client=http),
+        mode="2026-07-28",
+        elicitation_callback=person,
+    )
+    async with http, client:
+
+        async def show(label: str, name: str, args: dict[str, Any]) -> Any:
+            result = await client.call_tool(name, args)
+            data = result.structured_content if not result.is_error else result.content[0].text  # type: ignore[union-attr]
+            lines.append(_summary(label, data))
+            return data
+
+        lines.append("[2026-07-28] the assistant takes control within the owner's grant:")
+        await show("ev_charge_now", "ev_charge_now", {"charger": "lp1", "power_w": 7400})
+        held = await show("  hold now", "chargers_list", {})
+        lines[-1] = _summary("hold now", held["loadpoints"][0] if isinstance(held, dict) else held)
+        await show("ev_stop", "ev_stop", {"charger": "lp1"})
+        by_ms = int(time.time() * 1000) + DAY_MS
+        asked = await show(
+            "goal_request",
+            "goal_request",
+            {
+                "goal": "ev_target",
+                "car": "car1",
+                "soc_permille": 900,
+                "by_ms": by_ms,
+                "note": "trip",
+            },
+        )
+        if isinstance(asked, dict):  # this home's owner approves all (--approve-all)
+            waiting = await console(console_port, {"op": "requests", "home": home, "all": True})
+            decided = [w for w in waiting if w.get("reqId") == asked["reqId"]]
+            state = decided[0].get("state") if decided else "unknown"
+            lines.append(f"  the owner decides at home (the demo home approves all): {state}")
+        await show("requests_list", "requests_list", {})
+    return lines
+
+
 async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
     """The demo (see the module docstring); returns the exit status."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ftwbridge-demo-") as tmp:
         state = state_dir or Path(tmp)
-        # The scripted session makes 28 reads of one home at once and some 30 requests to /mcp
-        # as one agent: larger pacing and HTTP bursts let it run without waiting (every other
-        # limit keeps its default).
+        # The scripted session makes 36 requests of one home at once and some 40 requests to
+        # /mcp as one agent: larger pacing and HTTP bursts let it run without waiting. The
+        # home's clock is set to its evening (DEMO_HOME_HOUR), so the bridge takes a day's
+        # skew; every other limit keeps its default.
         config = Config(
             bind=f"127.0.0.1:{port}",
             public_url=f"http://127.0.0.1:{port}",
             state_dir=state,
             admin_bind="127.0.0.1:0",
-            pace_calls_burst=40,
+            pace_calls_burst=48,
             http_burst=60,
+            clock_skew_max_ms=DAY_MS,
         )
         bridge = Bridge(config)
 
@@ -303,12 +380,16 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             stub_state = ("--state", str(state / "stub"))  # its roster lives as the bridge's
             _proc, line = await start_stub(nursery, door_url, "--approve-all", *stub_state)
             await bridge.store.enroll_home(DEMO_HOME, bytes.fromhex(line["homeKey"]))
+            now = int(time.time() * 1000)
+            evening = (DEMO_HOME_HOUR * 3_600_000 - now % DAY_MS) % DAY_MS
+            await console(line["console"], {"op": "clock", "home": DEMO_HOME, "offsetMs": evening})
             with trio.fail_after(15):
                 await bridge.door.wait_roster(DEMO_HOME, lambda r: True)
             print(f"bridge at {url}; home {DEMO_HOME} online; an assistant signs in (OAuth):")
             base = bridge.site.public_url.rstrip("/")
             auth = await oauth_sign_in(base, url, line["console"], DEMO_HOME)
             lines = await assistant_session(url, "2026-07-28", auth=auth)
+            lines += await control_session(url, auth, line["console"], DEMO_HOME)
             token = auth.demo_storage.tokens.access_token
             lines += await assistant_session(url, "legacy", token=token)
             for text in lines:

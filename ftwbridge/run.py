@@ -31,8 +31,8 @@ from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
 from ftwbridge.pool import Pool
+from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
-from ftwbridge.proto.names import Read
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import SqliteStore
@@ -58,8 +58,16 @@ class _Homes:
         self._pool = pool
         self._door = door
 
-    async def call(self, home: str, agent_key: bytes, read: Read, body: Any) -> Reply:
+    async def call(self, home: str, agent_key: bytes, read: str, body: Any) -> Reply:
         return await self._pool.call(home, agent_key, read, body)
+
+    async def command(
+        self, home: str, agent_key: bytes, op: str, args: dict[str, Any], cmd_id: str
+    ) -> CommandOutcome:
+        return await self._pool.command(home, agent_key, op, args, cmd_id)
+
+    def new_cmd_id(self) -> str:
+        return self._pool.new_cmd_id()
 
     async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
         roster = await self._door.roster(home)
@@ -262,6 +270,7 @@ class Bridge:
             on_request=self.metrics.on_request,
             roster_behind=self.door.roster_behind,
             anonymous_token=c.test_anonymous_token,
+            confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands else None,
         )
         app = create_app(
             oauth=self.oauth,

@@ -33,7 +33,7 @@ const version = transport.protocolVersion ?? client.getNegotiatedProtocolVersion
 console.log(JSON.stringify({
   sdk, mode, version,
   tools: tools.tools.map((t) => t.name).sort(),
-  readOnly: tools.tools.every((t) => t.annotations?.readOnlyHint === true),
+  readOnly: tools.tools.filter((t) => t.annotations?.readOnlyHint === true).map((t) => t.name).sort(),
   status: { isError: status.isError ?? false, grid: status.structuredContent?.fields?.grid_w ?? null },
   history: { isError: history.isError ?? false, points: history.structuredContent?.series?.pv_w?.length ?? null },
   refused: { isError: refused.isError ?? false, text: refused.content?.[0]?.text ?? null },

@@ -206,3 +206,9 @@ def test_cli_demo_once_reads_every_tool(tmp_path: Path) -> None:
         lines = [line for line in out.stdout.splitlines() if line.strip().startswith(name + " ")]
         assert len(lines) == 2, name  # once per era
         assert not any("E_" in line[:40] for line in lines), lines
+    control = {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("  ")}
+    assert (
+        '"state": "applied"' in control["ev_charge_now"]
+        and '"state": "applied"' in control["ev_stop"]
+    )
+    assert "approves all): approved" in out.stdout and '"reqId"' in control["goal_request"]

@@ -11,9 +11,10 @@ from typing import Any
 
 import trio
 
-from ftwbridge.proto.registry import READ_SCOPES
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.store import TokenRecord, hash_token
+
+from .control_tools import TOOL_SCOPES
 
 TOKEN_CACHE_S = 30.0
 """How long a token's store record is reused without asking the store again (seconds)."""
@@ -53,14 +54,14 @@ class TokenMinter:
     async def mint(
         self, home: str, agent_key: bytes, agent_id: str, scopes: tuple[str, ...], client: str
     ) -> str:
-        """A new token bound to home, agent, the read scopes among `scopes` (control scopes are
-        never granted yet) and this resource; returns its text."""
+        """A new token bound to home, agent, the scopes among `scopes` this resource's tools
+        use (`TOOL_SCOPES`) and this resource; returns its text."""
         token = secrets.token_urlsafe(32)
         record = TokenRecord(
             home=home,
             agent_id=agent_id,
             agent_key=agent_key,
-            scopes=tuple(s for s in scopes if s in {r.value for r in READ_SCOPES}),
+            scopes=tuple(s for s in scopes if s in TOOL_SCOPES),
             resource=self._resource(),
             client=client,
             expires_at_ms=self._wall_ms() + self._ttl_s * 1000,

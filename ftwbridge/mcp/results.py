@@ -87,3 +87,23 @@ def refusal_result(exc: Refusal) -> dict[str, Any]:
         # schema even on errors. The machine-readable refusal rides in _meta instead.
         "_meta": {ERROR_META: error},
     }
+
+
+ROSTER_BEHIND_WORDS = (
+    "The home's box came back with an older list of approved assistants than the bridge "
+    "holds (its list {box_seq}, the bridge's {held_seq}), and its list does not name this "
+    "assistant; the home's owner must approve it again at home."
+)
+"""The words of a call refused because the box's roster is behind (`Door.roster_behind`)."""
+
+
+def roster_behind_result(behind: Any) -> dict[str, Any]:
+    """The `isError` result of a call whose home's box sent an older roster that does not list
+    the agent: `E_UNAVAILABLE {reason: roster_behind}`, not retryable, in words."""
+    words = ROSTER_BEHIND_WORDS.format(box_seq=behind.box_seq, held_seq=behind.held_seq)
+    error = {"code": Code.E_UNAVAILABLE.value, "message": words, "retryable": False}
+    return {
+        "content": [{"type": "text", "text": f"{Code.E_UNAVAILABLE.value}: {words}"}],
+        "isError": True,
+        "_meta": {ERROR_META: error},
+    }

@@ -10,7 +10,7 @@ method. Tool failures are `isError` results in words; protocol faults are JSON-R
 Every request that reaches `handle` leaves one audit line (logger `ftwbridge.audit`) and one
 `on_request(method, outcome)` sample, refusals included (issue 15 item 7): a tool call's line
 starts `tool=`, any other request's `method=`; `status` is `ok`, the refusal's word
-(`OUTCOMES`), or a box's registry code.
+(`audit.OUTCOMES`), or a box's registry code.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 from mcp_types import jsonrpc
@@ -29,82 +29,40 @@ from pydantic import ValidationError
 
 from ftwbridge import __version__
 from ftwbridge.proto.clean import to_json
-from ftwbridge.proto.names import Code, Read
+from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
 from . import inbound
+from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
+from .confirm import StateRefused
+from .control import Control, ControlPort, InputRequired
+from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .results import (
-    ERROR_META,
-    KNOWN_OUTCOMES,
     conforms,
     log_safe,
     ok_result,
     refusal_result,
+    roster_behind_result,
     text_error,
 )
 from .tools import TOOLS, TOOLS_BY_NAME, ToolContext, ToolSpec
-
-audit = logging.getLogger("ftwbridge.audit")
-
-OUTCOMES = {
-    "method_not_allowed": "405: not POST",
-    "bad_media_type": "415: Content-Type is not application/json",
-    "not_acceptable": "406: Accept does not allow application/json",
-    "body_too_large": "413: the body is over max_body_bytes",
-    "body_too_slow": "408: the body did not arrive within body_timeout_s",
-    "unauthorized": "401: no token, or one that is unknown, expired or withdrawn",
-    "rate_limited": "429: the agent's requests past http_burst / http_per_s",
-    "protocol_error": "a JSON-RPC error from the envelope checks (versions, headers, JSON)",
-    "method_not_found": "a JSON-RPC method the bridge does not serve",
-    "invalid_params": "tools/call or tools/list with parameters it cannot use",
-    "unknown_tool": "tools/call naming no tool of the bridge",
-    "insufficient_scope": "403: the token lacks a scope the tool needs",
-    "invalid_arguments": "a tool's arguments do not fit its schema (an isError result)",
-    "roster_behind": "the box sent an older roster that does not list the agent",
-    "origin_refused": "403: a foreign Origin (app.py)",
-    "host_refused": "421: a Host the bridge does not serve (app.py)",
-    "bad_framing": "400: Content-Length and Transfer-Encoding together (edge.py)",
-    "bad_coding": "415: a Content-Encoding other than identity (edge.py)",
-    "cancelled": "the client left before the answer",
-    "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
-    "notification": "202: a JSON-RPC notification",
-}
-"""The outcome words of `/mcp` requests other than `ok` and a box's registry codes (audit
-`status`, metric label `outcome`), and when each is given."""
-METHODS = frozenset(
-    {"initialize", "ping", "server/discover", "tools/list", "tools/call", "notifications"}
-)
-"""JSON-RPC methods named in the request metric; any other is counted as `other` (a client
-chooses the method, so the label set stays bounded), and a request refused before its body
-was read as `-`."""
-ROSTER_BEHIND_WORDS = (
-    "The home's box came back with an older list of approved assistants than the bridge "
-    "holds (its list {box_seq}, the bridge's {held_seq}), and its list does not name this "
-    "assistant; the home's owner must approve it again at home."
-)
-"""The words of a call refused because the box's roster is behind (`Door.roster_behind`)."""
 
 RATE_LIMITED_JSONRPC = -32029
 """JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
 SERVER_INFO = {"name": "ftwbridge", "version": __version__}
 INSTRUCTIONS = (
-    "Read-only access to one home's energy box: live power, plan, prices, history, health."
+    "Access to one home's energy box: live power, plan, prices, history, health; within the"
+    " owner's grant, start and stop a charge, and ask the owner for lasting changes."
 )
 
 
-class HomePort(Protocol):
-    """What `/mcp` needs of the rest of the bridge (the pool and the rosters)."""
-
-    async def call(self, home: str, agent_key: bytes, read: Read, body: Any) -> Reply:
-        """One box read; raises `Refusal`."""
-
-    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        """The agent's row in the home's newest roster, or None when it is not listed."""
+HomePort = ControlPort
+"""What `/mcp` needs of the rest of the bridge (the pool and the rosters): reads, grants and
+commands (`mcp/control.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,22 +82,6 @@ class BodyTooLarge(Exception):
 
 class BodyTooSlow(Exception):
     """The body did not arrive within the time bound (408)."""
-
-
-@dataclass(slots=True)
-class _Seen:
-    """What one request's audit line and metric sample say (filled in as it is handled)."""
-
-    method: str = "-"
-    outcome: str = "ok"
-    token: TokenRecord | None = None
-    tool: str | None = None
-
-
-def _method_label(method: str) -> str:
-    if method.startswith("notifications/"):
-        return "notifications"
-    return method if method in METHODS else "other"
 
 
 @dataclass(slots=True)
@@ -193,6 +135,8 @@ class McpService:
             `held_seq` when the home's box sent an older roster that does not list the agent
             (`Door.roster_behind`), else None; such a call is refused in words at once.
         anonymous_token: the test profile's token for requests without one (never in production).
+        confirm_ttl_s: how long a person has to confirm a charge where the client can ask
+            (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
     """
 
     def __init__(
@@ -211,8 +155,15 @@ class McpService:
         on_request: Callable[[str, str], None] | None = None,
         roster_behind: Callable[[str, bytes], Any] | None = None,
         anonymous_token: str | None = None,
+        confirm_ttl_s: float | None = 120.0,
     ) -> None:
         self._homes = homes
+        self._control = Control(
+            homes=homes,
+            wall_ms=wall_ms,
+            call_deadline_s=call_deadline_s,
+            confirm_ttl_s=confirm_ttl_s,
+        )
         self._auth = BearerAuth(
             verify_token=verify_token,
             grant=homes.grant,
@@ -224,12 +175,11 @@ class McpService:
         self._max_body = max_body_bytes
         self._deadline_s = call_deadline_s
         self._wall_ms = wall_ms
-        self._tool_list = [t.definition() for t in TOOLS]
+        self._tool_list = [t.definition() for t in TOOLS] + [t.definition() for t in CONTROL_TOOLS]
         self._http_burst = http_burst
         self._http_per_s = http_per_s
         self._agent_buckets: dict[tuple[str, bytes], TokenBucket] = {}
-        self._on_call = on_call
-        self._on_request = on_request
+        self._recorder = Recorder(on_call, on_request)
         self._roster_behind = roster_behind
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
@@ -252,46 +202,11 @@ class McpService:
         """Audit and count a request the HTTP shell refused before `handle` (a foreign
         Origin, 403; an unknown Host, 421; the edge's framing and coding rules, 400 and 415):
         `outcome` is a word of `OUTCOMES`."""
-        self._record(_Seen(outcome=outcome), status, headers, 0.0)
-
-    def _record(
-        self, seen: _Seen, status: int, headers: dict[str, list[str]], seconds: float
-    ) -> None:
-        """One request's audit line and metric sample (tool calls: also `on_call`)."""
-        t = seen.token
-        client = (t.client if t is not None else "") or (headers.get("user-agent") or ["-"])[0]
-        who = (
-            log_safe(t.home) if t is not None else "-",
-            log_safe(t.agent_id) if t is not None else "-",
-            log_safe(client),
-        )
-        if seen.tool is not None:
-            audit.info(
-                "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d",
-                seen.tool,
-                *who,
-                seen.outcome,
-                seconds * 1000,
-            )
-            if self._on_call is not None:
-                known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
-                self._on_call(seen.tool, seen.outcome if known else "other", seconds)
-        else:
-            audit.info(
-                "method=%s home=%s agent=%s client=%s status=%s http=%d duration_ms=%d",
-                seen.method,
-                *who,
-                seen.outcome,
-                status,
-                seconds * 1000,
-            )
-        if self._on_request is not None:
-            known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
-            self._on_request(seen.method, seen.outcome if known else "other")
+        self._recorder.record(Seen(outcome=outcome), status, headers, 0.0)
 
     async def handle(self, req: HttpRequest) -> HttpResponse:
         """Answer one request to `/mcp` (never raises for bad input); audit and count it."""
-        seen = _Seen()
+        seen = Seen()
         started = time.monotonic()
         status = 0
         try:
@@ -305,9 +220,9 @@ class McpService:
             seen.outcome = "error"
             raise
         finally:
-            self._record(seen, status, req.headers, time.monotonic() - started)
+            self._recorder.record(seen, status, req.headers, time.monotonic() - started)
 
-    async def _handle(self, req: HttpRequest, seen: _Seen) -> HttpResponse:
+    async def _handle(self, req: HttpRequest, seen: Seen) -> HttpResponse:
         if req.method != "POST":
             seen.outcome = "method_not_allowed"
             return HttpResponse(405, {"allow": "POST"})
@@ -346,7 +261,7 @@ class McpService:
             return _refuse_body(408, "Request body not received in time")
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
-            seen.method = _method_label(route.method)
+            seen.method = method_label(route.method)
         limited = self._http_limit(
             token, None if isinstance(route, inbound.Rejection) else route.id
         )
@@ -382,7 +297,7 @@ class McpService:
         route: inbound.Route,
         token: TokenRecord,
         headers: dict[str, list[str]],
-        seen: _Seen,
+        seen: Seen,
     ) -> HttpResponse:
         m = route.method
         if route.era == "modern" and m == "server/discover":
@@ -421,7 +336,7 @@ class McpService:
         seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 
-    async def _call(self, route: inbound.Route, token: TokenRecord, seen: _Seen) -> HttpResponse:
+    async def _call(self, route: inbound.Route, token: TokenRecord, seen: Seen) -> HttpResponse:
         name = route.params.get("name")
         arguments = route.params.get("arguments", {})
         if not isinstance(name, str) or not isinstance(arguments, dict):
@@ -429,33 +344,26 @@ class McpService:
             return self._error(
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
             )
-        spec = TOOLS_BY_NAME.get(name)
+        spec: ToolSpec | ControlTool | None = TOOLS_BY_NAME.get(name) or CONTROL_BY_NAME.get(name)
         if spec is None:  # a protocol error (MCP tools, "Error Handling"): not a tool's result
             seen.outcome = "unknown_tool"
             return self._error(
                 route,
                 jsonrpc.INVALID_PARAMS,
                 f"Unknown tool: {log_safe(name[:64])}",
-                {"tools": sorted(TOOLS_BY_NAME)},
+                {"tools": sorted([*TOOLS_BY_NAME, *CONTROL_BY_NAME])},
             )
         seen.tool = name
         missing = [s.value for s in spec.scopes if s.value not in token.scopes]
         if missing:
             seen.outcome = "insufficient_scope"
-            scope = " ".join(missing)
-            rej = inbound.Rejection(
-                403,
-                jsonrpc.INVALID_REQUEST,
-                f"insufficient_scope: this tool needs {scope}",
-                route.id,
-                {"requiredScopes": missing},
-            )
-            challenge = self._auth.challenge(
-                "insufficient_scope", f"The tool {name} needs {scope}", scope
-            )
-            return _json(403, rej.body(), {"www-authenticate": challenge})
+            return self._insufficient_scope(route, name, missing)
         try:
-            args = spec.args.model_validate(arguments)
+            args = (
+                spec.parse(arguments)
+                if isinstance(spec, ControlTool)
+                else spec.args.model_validate(arguments)
+            )
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
@@ -465,17 +373,46 @@ class McpService:
             return self._result(
                 route, text_error(f"The arguments for {name} are not valid: {problems}.")
             )
-        behind = None if spec.run is not None else self._behind(token)
+        answered_here = isinstance(spec, ToolSpec) and spec.run is not None
+        behind = None if answered_here else self._behind(token)
         if behind is not None:
             seen.outcome = "roster_behind"
-            return self._result(route, _roster_behind_result(behind))
+            return self._result(route, roster_behind_result(behind))
         try:
-            result = await self._run(spec, args, token)
+            if isinstance(spec, ControlTool):
+                out = await self._control.run(spec, args, token, route)
+                if isinstance(out, InputRequired):
+                    seen.outcome = "input_required"
+                    return _json(200, {"jsonrpc": "2.0", "id": route.id, "result": out.result()})
+                result = out
+            else:
+                result = await self._run(spec, args, token)
+        except StateRefused as exc:
+            seen.outcome = "invalid_params"
+            return self._error(route, jsonrpc.INVALID_PARAMS, f"Invalid params: {exc}")
         except Refusal as exc:
             sent = exc.code
             result = refusal_result(exc)  # cleans the peer's code: one that was not a code's
             seen.outcome = exc.code if exc.code == sent else "other"  # shape is `other`
         return self._result(route, result)
+
+    def _insufficient_scope(
+        self, route: inbound.Route, name: str, missing: list[str]
+    ) -> HttpResponse:
+        """403 `insufficient_scope` naming the scopes the tool needs, for step-up (RFC 6750
+        section 3.1; MCP authorization, "Scope Challenge Handling")."""
+        scope = " ".join(missing)
+        rej = inbound.Rejection(
+            403,
+            jsonrpc.INVALID_REQUEST,
+            f"insufficient_scope: this tool needs {scope}",
+            route.id,
+            {"requiredScopes": missing},
+        )
+        challenge = self._auth.challenge(
+            "insufficient_scope", f"The tool {name} needs {scope}", scope
+        )
+        return _json(403, rej.body(), {"www-authenticate": challenge})
 
     def _behind(self, token: TokenRecord) -> Any:
         if self._roster_behind is None:
@@ -503,15 +440,3 @@ class McpService:
                 "unreadable answer for %s: %s", spec.name, type(exc).__name__
             )
             raise Refusal(Code.E_BAD_BODY) from exc
-
-
-def _roster_behind_result(behind: Any) -> dict[str, Any]:
-    """The `isError` result of a call whose home's box sent an older roster that does not list
-    the agent: `E_UNAVAILABLE {reason: roster_behind}`, not retryable, in words."""
-    words = ROSTER_BEHIND_WORDS.format(box_seq=behind.box_seq, held_seq=behind.held_seq)
-    error = {"code": Code.E_UNAVAILABLE.value, "message": words, "retryable": False}
-    return {
-        "content": [{"type": "text", "text": f"{Code.E_UNAVAILABLE.value}: {words}"}],
-        "isError": True,
-        "_meta": {ERROR_META: error},
-    }

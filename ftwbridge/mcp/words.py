@@ -82,6 +82,13 @@ _CAPS: Final[dict[str, str]] = {
     " days, asked {asked}.",
     # agents.yaml limits, the same for every assistant
     "history_series": "That asks for {asked} series at once; the home sends at most {max}.",
+    # the grant's control caps (agents.yaml caps; PROTOCOL.md part E)
+    "hold_s": "That charge would last {asked} s; the owner allows this assistant at most {max} s"
+    " at a time.",
+    "pending_requests": "This assistant already has {max} requests waiting for the owner, the"
+    " most it may; wait for the owner to decide one.",
+    "cmds_per_hour": "This assistant has sent {max} commands in the last hour, the most the"
+    " owner allows; try again later.",
 }
 
 _NOT_FOUND: Final[dict[str, str]] = {
@@ -89,6 +96,10 @@ _NOT_FOUND: Final[dict[str, str]] = {
     "src": "driver or device",
     "check": "diagnostic check",
     "hold": "hold by this assistant on a charger",
+    "charger": "charger",
+    "loadpoint": "charger",
+    "car": "car",
+    "request": "request",
 }
 
 

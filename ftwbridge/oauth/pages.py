@@ -6,8 +6,8 @@ from html import escape
 from urllib.parse import urlsplit
 
 from ftwbridge.proto.clean import clean
-from ftwbridge.proto.names import Scope
-from ftwbridge.proto.registry import SCOPE_DESC
+from ftwbridge.proto.names import Cap, Scope
+from ftwbridge.proto.registry import CAPS, SCOPE_DESC
 
 from .model import Pending, redirect_origin
 
@@ -52,12 +52,13 @@ def _page(title: str, body: str, refresh_s: int | None = None) -> bytes:
 def consent(p: Pending, error: str | None = None) -> bytes:
     """Who asks, for what, and the box where the owner approves: type the home's claim code."""
     host = shown(urlsplit(p.redirect_uri).hostname or "")
-    scopes = "".join(f"<li>{escape(SCOPE_DESC.get(Scope(s), s))}</li>" for s in p.scopes)
+    reads = [s for s in p.scopes if s not in CHANGE_WORDS]
+    scopes = "".join(f"<li>{escape(SCOPE_DESC.get(Scope(s), s))}</li>" for s in reads)
     problem = f'<p role="alert"><strong>{shown(error)}</strong></p>' if error else ""
     body = (
         f"<h1>Connect an assistant to your home</h1>"
         f"<p><strong>{shown(p.client_name)}</strong> (returns to <code>{host}</code>) asks to read:</p><ul>{scopes}</ul>"
-        f"{problem}<p>Open your home box's app, choose <em>connect an assistant</em>, and type the code it shows. "
+        f"{_changes(p.scopes)}{problem}<p>Open your home box's app, choose <em>connect an assistant</em>, and type the code it shows. "
         f"You will then approve at home.</p>"
         f'<form method="post" action="/authorize"><input type="hidden" name="req" value="{escape(p.id)}">'
         f'<input type="hidden" name="csrf" value="{escape(p.csrf)}">'
@@ -65,6 +66,28 @@ def consent(p: Pending, error: str | None = None) -> bytes:
         f"<button>Ask my home</button></form>"
     )
     return _page("Connect an assistant", body)
+
+
+CHANGE_WORDS = {
+    Scope.FTW_DISPATCH_WRITE.value: "start and stop charging for up to {minutes} minutes at a time",
+    Scope.FTW_GOALS_WRITE.value: "ask you for lasting changes, such as a car's charge target or the"
+    " site's mode, which you approve or deny at home",
+}
+"""What each control scope lets an assistant change, in the owner's words (PROTOCOL.md part E)."""
+
+
+def _changes(scopes: tuple[str, ...]) -> str:
+    """The consent page's list of what the assistant could change, apart from what it could
+    read (issue 16 item 5), and that the owner may approve reading only."""
+    minutes = CAPS[Cap.HOLD_S].default // 60
+    items = [CHANGE_WORDS[s].format(minutes=minutes) for s in scopes if s in CHANGE_WORDS]
+    if not items:
+        return ""
+    listed = "".join(f"<li>{escape(i.capitalize())}</li>" for i in items)
+    return (
+        f"<p>and to change, within the limits you set at home:</p><ul>{listed}</ul>"
+        "<p>At home you can approve reading only; then it can change nothing.</p>"
+    )
 
 
 def waiting(p: Pending) -> bytes:

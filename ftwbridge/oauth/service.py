@@ -25,8 +25,9 @@ from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
+from ftwbridge.proto.names import AgentOp
 from ftwbridge.proto.pacing import TokenBucket
-from ftwbridge.proto.registry import READ_SCOPES, Msg
+from ftwbridge.proto.registry import CONTROL_SCOPES, OP_SCOPE, READ_SCOPES, Msg
 from ftwbridge.proto.roster import Roster
 
 from .cimd import DocumentRefused, MetadataDocuments, is_document_url
@@ -56,6 +57,20 @@ from .model import (
     valid_redirect,
 )
 from .tokens import TokenGrants
+
+
+def grantable_scopes() -> frozenset[str]:
+    """The scopes an assistant may ask for: the reads, and control's (PROTOCOL.md part E): the
+    scopes of the ops agents may command (agents.yaml `agent_ops`, registry.yaml `ops`) and
+    those agents.yaml adds (`ftw.goals.write`)."""
+    control = {OP_SCOPE[op.value] for op in AgentOp} | set(CONTROL_SCOPES)
+    return frozenset(s.value for s in (*READ_SCOPES, *control))
+
+
+def ops_for(scopes: tuple[str, ...]) -> list[str]:
+    """The ops an `agent.request` asks for: each agent op whose scope is among `scopes`
+    (PROTOCOL.md part C, consent; part E)."""
+    return [op.value for op in AgentOp if OP_SCOPE[op.value].value in scopes]
 
 
 class OAuthService(TokenGrants):
@@ -116,7 +131,7 @@ class OAuthService(TokenGrants):
             "code_challenge_methods_supported": ["S256"],
             "token_endpoint_auth_methods_supported": ["none"],
             "revocation_endpoint_auth_methods_supported": ["none"],
-            "scopes_supported": sorted(s.value for s in READ_SCOPES),
+            "scopes_supported": sorted(grantable_scopes()),
             "authorization_response_iss_parameter_supported": True,
             "client_id_metadata_document_supported": self._documents is not None,
         }
@@ -210,8 +225,8 @@ class OAuthService(TokenGrants):
             raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
         reads = {s.value for s in READ_SCOPES}
         asked = params.get("scope", "").split() or sorted(reads)
-        if not set(asked) <= reads:
-            raise OAuthError("invalid_scope", "scopes must be among the read scopes")
+        if not set(asked) <= grantable_scopes():
+            raise OAuthError("invalid_scope", "scopes must be among scopes_supported")
         name = str(client.get("client_name") or client_id)
         pending = Pending(
             secrets.token_urlsafe(32),
@@ -288,7 +303,7 @@ class OAuthService(TokenGrants):
             "name": pending.client_name,
             "redirectHost": urlsplit(pending.redirect_uri).hostname or "",
             "scopes": list(pending.scopes),
-            "ops": [],
+            "ops": ops_for(pending.scopes),
             "caps": {},
             "key": key,
             "expiresAtMs": pending.expires_at_ms,

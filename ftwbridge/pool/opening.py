@@ -11,15 +11,16 @@ from typing import Any
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.door import Door, HomeOffline
+from ftwbridge.door import Door, HomeOffline, LocalEnd, TunEnded
 from ftwbridge.keys.service import KeysError, KeysPort
+from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import Msg, peer_code, peer_reason
 from ftwbridge.proto.roster import Roster
 from ftwbridge.proto.session import AgentSession, Push, Terminated
 
-from .session import PooledSession, refusal_for_end
+from .session import PooledSession, refusal_for_end, session_clock_ms
 
 HELLO_BODY = {
     "proto": {"min": 1, "max": 1},
@@ -112,10 +113,37 @@ async def open_session(
         raise Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
 
 
+async def open_outcome(
+    s: PooledSession,
+    roster: Roster,
+    *,
+    door: Door,
+    keys: KeysPort,
+    config: Config,
+    wall_ms: Callable[[], int],
+) -> str:
+    """`open_session`, its failures turned into the session's close and the outcome word the
+    pool reports (`ok`, `closed`, or the refusal's code; `PoolObserver.on_open`)."""
+    try:
+        await open_session(s, roster, door=door, keys=keys, config=config, wall_ms=wall_ms)
+    except Refusal as exc:
+        s.failure = exc
+        s.close(LocalEnd.REFUSED.value)
+        return exc.code
+    except TunEnded as exc:
+        s.close(exc.reason)
+        return "closed"
+    except ProtocolError:
+        s.close(LocalEnd.PROTOCOL_ERROR.value)
+        return "closed"
+    return "closed" if s.is_closed else "ok"  # closed from outside while it opened
+
+
 async def _wait_hello_ok(s: PooledSession, now_ms: int, max_skew_ms: int) -> None:
     assert s.agent is not None and s.tun is not None
     while True:
-        for ev in s.agent.receive(await s.tun.receive()):
+        message = await s.tun.receive()
+        for ev in s.agent.receive(message, now_ms=session_clock_ms()):
             if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
                 check_clock(ev.body, now_ms, max_skew_ms)
                 return  # nothing else of it is kept: 3 KiB a session (issue 12, item 6)

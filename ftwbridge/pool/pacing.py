@@ -58,16 +58,17 @@ class HomePacer:
         now = trio.current_time()
         return max(b.calls.wait_s(now), b.nbytes.wait_s(now, 1))
 
-    async def turn(self, home: str) -> float:
-        """Wait for this call's turn at `home`; returns the seconds waited.
+    async def turn(self, home: str, *, max_wait_s: float | None = None) -> float:
+        """Wait for this call's turn at `home`; returns the seconds waited. `max_wait_s`
+        (seconds) replaces `pace_wait_s` as the longest wait (a command's: the call deadline).
 
         Raises:
-            Refusal: `E_RATE_LIMITED {retryAfterMs}` when the wait would pass `pace_wait_s`.
+            Refusal: `E_RATE_LIMITED {retryAfterMs}` when the wait would pass the longest.
         """
         b = self._buckets(home)
         now = trio.current_time()
         wait = max(b.calls.wait_s(now), b.nbytes.wait_s(now, 1))
-        if wait > self._config.pace_wait_s:
+        if wait > (self._config.pace_wait_s if max_wait_s is None else max_wait_s):
             self.refusals += 1
             retry_ms = math.ceil(wait * 1000)
             raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)

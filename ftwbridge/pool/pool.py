@@ -20,24 +20,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import trio
 
 from ftwbridge.config import Config
 from ftwbridge.door import Door, LocalEnd, TunEnded, tun_end_reason
 from ftwbridge.keys.service import KeysPort
-from ftwbridge.proto.errors import LocalProtocolError, ProtocolError
-from ftwbridge.proto.names import Cap, Code, Read, TunEndReason
+from ftwbridge.proto.control import CmdAck, new_cmd_id
+from ftwbridge.proto.errors import LocalProtocolError
+from ftwbridge.proto.names import Cap, Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.roster import AgentGrant, Roster, admit
-from ftwbridge.proto.session import Reply
+from ftwbridge.proto.session import AgentSession, Reply
 
+from .command import CommandBudget, CommandOutcome, send_command
 from .deadlines import DeadlineHeap
-from .opening import open_session
+from .homes import HomeShare, PoolObserver, PoolStats
+from .opening import open_outcome
 from .pacing import HomePacer
 from .session import REPLACEABLE, PooledSession, State, Waiter, refusal_for_end
 
@@ -45,39 +48,6 @@ log = logging.getLogger("ftwbridge.pool")
 
 ANSWER_EWMA = 0.3
 """Weight of the newest answer time in a home's running estimate (for retry hints)."""
-
-
-@dataclass(slots=True)
-class PoolStats:
-    """`Pool.statistics()`: sessions by state (`sessions` = ready + busy), calls whose request
-    is at a box (`calls_in_flight`, including those whose caller gave up), calls waiting for a
-    session (`queued`), and how many sessions ended, by reason."""
-
-    sessions: int
-    opening: int
-    busy: int
-    calls_in_flight: int
-    queued: int
-    drops: dict[str, int]
-
-
-class PoolObserver(Protocol):
-    """Where the pool reports timings (the bridge's metrics fit)."""
-
-    def on_queue_wait(self, seconds: float) -> None: ...
-    def on_open(self, outcome: str, seconds: float) -> None: ...
-
-
-class _Home:
-    """One home's share of the pool: its open sessions by agent key, its queue, and how long
-    its box has taken to answer (seconds, a running estimate)."""
-
-    __slots__ = ("answer_s", "queued", "sessions")
-
-    def __init__(self) -> None:
-        self.sessions: dict[bytes, PooledSession] = {}
-        self.queued = 0
-        self.answer_s = 0.0
 
 
 class Pool:
@@ -107,7 +77,7 @@ class Pool:
         self._wall_ms = wall_ms
         self._sessions: OrderedDict[tuple[str, bytes], PooledSession] = OrderedDict()
         """Open and opening sessions, least recently used first."""
-        self._homes: dict[str, _Home] = {}
+        self._homes: dict[str, HomeShare] = {}
         self._in_flight = 0
         self._limiter = trio.CapacityLimiter(config.calls_in_flight)
         self._drops: dict[str, int] = {}
@@ -118,9 +88,11 @@ class Pool:
         self._nursery: trio.Nursery | None = None
         self._deadlines = DeadlineHeap(self._due)
         self._orphans: list[PooledSession] = []
+        """Closed sessions whose tunnels are still to be ended (by `_finish_orphans`)."""
         self._closing = 0
         """Sessions CLOSING: their box is still to hear `tun.end`."""
-        """Closed sessions whose tunnels are still to be ended (by `_finish_orphans`)."""
+        self._budget = CommandBudget()
+        """`cmds_per_hour` at the bridge (pool/command.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[Pool] = trio.TASK_STATUS_IGNORED) -> None:
         """Own every opening and closing until cancelled; then end every session
@@ -149,7 +121,7 @@ class Pool:
             opening=states.count(State.OPENING),
             busy=busy,
             calls_in_flight=self._in_flight,
-            queued=sum(h.queued for h in self._homes.values()),
+            queued=sum(h.queued + h.commands for h in self._homes.values()),
             drops=dict(self._drops),
         )
 
@@ -175,7 +147,10 @@ class Pool:
         self._draining = True
         with trio.move_on_after(grace_s):
             await self._wait_until(
-                lambda: self._in_flight == 0 and not any(h.queued for h in self._homes.values())
+                lambda: (
+                    self._in_flight == 0
+                    and not any(h.queued or h.commands for h in self._homes.values())
+                )
             )
         for s in list(self._sessions.values()):
             s.close(TunEndReason.RESTARTING.value)
@@ -201,15 +176,15 @@ class Pool:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def _home(self, home: str) -> _Home:
+    def _home(self, home: str) -> HomeShare:
         h = self._homes.get(home)
         if h is None:
-            h = self._homes[home] = _Home()
+            h = self._homes[home] = HomeShare()
         return h
 
     def _forget_home_if_empty(self, home: str) -> None:
         h = self._homes.get(home)
-        if h is not None and not h.sessions and not h.queued:
+        if h is not None and not h.sessions and not h.queued and not h.commands:
             del self._homes[home]
 
     def retry_hint_ms(self, home: str) -> int:
@@ -227,8 +202,9 @@ class Pool:
         wait = max(self.pacer.wait_s(home), 1 / self._config.pace_calls_per_s, answer_s, oldest)
         return math.ceil(1000 * min(wait, self._config.call_deadline_s))
 
-    async def call(self, home: str, agent_key: bytes, read: Read, body: Any = None) -> Reply:
-        """Ask `home`'s box one read as agent `agent_key` (32 bytes); returns its `Reply`.
+    async def call(self, home: str, agent_key: bytes, read: str, body: Any = None) -> Reply:
+        """Ask `home`'s box one read (or `goal.request`) as agent `agent_key` (32 bytes);
+        returns its `Reply`.
 
         The caller owns the deadline (a cancel scope); a cancelled call frees its place, and a
         request it leaves at the box keeps the session until the box answers (issue 11, D2).
@@ -236,31 +212,81 @@ class Pool:
         Raises:
             Refusal: admission, the queue, the box, or the session ending refused it.
         """
+        async with self.hold(home, agent_key) as (s, _grant):
+            reply = await self.exchange(s, lambda agent: agent.request(str(read), body))
+            self.pacer.charge_bytes(home, reply.size)
+            return reply
+
+    async def command(
+        self, home: str, agent_key: bytes, op: str, args: dict[str, Any], cmd_id: str
+    ) -> CommandOutcome:
+        """Send command `op` with `args` as `cmd_id` (`pool/command.py` has the steps).
+
+        Raises:
+            Refusal: as `call`, and `cmds_per_hour` at the bridge.
+        """
+        return await send_command(
+            self,
+            home,
+            agent_key,
+            op,
+            args,
+            cmd_id=cmd_id,
+            new_cmd_id=self.new_cmd_id,
+            budget=self._budget,
+        )
+
+    def new_cmd_id(self) -> str:
+        """A new `cmdId`: UUIDv7 text from the bridge's wall clock (PROTOCOL.md part E)."""
+        return new_cmd_id(self._wall_ms(), os.urandom(10))
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self, home: str, agent_key: bytes, *, command: bool = False
+    ) -> AsyncIterator[tuple[PooledSession, AgentGrant]]:
+        """Hold the agent's session (BUSY, this task its holder) for one or more requests:
+        admission against the newest roster, a place in the home's queue, a pacing turn, then
+        the session (opened if none is warm). Yields (session, the agent's grant); on leaving,
+        a session still held is released (one whose request is still at the box was given up
+        by `exchange`).
+
+        A `command` has its own places in the queue (`queue_per_home` of them besides the
+        reads') and waits its pacing turn up to the call deadline instead of `pace_wait_s`, so
+        a command waiting behind reads is never dropped for a read (issue 16, item 6).
+
+        Raises:
+            Refusal: draining, a full queue, admission, pacing, or the session's end.
+        """
         if self._draining:
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"})
         h = self._home(home)
-        if h.queued >= self._config.queue_per_home:
+        waiting = h.commands if command else h.queued
+        if waiting >= self._config.queue_per_home:
             retry_ms = self.retry_hint_ms(home)
             raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
-        h.queued += 1
+        h.count(command, 1)
         queued = True
         arrived = trio.current_time()
+        me = trio.lowlevel.current_task()
+        s: PooledSession | None = None
         try:
             roster, grant = await self._admit(home, agent_key)
-            await self.pacer.turn(home)
+            await self.pacer.turn(
+                home, max_wait_s=self._config.call_deadline_s if command else None
+            )
             s = await self._take(home, agent_key, roster, grant)
-            h.queued -= 1
+            h.count(command, -1)
             queued = False
             self._notify()
             if self._observer is not None:
                 self._observer.on_queue_wait(trio.current_time() - arrived)
-            reply = await self._exchange(s, read, body)
-            self.pacer.charge_bytes(home, reply.size)
-            return reply
+            yield s, grant
         finally:
             if queued:
-                h.queued -= 1
+                h.count(command, -1)
                 self._notify()
+            if s is not None and not s.is_closed and s.holder is me:
+                s.release()
             self._forget_home_if_empty(home)
 
     async def _take(
@@ -335,13 +361,22 @@ class Pool:
             else:
                 return
 
-    async def _exchange(self, s: PooledSession, read: Read, body: Any) -> Reply:
-        """Send one request on `s` (held by this task) and wait for its answer."""
-        try:
-            await self._limiter.acquire_on_behalf_of(s)
-        except BaseException:
-            s.release()
-            raise
+    async def exchange(
+        self,
+        s: PooledSession,
+        start: Callable[[AgentSession], tuple[int, bytes]],
+        *,
+        acks: list[CmdAck] | None = None,
+    ) -> Reply:
+        """Send one request on `s` (held by this task, from `hold`) and wait for its answer:
+        `start(agent)` makes it (`AgentSession.request` or `.command`) and returns (id,
+        message). The session stays held for a next request; `hold` releases it. A command's
+        `cmd.ack`, if one came, is appended to `acks`.
+
+        Raises:
+            Refusal: the box refused, the door dropped the message, or the session ended.
+        """
+        await self._limiter.acquire_on_behalf_of(s)
         self._in_flight += 1
         s.at_box = True
         s.sent_at = trio.current_time()
@@ -351,7 +386,7 @@ class Pool:
             raise refusal_for_end(s.end_reason or TunEndReason.CLOSED.value)
         assert s.agent is not None and s.tun is not None
         try:
-            rid, message = s.agent.request(read.value, body)
+            rid, message = start(s.agent)
         except LocalProtocolError:  # the box ended the session while we waited
             s.close(s.end_reason or TunEndReason.CLOSED.value)
             raise refusal_for_end(s.end_reason or TunEndReason.CLOSED.value) from None
@@ -376,7 +411,9 @@ class Pool:
                     s.give_up()  # the box still works on it: the session waits for that
                     self._deadlines.schedule(s, s.sent_at + self._config.call_deadline_s)
                 else:
-                    s.release()
+                    s.waiter = None
+        if acks is not None and waiter.ack is not None:
+            acks.append(waiter.ack)
         if waiter.refusal is not None:
             raise waiter.refusal
         assert waiter.reply is not None
@@ -464,27 +501,14 @@ class Pool:
         assert scope is not None
         try:
             with scope:
-                try:
-                    await open_session(
-                        s,
-                        roster,
-                        door=self._door,
-                        keys=self._keys,
-                        config=self._config,
-                        wall_ms=self._wall_ms,
-                    )
-                    if s.is_closed:  # closed from outside while it opened
-                        outcome = "closed"
-                except Refusal as exc:
-                    outcome = exc.code
-                    s.failure = exc
-                    s.close(LocalEnd.REFUSED.value)
-                except TunEnded as exc:
-                    outcome = "closed"
-                    s.close(exc.reason)
-                except ProtocolError:
-                    outcome = "closed"
-                    s.close(LocalEnd.PROTOCOL_ERROR.value)
+                outcome = await open_outcome(
+                    s,
+                    roster,
+                    door=self._door,
+                    keys=self._keys,
+                    config=self._config,
+                    wall_ms=self._wall_ms,
+                )
             if scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
                 outcome = "closed"
         finally:

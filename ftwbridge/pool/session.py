@@ -25,12 +25,19 @@ from typing import Protocol
 import trio
 
 from ftwbridge.door import LocalEnd, Tun, TunEnded
+from ftwbridge.proto.control import CmdAck
 from ftwbridge.proto.errors import LocalProtocolError, ProtocolError
 from ftwbridge.proto.names import Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import peer_reason
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Acked, AgentSession, Failed, Push, Reply, Terminated
+
+
+def session_clock_ms() -> int:
+    """The clock a session's box uptime is noted on (`AgentSession.receive`'s `now_ms`) and
+    commands are timed by: trio's, in whole ms (only differences of it mean anything)."""
+    return int(trio.current_time() * 1000)
 
 
 class State(enum.Enum):
@@ -78,6 +85,8 @@ class Waiter:
     done: trio.Event = field(default_factory=trio.Event)
     reply: Reply | None = None
     refusal: Refusal | None = None
+    ack: CmdAck | None = None
+    """A command's `cmd.ack`, when it came (the command goes on until `cmd.result`)."""
 
 
 class Owner(Protocol):
@@ -276,7 +285,7 @@ class PooledSession:
         if self.agent is None or self.tun is None or self.is_closed:
             return
         try:
-            events = self.agent.receive(message)
+            events = self.agent.receive(message, now_ms=session_clock_ms())
         except ProtocolError:
             self.close(LocalEnd.PROTOCOL_ERROR.value)
             return
@@ -289,7 +298,11 @@ class PooledSession:
             if isinstance(ev, Terminated):
                 self.close(peer_reason(ev.reason))
                 return
-            if isinstance(ev, Push | Acked) or self.state is not State.BUSY:
+            if isinstance(ev, Push) or self.state is not State.BUSY:
+                continue
+            if isinstance(ev, Acked):
+                if self.waiter is not None and self.waiter.rid == ev.id:
+                    self.waiter.ack = ev.ack
                 continue
             self._answered(ev)
 

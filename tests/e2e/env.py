@@ -31,7 +31,11 @@ TOOL_NAMES = (
     "config_get",
     "diag_run",
 )
-"""The 13 tools of PROTOCOL.md part D, written once for the tests."""
+"""The 13 read tools of PROTOCOL.md part D, written once for the tests."""
+CONTROL_NAMES = ("ev_charge_now", "ev_stop", "goal_request", "requests_list")
+"""The control tools of PROTOCOL.md part E."""
+READ_ONLY_NAMES = (*TOOL_NAMES, "requests_list")
+"""The tools whose `readOnlyHint` is true."""
 
 REAL_WAIT_S = 60.0
 """Bound on a real-time wait in the tests (a roster crossing processes, a stub home starting, a
@@ -46,6 +50,8 @@ class Home:
     proc: trio.Process
     console_port: int
     home_key: bytes
+    offset_ms: int = 0
+    """How far the home's clock was moved (its console's `clock {offsetMs}`)."""
 
     async def console(self, **command: Any) -> Any:
         return await console(self.console_port, {"home": self.name} | command)
@@ -90,11 +96,24 @@ class Env:
         return homes
 
     async def agent(
-        self, home: Home, *, scopes: list[str] | None = None, ttl_ms: int = 3_600_000
+        self,
+        home: Home,
+        *,
+        scopes: list[str] | None = None,
+        ttl_ms: int = 3_600_000,
+        ops: list[str] | None = None,
+        caps: dict[str, int] | None = None,
     ) -> tuple[bytes, str, str]:
-        """Grant a new agent at `home`; returns (agent key, agent id, bearer token)."""
+        """Grant a new agent at `home` (with `ops` and `caps`, for control); returns (agent
+        key, agent id, bearer token)."""
         key, agent_id = await grant_agent(
-            self.bridge, home.console_port, home.name, scopes=scopes, ttl_ms=ttl_ms
+            self.bridge,
+            home.console_port,
+            home.name,
+            scopes=scopes,
+            ttl_ms=ttl_ms,
+            ops=ops,
+            caps=caps,
         )
         roster = await self.bridge.door.roster(home.name)
         assert roster is not None

@@ -11,7 +11,7 @@ from ftwbridge.demo import DEMO_CALLS
 from ftwbridge.proto.clean import clean, to_json
 from stubbox.home import HOSTILE_FRAGMENTS, Home
 
-from .env import REAL_WAIT_S, Env, now_ms
+from .env import CONTROL_NAMES, READ_ONLY_NAMES, REAL_WAIT_S, Env, now_ms
 
 TOOL_NAMES = {name for name, _ in DEMO_CALLS}
 
@@ -35,8 +35,11 @@ async def test_every_tool_reads_what_the_home_holds(env: Env, mode: str) -> None
     async with env.http(token) as http, env.client(http, mode) as client:
         with trio.fail_after(REAL_WAIT_S):
             tools = await client.list_tools()
-            assert {t.name for t in tools.tools} == TOOL_NAMES
-            assert all(t.annotations and t.annotations.read_only_hint for t in tools.tools)
+            assert {t.name for t in tools.tools} == TOOL_NAMES | set(CONTROL_NAMES)
+            read_only = {
+                t.name for t in tools.tools if t.annotations and t.annotations.read_only_hint
+            }
+            assert read_only == set(READ_ONLY_NAMES)
             results = {}
             for name, args in DEMO_CALLS:
                 result = await client.call_tool(name, args)

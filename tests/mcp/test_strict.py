@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from ftwbridge.mcp.control_tools import CONTROL_TOOLS
 from ftwbridge.mcp.server import HttpRequest
 from ftwbridge.mcp.tools import TOOLS
 from ftwbridge.proto.registry import READ_SCOPES
@@ -54,7 +55,7 @@ def _list(era: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
 async def test_a_cursor_never_issued_is_invalid_params(era: str) -> None:
     svc = service(None)
     status, body = await post(svc, *_list(era, {}))
-    assert status == 200 and len(body["result"]["tools"]) == len(TOOLS)
+    assert status == 200 and len(body["result"]["tools"]) == len(TOOLS) + len(CONTROL_TOOLS)
     assert "nextCursor" not in body["result"]  # one page holds every tool
     for cursor in ("abc", "", 0, None):
         status, body = await post(svc, *_list(era, {"cursor": cursor}))

@@ -260,7 +260,7 @@ async def test_authorize_refusals(env: Env) -> None:
             {"code_challenge_method": "plain"},
             {"code_challenge": "short"},
             {"resource": "https://elsewhere.example/mcp"},
-            {"scope": "ftw.dispatch.write"},
+            {"scope": "ftw.mode.write"},  # the owner's alone (PROTOCOL.md part E)
             {"state": "s" * 600},
         ]:
             r = await http.get(base + "/authorize", params=good | bad)

@@ -15,11 +15,11 @@ import pytest
 import trio
 
 from ftwbridge.store import hash_token
-from tests.e2e.env import TOOL_NAMES, Env
+from tests.e2e.env import CONTROL_NAMES, READ_ONLY_NAMES, TOOL_NAMES, Env
 
 PEERS = Path(__file__).resolve().parents[2] / "peers"
 NODE_BIN = PEERS / "node_modules" / ".bin"
-TOOLS = sorted(TOOL_NAMES)
+TOOLS = sorted((*TOOL_NAMES, *CONTROL_NAMES))
 ANONYMOUS = secrets.token_urlsafe(24)
 
 
@@ -68,7 +68,8 @@ async def test_typescript_clients(
     )
     assert code == 0, err[-2000:]
     seen = json.loads(out.strip().splitlines()[-1])
-    assert seen["version"] == version and seen["tools"] == TOOLS and seen["readOnly"]
+    assert seen["version"] == version and seen["tools"] == TOOLS
+    assert seen["readOnly"] == sorted(READ_ONLY_NAMES)
     assert seen["status"] == {"isError": False, "grid": seen["status"]["grid"]} and isinstance(
         seen["status"]["grid"], int
     )

@@ -1,0 +1,371 @@
+"""Running the control tools (PROTOCOL.md part E): bridge-side checks, the person's
+confirmation, the retry rule, and the results in words.
+
+`Control.run(tool, args, token, route)` returns a tool result, or `InputRequired` when the
+person is to confirm first (`mcp/confirm.py`); it raises `Refusal` for what the box or the
+bridge refuses (the server turns it into words) and `StateRefused` for a `requestState` that
+is not ours (a JSON-RPC error). Every command leaves one audit line with the op, the charger and
+the outcome (ids and registry words only, never a client's free text).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from ftwbridge.proto.clean import clean, to_json
+from ftwbridge.proto.control import (
+    CmdAck,
+    CmdResult,
+    CmdState,
+    EvTarget,
+    GoalQueued,
+    GoalRequest,
+    Hold,
+    Release,
+    RequestList,
+    SiteMode,
+)
+from ftwbridge.proto.names import Cap, Code, Goal, GoalMsg, Mode, Read
+from ftwbridge.proto.refusal import Refusal
+from ftwbridge.proto.registry import CAPS
+from ftwbridge.proto.roster import AgentGrant
+from ftwbridge.proto.session import Reply
+from ftwbridge.store import TokenRecord
+
+from . import confirm
+from .cmdids import CommandIds, call_digest
+from .control_tools import (
+    CHARGE_NOW,
+    GOAL,
+    HOLD_OP,
+    REQUESTS,
+    STOP,
+    ChargeNowArgs,
+    ControlTool,
+    EvTargetGoal,
+    GoalArgs,
+    StopArgs,
+)
+from .inbound import META_CAPABILITIES, Route
+from .results import log_safe, ok_result, text_error
+
+audit = logging.getLogger("ftwbridge.audit")
+
+OWNER_DECIDES = (
+    "The home's owner decides at home; nothing changes until they approve. requests_list"
+    " shows their decision."
+)
+SUPERSEDED = (
+    "Another command for that charger replaced this one before it was carried out; nothing"
+    " was done by it."
+)
+DECLINED = "The person did not confirm, so nothing was done."
+UNCONFIRMED = (
+    "The home's box sent it to the charger but could not read back that it took effect;"
+    " check chargers_list."
+)
+
+
+class Outcome(Protocol):
+    """A command's outcome as the pool gives it (`pool.command.CommandOutcome`)."""
+
+    @property
+    def cmd_id(self) -> str: ...
+    @property
+    def ack(self) -> CmdAck | None: ...
+    @property
+    def result(self) -> CmdResult: ...
+
+
+class ControlPort(Protocol):
+    """What the control tools need of the pool and the rosters."""
+
+    async def call(self, home: str, agent_key: bytes, read: str, body: Any) -> Reply:
+        """One box request (a read or `goal.request`); raises `Refusal`."""
+
+    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
+        """The agent's row in the home's newest roster, or None."""
+
+    async def command(
+        self, home: str, agent_key: bytes, op: str, args: dict[str, Any], cmd_id: str
+    ) -> Outcome:
+        """One command (`Pool.command`); raises `Refusal`."""
+
+    def new_cmd_id(self) -> str:
+        """A new `cmdId` (UUIDv7 text)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequired:
+    """An MRTR `InputRequiredResult` (MCP 2026-07-28): what to ask, and the state to echo."""
+
+    input_requests: dict[str, Any]
+    request_state: str
+
+    def result(self) -> dict[str, Any]:
+        """The JSON-RPC `result`."""
+        return {
+            "resultType": "input_required",
+            "inputRequests": self.input_requests,
+            "requestState": self.request_state,
+        }
+
+
+def _kw(power_w: int) -> str:
+    text = f"{power_w / 1000:.2f}".rstrip("0").rstrip(".")
+    return f"{text} kW"
+
+
+def _minutes(n: int) -> str:
+    return "1 minute" if n == 1 else f"{n} minutes"
+
+
+def hold_cap_s(grant: AgentGrant) -> int:
+    """The longest hold this agent may set, seconds: the grant's `hold_s` cap, its default
+    (900) when the grant names none, never past the ceiling (agents.yaml `caps`)."""
+    info = CAPS[Cap.HOLD_S]
+    value = grant.caps.get(Cap.HOLD_S.value, info.default)
+    return min(value, info.ceiling) if isinstance(value, int) else info.default
+
+
+class Control:
+    """The control tools for one `/mcp` service.
+
+    Args:
+        homes: the port to the pool and the rosters.
+        wall_ms: the bridge's wall clock, ms since the epoch.
+        call_deadline_s: one tool call, end to end, seconds.
+        confirm_ttl_s: how long the person has to confirm a charge, seconds; None turns
+            confirmation off (clients then rely on the owner's grant alone).
+    """
+
+    def __init__(
+        self,
+        *,
+        homes: ControlPort,
+        wall_ms: Callable[[], int],
+        call_deadline_s: float,
+        confirm_ttl_s: float | None,
+    ) -> None:
+        self._homes = homes
+        self._wall_ms = wall_ms
+        self._deadline_s = call_deadline_s
+        self._ids = CommandIds(lambda: homes.new_cmd_id())
+        self._states = None if confirm_ttl_s is None else confirm.ConfirmStates(ttl_s=confirm_ttl_s)
+
+    async def run(
+        self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
+    ) -> dict[str, Any] | InputRequired:
+        """Run `tool` with its parsed `args` for `token`'s agent; `route` is the request
+        (its id, era, params and client capabilities).
+
+        Raises:
+            Refusal: the bridge or the box refused (words at the MCP edge).
+            confirm.StateRefused: a `requestState` that is not ours for this call.
+        """
+        with trio.move_on_after(self._deadline_s) as scope:
+            if tool is CHARGE_NOW or tool is STOP:
+                return await self._command(tool, args, token, route)
+            if tool is GOAL:
+                return await self._goal(args, token)
+            assert tool is REQUESTS
+            reply = await self._homes.call(token.home, token.agent_key, Read.REQUESTS_GET, None)
+            listed = reply.body
+            assert isinstance(listed, RequestList)
+            return ok_result(to_json(listed.to_body()))
+        assert scope.cancelled_caught
+        raise Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})
+
+    async def _grant(self, token: TokenRecord) -> AgentGrant:
+        grant = await self._homes.grant(token.home, token.agent_key)
+        if grant is None:
+            raise Refusal(Code.E_GRANT_REVOKED)
+        return grant
+
+    async def _command(
+        self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
+    ) -> dict[str, Any] | InputRequired:
+        grant = await self._grant(token)
+        if HOLD_OP.value not in grant.ops:  # refused here: no byte leaves for it
+            raise Refusal(Code.E_OP_NOT_GRANTED, {"op": HOLD_OP.value})
+        op_args: dict[str, Any]
+        if isinstance(args, ChargeNowArgs):
+            hold_s, top = args.minutes * 60, hold_cap_s(grant)
+            if hold_s > top:
+                raise Refusal(
+                    Code.E_CAP_EXCEEDED, {"cap": Cap.HOLD_S.value, "max": top, "asked": hold_s}
+                )
+            op_args = Hold(args.charger, args.power_w, hold_s).to_args()
+        else:
+            assert isinstance(args, StopArgs)
+            op_args = Release(args.charger).to_args()
+        digest = call_digest(tool.name, args.model_dump())
+        cmd_id: str | None = None
+        if tool is CHARGE_NOW and self._asks_person(route):
+            asked = await self._confirmation(args, token, route, digest)
+            if isinstance(asked, InputRequired):
+                self._audit(token, args.charger, "asked")
+                return asked
+            if asked is None:
+                self._audit(token, args.charger, "declined")
+                return text_error(DECLINED)
+            cmd_id = asked
+        if cmd_id is None:
+            assert route.id is not None
+            cmd_id = self._ids.cmd_id(
+                home=token.home,
+                agent_key=token.agent_key,
+                rid=route.id,
+                digest=digest,
+                now_s=trio.current_time(),
+            )
+        try:
+            outcome = await self._homes.command(
+                token.home, token.agent_key, HOLD_OP.value, op_args, cmd_id
+            )
+        except Refusal as exc:
+            self._audit(token, args.charger, exc.code)
+            raise
+        if outcome.cmd_id != cmd_id:  # sent again under a new id after E_CONFLICT
+            self._ids.replace(cmd_id, outcome.cmd_id)
+        self._audit(token, args.charger, outcome.result.state.value)
+        return _command_result(tool, args.charger, outcome)
+
+    def _asks_person(self, route: Route) -> bool:
+        meta = route.params.get("_meta")
+        caps = meta.get(META_CAPABILITIES) if isinstance(meta, dict) else None
+        return (
+            self._states is not None and route.era == "modern" and confirm.wants_confirmation(caps)
+        )
+
+    async def _confirmation(
+        self, args: ChargeNowArgs, token: TokenRecord, route: Route, digest: str
+    ) -> InputRequired | str | None:
+        """Ask the person (`InputRequired`), or their answer to an earlier ask: the `cmdId`
+        to send under when they accepted, None when they declined.
+
+        Raises:
+            confirm.StateRefused: a `requestState` that is not ours for this call.
+        """
+        assert self._states is not None
+        principal = f"{token.home}\x00{token.agent_key.hex()}"
+        state = route.params.get("requestState")
+        responses = confirm.answer(route.params.get("inputResponses"))
+        again = ""
+        if state is not None:
+            try:
+                opened = self._states.open(
+                    state, principal=principal, digest=digest, now_ms=self._wall_ms()
+                )
+            except confirm.StateExpired:
+                again = "That confirmation ran out. "
+            else:
+                if responses == "accept":
+                    return opened.cmd_id
+                if responses == "decline":
+                    return None
+        name = await self._charger_name(token, args.charger)
+        message = (
+            f"{again}Charge {name} at {_kw(args.power_w)} for {_minutes(args.minutes)}?"
+            " It stops by itself after that."
+        )
+        sealed = self._states.seal(
+            principal=principal,
+            digest=digest,
+            cmd_id=self._homes.new_cmd_id(),
+            now_ms=self._wall_ms(),
+        )
+        return InputRequired(confirm.question(message), sealed)
+
+    async def _charger_name(self, token: TokenRecord, charger: str) -> str:
+        """The charger's name as the home lists it (cleaned), for the person's question.
+
+        Raises:
+            Refusal: `E_NOT_FOUND {what: charger, id}` when the home lists no such charger.
+        """
+        reply = await self._homes.call(token.home, token.agent_key, Read.LOADPOINTS_GET, None)
+        rows = reply.body.get("loadpoints") if isinstance(reply.body, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and row.get("id") == charger:
+                name = row.get("name")
+                shown = clean(name).replace("\n", " ")[:64].strip() if isinstance(name, str) else ""
+                return shown or charger
+        raise Refusal(Code.E_NOT_FOUND, {"what": "charger", "id": charger})
+
+    async def _goal(self, args: GoalArgs, token: TokenRecord) -> dict[str, Any]:
+        goal = args.root
+        if isinstance(goal, EvTargetGoal):
+            if goal.by_ms <= self._wall_ms():
+                return text_error(
+                    "The arguments for goal_request are not valid: by_ms is in the past; give"
+                    " when the car should be ready, in ms since the epoch."
+                )
+            target: EvTarget | SiteMode = EvTarget(goal.car, goal.soc_permille, goal.by_ms)
+        else:
+            target = SiteMode(Mode(goal.mode))
+        note = clean(goal.note or "").strip() or None  # the owner reads it: no hidden characters
+        body = GoalRequest(Goal(goal.goal), target, note).to_body()
+        reply = await self._homes.call(token.home, token.agent_key, GoalMsg.GOAL_REQUEST, body)
+        queued = reply.body
+        assert isinstance(queued, GoalQueued)
+        return ok_result(
+            {
+                "reqId": clean(queued.req_id),
+                "expiresAtMs": queued.expires_at_ms,
+                "decidedBy": "owner",
+                "message": OWNER_DECIDES,
+            }
+        )
+
+    def _audit(self, token: TokenRecord, charger: str, outcome: str) -> None:
+        """One line per command: op, charger (an id of `CHARGER_PATTERN`), outcome."""
+        audit.info(
+            "cmd op=%s charger=%s home=%s agent=%s outcome=%s",
+            HOLD_OP.value,
+            charger,
+            log_safe(token.home),
+            log_safe(token.agent_id),
+            outcome,
+        )
+
+
+def _command_result(tool: ControlTool, charger: str, outcome: Outcome) -> dict[str, Any]:
+    """A command's tool result: `applied` and `unconfirmed` are results (with the read-back
+    and when the hold ends); `rejected` and `expired` raise the box's refusal; `superseded`
+    says so in words.
+
+    Raises:
+        Refusal: the box's error for a rejected command, `E_CMD_EXPIRED` for an expired one.
+    """
+    r = outcome.result
+    if r.state is CmdState.REJECTED:
+        if r.error is None:
+            raise Refusal(Code.E_PRECONDITION)
+        raise Refusal(r.error.code, dict(r.error.args))
+    if r.state is CmdState.EXPIRED:
+        raise Refusal(Code.E_CMD_EXPIRED)
+    if r.state is CmdState.SUPERSEDED:
+        return text_error(SUPERSEDED)
+    value: dict[str, Any] = {"cmdId": outcome.cmd_id, "state": r.state.value, "charger": charger}
+    observed = to_json(r.observed) if r.observed is not None else None
+    if isinstance(observed, dict):
+        value["observed"] = observed
+    if tool is CHARGE_NOW:
+        ends = outcome.ack.expires_at_ms if outcome.ack is not None else None
+        until = observed.get("untilMs") if isinstance(observed, dict) else None
+        if isinstance(until, int) and not isinstance(until, bool):
+            ends = until
+        if ends is not None:
+            value["holdEndsAtMs"] = ends
+    if r.state is CmdState.UNCONFIRMED:
+        value["message"] = UNCONFIRMED
+    elif tool is CHARGE_NOW:
+        value["message"] = "Charging as asked; observed is what the charger does now."
+    else:
+        value["message"] = "This assistant's hold is ended; the charger follows its own plan."
+    return ok_result(value)

@@ -1,0 +1,157 @@
+"""One agent command through the pool (PROTOCOL.md part E): the bridge's side of `cmd`.
+
+`send_command(pool, home, agent_key, op, args, cmd_id=..., new_cmd_id=...)` holds the agent's
+session for the whole command, so nothing else goes to the box between its steps:
+
+1. `cmds_per_hour` is checked at the bridge before a byte leaves (`CommandBudget`, the grant's
+   cap, default 20, ceiling 120): past it, `E_RATE_LIMITED {retryAfterMs}`. As at the box, it
+   counts commands the box carried out (acked, or `applied` / `unconfirmed`), and a release
+   (`clear`) is neither limited nor counted: an assistant can always stop what it started;
+2. a session that has seen no `controlRev` reads `loadpoints.get` first (part E);
+3. `cmd` goes out on lane 0 with `expect.rev` and `notValidAfterMs` (proto/session.py); the
+   session stays BUSY through `cmd.ack` until `cmd.result`;
+4. on `E_CONFLICT` (as an `error`, or a rejected `cmd.result`) it reads `loadpoints.get` again
+   and tries once more under a new `cmdId` (the box answers a `cmdId` it has seen with the same
+   answer, so the old one would only bring the conflict back).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from ftwbridge.proto.control import CmdAck, CmdResult, CmdState
+from ftwbridge.proto.names import Cap, Code, Read
+from ftwbridge.proto.refusal import Refusal
+from ftwbridge.proto.registry import CAPS
+from ftwbridge.proto.roster import AgentGrant
+from ftwbridge.proto.session import AgentSession
+
+from .session import session_clock_ms
+
+if TYPE_CHECKING:
+    from .pool import Pool
+
+HOUR_S: Final = 3600.0
+ACTED: Final = frozenset({CmdState.APPLIED, CmdState.UNCONFIRMED})
+"""`cmd.result` states of a command the box carried out (what `cmds_per_hour` counts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    """What the box did with a command: the `cmdId` it went under (a new one after a retry on
+    `E_CONFLICT`), its `cmd.ack` if the box acted, and its `cmd.result`."""
+
+    cmd_id: str
+    ack: CmdAck | None
+    result: CmdResult
+
+
+def cap_of(grant: AgentGrant, cap: Cap) -> int:
+    """A cap of `grant`, its default when the grant names none, never past its ceiling
+    (agents.yaml `caps`)."""
+    info = CAPS[cap]
+    value = grant.caps.get(cap.value, info.default)
+    return min(value, info.ceiling) if isinstance(value, int) else info.default
+
+
+class CommandBudget:
+    """`cmds_per_hour` at the bridge: the commands of each agent the box carried out in the
+    rolling hour.
+
+    Times are trio seconds passed in; no I/O. A `cmdId` sent again (a retry the box answers
+    from its idempotency table) is not counted twice.
+    """
+
+    def __init__(self) -> None:
+        self._sent: dict[tuple[str, bytes], deque[tuple[float, str]]] = {}
+
+    def retry_after_ms(self, key: tuple[str, bytes], cap: int, now_s: float) -> int | None:
+        """None when one more command fits in the rolling hour, else the ms until one does."""
+        sent = self._sent.get(key)
+        if sent is None:
+            return None
+        while sent and sent[0][0] <= now_s - HOUR_S:
+            sent.popleft()
+        if not sent:
+            del self._sent[key]
+            return None
+        if len(sent) < cap:
+            return None
+        return max(1, math.ceil((sent[0][0] + HOUR_S - now_s) * 1000))
+
+    def charge(self, key: tuple[str, bytes], cmd_id: str, now_s: float) -> None:
+        """Count `cmd_id` as sent at `now_s` (once)."""
+        sent = self._sent.setdefault(key, deque())
+        if all(c != cmd_id for _at, c in sent):
+            sent.append((now_s, cmd_id))
+
+
+def _start(op: str, args: dict[str, Any], cmd_id: str, agent: AgentSession) -> tuple[int, bytes]:
+    return agent.command(op, args, cmd_id=cmd_id, now_ms=session_clock_ms())
+
+
+def _conflict(reply_or_refusal: CmdResult | Refusal) -> bool:
+    if isinstance(reply_or_refusal, Refusal):
+        return reply_or_refusal.code == Code.E_CONFLICT
+    error = reply_or_refusal.error
+    return (
+        reply_or_refusal.state is CmdState.REJECTED
+        and error is not None
+        and error.code == Code.E_CONFLICT
+    )
+
+
+async def send_command(
+    pool: Pool,
+    home: str,
+    agent_key: bytes,
+    op: str,
+    args: dict[str, Any],
+    *,
+    cmd_id: str,
+    new_cmd_id: Callable[[], str],
+    budget: CommandBudget,
+) -> CommandOutcome:
+    """Send command `op` with `args` as agent `agent_key` at `home` (the module's steps).
+
+    Raises:
+        Refusal: the roster, the queue, `cmds_per_hour`, the box's `error` (other than one
+            conflict), or the session ending. A `cmd.result` that is not `applied` is
+            returned, not raised: the caller says what it means.
+    """
+    key = (home, agent_key)
+    counted = "clear" not in args  # a release is never limited: an assistant can always stop
+    async with pool.hold(home, agent_key, command=True) as (s, grant):
+        cap = cap_of(grant, Cap.CMDS_PER_HOUR)
+        wait_ms = budget.retry_after_ms(key, cap, trio.current_time()) if counted else None
+        if wait_ms is not None:
+            raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": wait_ms}, wait_ms)
+        assert s.agent is not None
+        if s.agent.control_rev is None:
+            await pool.exchange(s, lambda agent: agent.request(Read.LOADPOINTS_GET.value))
+        for attempt in (1, 2):
+            ack: list[CmdAck] = []
+            outcome: CmdResult | Refusal
+            try:
+                reply = await pool.exchange(s, partial(_start, op, args, cmd_id), acks=ack)
+                assert isinstance(reply.body, CmdResult)
+                outcome = reply.body
+            except Refusal as exc:
+                outcome = exc
+            if attempt == 1 and _conflict(outcome):
+                await pool.exchange(s, lambda agent: agent.request(Read.LOADPOINTS_GET.value))
+                cmd_id = new_cmd_id()
+                continue
+            if isinstance(outcome, Refusal):
+                raise outcome
+            if counted and (ack or outcome.state in ACTED):
+                budget.charge(key, cmd_id, trio.current_time())
+            return CommandOutcome(cmd_id, ack[0] if ack else None, outcome)
+    raise AssertionError("unreachable")  # pragma: no cover
