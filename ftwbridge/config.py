@@ -241,6 +241,9 @@ class Config(BaseModel):
     """Accept a `client_id` that is an https URL naming its metadata document (fetched, bounded)."""
     test_loopback_metadata: bool = False
     """TEST PROFILE ONLY: let http on a loopback host stand in for https metadata documents."""
+    refresh_grace_s: float = Field(default=10.0, ge=0, le=300)
+    """Seconds during which repeated refreshes of one refresh token get the same new pair
+    (RFC 9700 section 4.14.2 trade-off, docs/auth.md); 0 makes every repeat revoke the grant."""
     drain_s: float = Field(default=10.0, ge=0)
     """How long calls in flight may finish after SIGTERM before sessions are closed."""
     admin_bind: str | None = "127.0.0.1:8781"

@@ -142,6 +142,7 @@ class Bridge:
             clock=clock,
             issue_access=self._issue_for_oauth,
             on_revoke=self.tokens.clear,
+            refresh_grace_ms=round(config.refresh_grace_s * 1000),
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,

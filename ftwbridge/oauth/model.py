@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
+from .redirects import MAX_URI_CHARS as MAX_URI_CHARS
+
 CODE_TTL_MS = 60_000
 REQUEST_TTL_MS = 600_000
 CLIENT_TTL_MS = 86_400_000
@@ -17,7 +19,6 @@ REFRESH_TTL_MS = 30 * 86_400_000
 GRANT_TTL_MS = 90 * 86_400_000
 MAX_CLAIM_TRIES = 5
 MAX_NAME_CHARS = 100
-MAX_URI_CHARS = 512
 MAX_REDIRECT_URIS = 8
 MAX_PENDING = 10_000
 """Consent requests open at once; more are refused until some end (memory bound)."""
@@ -31,7 +32,6 @@ REGISTER_BURST = 60
 REGISTER_PER_S = 1.0
 """Client registrations allowed per process: 60, then one per second."""
 MAX_CLIENTS = 100_000
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 
 
 class OAuthError(Exception):
@@ -106,6 +106,8 @@ class Pending:
     agent_key: bytes | None = None
     status: str = "new"  # new | asked | approved | denied | failed
     code: str | None = None
+    redirect_given: bool = True
+    """Whether `/authorize` named `redirect_uri` (then `/oauth/token` must name it too)."""
 
     def redirect(self, issuer: str, **params: str) -> str:
         """The client's redirect URI with `params`, `state` and `iss` (RFC 9207) added."""
@@ -128,37 +130,6 @@ class CodeGrant:
     family: str = ""
 
 
-_HOST = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?|\[[0-9a-f:.]{2,45}\]")
-_PATH = re.compile(r"[A-Za-z0-9\-._~%!$&'()*+,;=:@/?]*")
-
-
-def valid_redirect(uri: Any) -> bool:
-    """A redirect URI we accept: https (or http on a loopback host), a plain host name or IP
-    with an optional valid port, no user info, no fragment, and a path and query of URI
-    characters only (nothing that could break out of a header or a CSP)."""
-    if not isinstance(uri, str) or len(uri) > MAX_URI_CHARS or "#" in uri:
-        return False
-    parts = urlsplit(uri)
-    if parts.scheme not in ("https", "http") or "@" in parts.netloc:
-        return False
-    host = parts.netloc.rsplit(":", 1)[0] if not parts.netloc.endswith("]") else parts.netloc
-    try:
-        port = parts.port
-    except ValueError:
-        return False
-    if not _HOST.fullmatch(host.lower()) or (port is not None and not 0 < port < 65536):
-        return False
-    if not _PATH.fullmatch(parts.path + ("?" + parts.query if parts.query else "")):
-        return False
-    return parts.scheme == "https" or (parts.hostname or "") in LOOPBACK_HOSTS
-
-
-def redirect_origin(uri: str) -> str:
-    """scheme://host[:port] of a redirect URI that `valid_redirect` accepted."""
-    parts = urlsplit(uri)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
 def valid_challenge(challenge: str) -> bool:
     """An S256 code challenge: 43 base64url characters (RFC 7636 section 4.2)."""
     return re.fullmatch(r"[A-Za-z0-9_-]{43}", challenge) is not None
@@ -167,6 +138,13 @@ def valid_challenge(challenge: str) -> bool:
 def valid_verifier(verifier: str) -> bool:
     """A PKCE code verifier: 43 to 128 unreserved characters (RFC 7636 section 4.1)."""
     return re.fullmatch(r"[A-Za-z0-9\-._~]{43,128}", verifier) is not None
+
+
+def present(params: dict[str, Any]) -> dict[str, Any]:
+    """`params` without the ones sent with no value (`""` or JSON null): RFC 6749 section 3.1
+    says a parameter sent without a value MUST be treated as omitted. Unknown parameters are
+    kept here and ignored by their readers (RFC 6749 section 3.1)."""
+    return {k: v for k, v in params.items() if v is not None and v != ""}
 
 
 def cut_text(value: Any, limit: int) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 
@@ -25,11 +24,13 @@ from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
+from ftwbridge.proto.names import Scope
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.registry import READ_SCOPES, Msg
 from ftwbridge.proto.roster import Roster
 
 from .cimd import DocumentRefused, MetadataDocuments, is_document_url
+from .grace import Rotations
 from .model import (
     CLIENT_TTL_MS,
     CODE_TTL_MS,
@@ -51,11 +52,41 @@ from .model import (
     OAuthStore,
     Pending,
     cut_text,
+    present,
     token_hash,
     valid_challenge,
+)
+from .redirects import (
+    RedirectRefused,
+    matching_redirect,
+    redirect_kind,
+    redirect_label,
     valid_redirect,
 )
 from .tokens import TokenGrants
+
+GRANT_TYPES = ("authorization_code", "refresh_token")
+PUBLIC_ANSWERED_METHODS = frozenset({"none", "client_secret_post", "client_secret_basic"})
+"""Requested token-endpoint auth methods that are registered as `none` (a public client)."""
+
+
+def granted_scopes(scope: str) -> list[str]:
+    """The scopes a consent request asks for, from `/authorize`'s `scope` (space-separated).
+
+    Tokens that name no scope of this bridge (`offline_access`, `openid`, a client's own word)
+    are ignored, as RFC 6749 section 3.3 lets the server do; the person sees on the consent page
+    what is asked. When nothing known remains, every read scope is asked (the default).
+
+    Raises:
+        OAuthError: `invalid_scope` for a scope of the registry that an assistant may not be
+            granted here (not among the read scopes; PROTOCOL.md, registry `scopes`).
+    """
+    known = {s.value for s in Scope}
+    reads = {s.value for s in READ_SCOPES}
+    asked = [s for s in scope.split() if s in known]
+    if not set(asked) <= reads:
+        raise OAuthError("invalid_scope", "scopes must be among the read scopes")
+    return sorted(set(asked)) or sorted(reads)
 
 
 class OAuthService(TokenGrants):
@@ -70,6 +101,7 @@ class OAuthService(TokenGrants):
         issue_access: mints an access token (home, agent key, agent id, scopes, client) -> text.
         documents: fetches Client ID Metadata Documents; None turns them off.
         on_revoke: called after tokens are revoked (the bridge empties its token cache).
+        refresh_grace_ms: repeats of a refresh within this many ms get the same pair (`grace`).
     """
 
     def __init__(
@@ -84,6 +116,7 @@ class OAuthService(TokenGrants):
         issue_access: IssueAccess,
         documents: MetadataDocuments | None = None,
         on_revoke: Callable[[], None] = lambda: None,
+        refresh_grace_ms: int = 10_000,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -98,6 +131,7 @@ class OAuthService(TokenGrants):
         self._guesses = TokenBucket(GUESS_BURST, GUESS_PER_S)
         self._registrations = TokenBucket(REGISTER_BURST, REGISTER_PER_S)
         self._codes: dict[bytes, CodeGrant] = {}
+        self._rotations = Rotations(refresh_grace_ms)
         door.on_denied = self._denied
 
     # -- metadata and clients ---------------------------------------------------------------
@@ -122,34 +156,50 @@ class OAuthService(TokenGrants):
         }
 
     async def register(self, body: Any) -> dict[str, Any]:
-        """Dynamic client registration (RFC 7591) for public clients.
+        """Dynamic client registration (RFC 7591) of a public client; `body` is the parsed JSON.
+
+        Empty members count as omitted (RFC 6749 section 3.1) and unknown ones are ignored. A
+        client asking for `client_secret_post` or `client_secret_basic` is registered as a public
+        client and told `"none"`: RFC 7591 section 3.2.1 lets the server replace requested
+        metadata and says the response carries what was kept. Unsupported grant types are dropped
+        the same way; `authorization_code` must remain.
+
+        Returns: the metadata kept, `client_id` and `client_id_issued_at` (seconds) included.
 
         Raises:
-            OAuthError: `invalid_redirect_uri` or `invalid_client_metadata`.
+            OAuthError: `invalid_redirect_uri` (with the reason), `invalid_client_metadata`
+                (RFC 7591 section 3.2.2), or `temporarily_unavailable` (429) past the limit.
         """
         if not isinstance(body, dict):
             raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
+        body = present(body)
         uris = body.get("redirect_uris")
         if not isinstance(uris, list) or not uris or len(uris) > MAX_REDIRECT_URIS:
             raise OAuthError("invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs")
-        if not all(valid_redirect(u) for u in uris):
-            raise OAuthError(
-                "invalid_redirect_uri", "redirect URIs must be https, or http on a loopback host"
-            )
+        for uri in uris:
+            try:
+                redirect_kind(uri)
+            except RedirectRefused as exc:
+                raise OAuthError("invalid_redirect_uri", str(exc)) from None
+        if len(uris) != len(set(uris)):
+            raise OAuthError("invalid_redirect_uri", "a redirect URI is listed twice")
         method = body.get("token_endpoint_auth_method", "none")
-        if method != "none":
+        if method not in PUBLIC_ANSWERED_METHODS:
             raise OAuthError(
-                "invalid_client_metadata", "only public clients (token_endpoint_auth_method none)"
+                "invalid_client_metadata",
+                "token_endpoint_auth_method must be none, client_secret_post or "
+                "client_secret_basic (this server registers public clients)",
             )
-        grants = body.get("grant_types", ["authorization_code", "refresh_token"])
-        if not isinstance(grants, list) or not set(grants) <= {
-            "authorization_code",
-            "refresh_token",
-        }:
+        grants = body.get("grant_types", list(GRANT_TYPES))
+        if not isinstance(grants, list) or not all(isinstance(g, str) for g in grants):
+            raise OAuthError("invalid_client_metadata", "grant_types must be a list of strings")
+        if "authorization_code" not in grants:
             raise OAuthError(
-                "invalid_client_metadata", "grant_types may be authorization_code and refresh_token"
+                "invalid_client_metadata", "grant_types must include authorization_code"
             )
-        grants = sorted(set(grants))
+        responses = body.get("response_types", ["code"])
+        if not isinstance(responses, list) or "code" not in responses:
+            raise OAuthError("invalid_client_metadata", "response_types must include code")
         if self._registrations.wait_s(trio.current_time()) > 0:
             raise OAuthError(
                 "temporarily_unavailable", "too many registrations just now; try again soon", 429
@@ -162,16 +212,14 @@ class OAuthService(TokenGrants):
             "client_id_issued_at": now // 1000,
             "client_name": cut_text(body.get("client_name"), MAX_NAME_CHARS),
             "redirect_uris": list(uris),
-            "grant_types": list(grants),
+            "grant_types": [g for g in GRANT_TYPES if g in grants],
             "response_types": ["code"],
             "token_endpoint_auth_method": "none",
         }
-        if isinstance(body.get("client_uri"), str) and body["client_uri"]:
+        if isinstance(body.get("client_uri"), str):
             meta["client_uri"] = body["client_uri"][:MAX_URI_CHARS]
         if isinstance(body.get("scope"), str):
             meta["scope"] = body["scope"][:MAX_URI_CHARS]
-        if len(uris) != len(set(uris)):
-            raise OAuthError("invalid_redirect_uri", "a redirect URI is listed twice")
         await self._store.purge_clients(now)
         await self._store.put_client(client_id, meta, now + CLIENT_TTL_MS)
         return meta
@@ -193,11 +241,20 @@ class OAuthService(TokenGrants):
             raise OAuthError(
                 "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
             )
+        params = present(params)
         client_id = params.get("client_id", "")
         client = await self._client(client_id, now)
-        redirect_uri = params.get("redirect_uri", "")
-        if redirect_uri not in client["redirect_uris"]:
-            raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
+        registered: list[str] = client["redirect_uris"]
+        asked = params.get("redirect_uri")
+        if asked is None and len(registered) == 1 and redirect_kind(registered[0]) != "loopback":
+            redirect_uri = registered[0]  # OAuth 2.1 section 4.1.1: optional with one URI
+        elif asked is None:
+            raise OAuthError("invalid_request", "redirect_uri is required for this client")
+        else:
+            found = matching_redirect(registered, asked)
+            if found is None:
+                raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
+            redirect_uri = found
         state = params.get("state")
         if state is not None and len(state) > MAX_STATE_CHARS:
             raise OAuthError("invalid_request", "state is too long")
@@ -208,10 +265,7 @@ class OAuthService(TokenGrants):
             raise OAuthError("invalid_request", "PKCE with code_challenge_method S256 is required")
         if params.get("resource", self._resource()) != self._resource():
             raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
-        reads = {s.value for s in READ_SCOPES}
-        asked = params.get("scope", "").split() or sorted(reads)
-        if not set(asked) <= reads:
-            raise OAuthError("invalid_scope", "scopes must be among the read scopes")
+        asked_scopes = granted_scopes(params.get("scope", ""))
         name = str(client.get("client_name") or client_id)
         pending = Pending(
             secrets.token_urlsafe(32),
@@ -220,9 +274,10 @@ class OAuthService(TokenGrants):
             redirect_uri,
             state,
             challenge,
-            tuple(sorted(set(asked))),
+            tuple(sorted(set(asked_scopes))),
             secrets.token_urlsafe(32),
             now + REQUEST_TTL_MS,
+            redirect_given=asked is not None,
         )
         self._pending[pending.id] = pending
         return pending
@@ -235,7 +290,12 @@ class OAuthService(TokenGrants):
             except DocumentRefused as exc:
                 raise OAuthError("invalid_client", str(exc)) from None
             uris = doc.get("redirect_uris")
-            if not isinstance(uris, list) or not uris or not all(valid_redirect(u) for u in uris):
+            if (
+                not isinstance(uris, list)
+                or not uris
+                or len(uris) > MAX_REDIRECT_URIS
+                or not all(valid_redirect(u) for u in uris)
+            ):
                 raise OAuthError(
                     "invalid_client", "the metadata document's redirect URIs are not allowed"
                 )
@@ -286,7 +346,7 @@ class OAuthService(TokenGrants):
             "req": pending.id,
             "client": pending.client_id,
             "name": pending.client_name,
-            "redirectHost": urlsplit(pending.redirect_uri).hostname or "",
+            "redirectHost": redirect_label(pending.redirect_uri)[1],
             "scopes": list(pending.scopes),
             "ops": [],
             "caps": {},

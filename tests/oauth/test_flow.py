@@ -106,7 +106,11 @@ async def test_sdk_oauth_flow_then_status(env: Env) -> None:
         assert await mcp_status(http, env, storage.tokens.access_token) == 401
         t = await http.post(
             env.bridge.site.public_url + "/oauth/token",
-            data={"grant_type": "refresh_token", "refresh_token": storage.tokens.refresh_token},
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": storage.tokens.refresh_token,
+                "client_id": storage.client.client_id,
+            },
         )
         assert t.status_code == 400 and t.json()["error"] == "invalid_grant"
 
@@ -173,6 +177,7 @@ async def test_token_endpoint_refusals(env: Env) -> None:
             assert r.status_code == 400 and r.json()["error"] in (
                 "invalid_grant",
                 "invalid_target",
+                "invalid_request",  # the empty verifier counts as omitted (RFC 6749 3.1)
             ), (bad, r.text)
         ok = await http.post(token_url, data=form)
         assert (
@@ -193,35 +198,31 @@ async def test_token_endpoint_refusals(env: Env) -> None:
                 data=form | {"code": code, "client_id": client_id, "code_verifier": verifier},
             )
         ).json()
-        second = await http.post(
-            token_url,
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": first["refresh_token"],
-                "client_id": client_id,
-            },
-        )
+
+        async def refresh(token: str) -> httpx2.Response:
+            return await http.post(
+                token_url,
+                data={
+                    "grant_type": "refresh_token",
+                    "refresh_token": token,
+                    "client_id": client_id,
+                },
+            )
+
+        second = await refresh(first["refresh_token"])
         assert (
             second.status_code == 200 and second.json()["refresh_token"] != first["refresh_token"]
         )
-        reuse = await http.post(
-            token_url,
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": first["refresh_token"],
-                "client_id": client_id,
-            },
-        )
-        assert reuse.status_code == 400
-        third = await http.post(
-            token_url,
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": second.json()["refresh_token"],
-                "client_id": client_id,
-            },
-        )
-        assert third.status_code == 400  # the whole family went
+        # a repeat within the grace window (a lost answer, another tab) gets the same pair
+        repeat = await refresh(first["refresh_token"])
+        assert repeat.status_code == 200 and repeat.json() == second.json()
+        # using the new refresh token closes the old one's window: a reuse now revokes all
+        third = await refresh(second.json()["refresh_token"])
+        assert third.status_code == 200
+        reuse = await refresh(first["refresh_token"])
+        assert reuse.status_code == 400 and reuse.json()["error"] == "invalid_grant"
+        assert (await refresh(third.json()["refresh_token"])).status_code == 400  # family gone
+        assert await mcp_status(http, env, third.json()["access_token"]) == 401
 
 
 async def test_authorize_refusals(env: Env) -> None:
@@ -253,7 +254,8 @@ async def test_authorize_refusals(env: Env) -> None:
         # every refusal is a page, never a redirect: registration is open, so a redirect with
         # an error would make the bridge an open redirector
         for bad in [
-            {"redirect_uri": "http://127.0.0.1:10/callback"},  # another port
+            {"redirect_uri": "http://127.0.0.2:9/callback"},  # another host
+            {"redirect_uri": "http://127.0.0.1:10/callback?x=1"},  # another query
             {"redirect_uri": REDIRECT + "/"},  # a trailing slash
             {"redirect_uri": "http://127.0.0.1:9/other"},  # another path
             {"client_id": "nobody"},
