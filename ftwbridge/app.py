@@ -22,6 +22,7 @@ from ftwbridge.edge import framing_and_coding
 from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
+from ftwbridge.oauth.limits import Network, client_address
 from ftwbridge.proto.registry import READ_SCOPES
 
 MCP_METHODS = ["POST", "GET", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"]
@@ -34,6 +35,8 @@ class Site:
     public_url: str
     allowed_hosts: set[str] = field(default_factory=set)
     allowed_origins: set[str] = field(default_factory=set)
+    trusted_proxies: tuple[Network, ...] = ()
+    """Proxies whose `X-Forwarded-For` names the client (`client_address`)."""
 
     @property
     def resource(self) -> str:
@@ -44,6 +47,12 @@ class Site:
     def metadata_url(self) -> str:
         """The RFC 9728 protected-resource metadata URL for `/mcp`."""
         return self.public_url.rstrip("/") + "/.well-known/oauth-protected-resource/mcp"
+
+    def client(self) -> str:
+        """The current request's client address, as the per-address limits key it."""
+        return client_address(
+            request.remote_addr, request.headers.getlist("x-forwarded-for"), self.trusted_proxies
+        )
 
     def allow_url(self, url: str) -> None:
         """Allow the Host and Origin of `url` (scheme://host:port)."""
@@ -151,7 +160,8 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
     async def register() -> Response:
         try:
             body = loads_strict(await request.get_data(as_text=False))
-            return _json_response(201, await oauth.register(body), CORS | NO_STORE)
+            kept = await oauth.register(body, site.client())
+            return _json_response(201, kept, CORS | NO_STORE)
         except (ValueError, RecursionError):
             return form_error(OAuthError("invalid_client_metadata", "the body must be JSON"))
         except OAuthError as exc:
@@ -160,7 +170,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
     @app.route("/authorize", methods=["GET"])
     async def authorize() -> Response:
         try:
-            pending = await oauth.start(dict(request.args.items()))
+            pending = await oauth.start(dict(request.args.items()), site.client())
         except OAuthError as exc:  # a page, never a redirect (see OAuthService.start)
             status = exc.status if exc.status in (429, 503) else 400
             return Response(pages.problem(exc.description), status, pages.PAGE_HEADERS)
@@ -177,7 +187,9 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         req = str(form.get("req", ""))
         issuer = site.public_url.rstrip("/")
         try:
-            await oauth.claim(req, str(form.get("csrf", "")), str(form.get("code", "")))
+            await oauth.claim(
+                req, str(form.get("csrf", "")), str(form.get("code", "")), site.client()
+            )
         except OAuthError as exc:
             pending = await oauth.get(req)
             if pending is not None and pending.status == "failed":

@@ -30,6 +30,7 @@ from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
+from ftwbridge.oauth.limits import trusted_networks
 from ftwbridge.pool import Pool
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.names import Read
@@ -142,7 +143,7 @@ class Bridge:
             clock=clock,
             issue_access=self._issue_for_oauth,
             on_revoke=self.tokens.clear,
-            refresh_grace_ms=round(config.refresh_grace_s * 1000),
+            refresh_grace_ms=config.refresh_grace_ms,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,
@@ -249,6 +250,7 @@ class Bridge:
             self.site.allowed_hosts.add(f"{h}:{port}")
         self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
         self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
+        self.site.trusted_proxies = trusted_networks(c.trusted_proxies)
         service = McpService(
             homes=_Homes(self.pool, self.door),
             verify_token=self.tokens.verify,

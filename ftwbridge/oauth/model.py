@@ -31,6 +31,16 @@ GUESS_PER_S = 0.5
 REGISTER_BURST = 60
 REGISTER_PER_S = 1.0
 """Client registrations allowed per process: 60, then one per second."""
+REGISTER_ADDRESS_BURST = 20
+REGISTER_ADDRESS_PER_S = 0.1
+"""Client registrations allowed per client address: 20, then one every 10 s."""
+START_ADDRESS_BURST = 60
+START_ADDRESS_PER_S = 1.0
+"""Consent requests opened per client address: 60, then one a second."""
+GUESS_ADDRESS_BURST = 10
+GUESS_ADDRESS_PER_S = 0.1
+"""Wrong claim codes per client address: 10, then one every 10 s (below the process's 30, so
+one address cannot use up everyone's guesses)."""
 MAX_CLIENTS = 100_000
 
 

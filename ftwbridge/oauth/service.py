@@ -31,9 +31,12 @@ from ftwbridge.proto.roster import Roster
 
 from .cimd import DocumentRefused, MetadataDocuments, is_document_url
 from .grace import Rotations
+from .limits import AddressLimit
 from .model import (
     CLIENT_TTL_MS,
     CODE_TTL_MS,
+    GUESS_ADDRESS_BURST,
+    GUESS_ADDRESS_PER_S,
     GUESS_BURST,
     GUESS_PER_S,
     MAX_CLAIM_TRIES,
@@ -42,9 +45,13 @@ from .model import (
     MAX_REDIRECT_URIS,
     MAX_STATE_CHARS,
     MAX_URI_CHARS,
+    REGISTER_ADDRESS_BURST,
+    REGISTER_ADDRESS_PER_S,
     REGISTER_BURST,
     REGISTER_PER_S,
     REQUEST_TTL_MS,
+    START_ADDRESS_BURST,
+    START_ADDRESS_PER_S,
     USED_CODE_KEEP_MS,
     CodeGrant,
     IssueAccess,
@@ -132,6 +139,9 @@ class OAuthService(TokenGrants):
         self._registrations = TokenBucket(REGISTER_BURST, REGISTER_PER_S)
         self._codes: dict[bytes, CodeGrant] = {}
         self._rotations = Rotations(refresh_grace_ms)
+        self._register_by_address = AddressLimit(REGISTER_ADDRESS_BURST, REGISTER_ADDRESS_PER_S)
+        self._start_by_address = AddressLimit(START_ADDRESS_BURST, START_ADDRESS_PER_S)
+        self._guess_by_address = AddressLimit(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S)
         door.on_denied = self._denied
 
     # -- metadata and clients ---------------------------------------------------------------
@@ -155,7 +165,7 @@ class OAuthService(TokenGrants):
             "client_id_metadata_document_supported": self._documents is not None,
         }
 
-    async def register(self, body: Any) -> dict[str, Any]:
+    async def register(self, body: Any, address: str = "unknown") -> dict[str, Any]:
         """Dynamic client registration (RFC 7591) of a public client; `body` is the parsed JSON.
 
         Empty members count as omitted (RFC 6749 section 3.1) and unknown ones are ignored. A
@@ -163,6 +173,8 @@ class OAuthService(TokenGrants):
         client and told `"none"`: RFC 7591 section 3.2.1 lets the server replace requested
         metadata and says the response carries what was kept. Unsupported grant types are dropped
         the same way; `authorization_code` must remain.
+
+        `address` is the client's address (`limits.client_address`) for the per-address limit.
 
         Returns: the metadata kept, `client_id` and `client_id_issued_at` (seconds) included.
 
@@ -200,11 +212,13 @@ class OAuthService(TokenGrants):
         responses = body.get("response_types", ["code"])
         if not isinstance(responses, list) or "code" not in responses:
             raise OAuthError("invalid_client_metadata", "response_types must include code")
-        if self._registrations.wait_s(trio.current_time()) > 0:
+        t = trio.current_time()
+        if self._registrations.wait_s(t) > 0 or self._register_by_address.wait_s(address, t) > 0:
             raise OAuthError(
                 "temporarily_unavailable", "too many registrations just now; try again soon", 429
             )
-        self._registrations.charge(trio.current_time(), 1)
+        self._registrations.charge(t, 1)
+        self._register_by_address.charge(address, t)
         now = self._clock()
         client_id = "c_" + secrets.token_urlsafe(16)
         meta = {
@@ -226,8 +240,9 @@ class OAuthService(TokenGrants):
 
     # -- authorize ------------------------------------------------------------------------
 
-    async def start(self, params: dict[str, str]) -> Pending:
-        """Check an authorization request and open a consent request.
+    async def start(self, params: dict[str, str], address: str = "unknown") -> Pending:
+        """Check an authorization request and open a consent request. `address` is the
+        browser's address (`limits.client_address`), limited per address.
 
         Every refusal is shown to the person as a page, never redirected: registration is open,
         so redirecting errors would make the bridge an open redirector (RFC 9700 4.11.2).
@@ -237,6 +252,14 @@ class OAuthService(TokenGrants):
         """
         now = self._clock()
         await self._expire(now)
+        t = trio.current_time()
+        if self._start_by_address.wait_s(address, t) > 0:
+            raise OAuthError(
+                "temporarily_unavailable",
+                "too many sign-ins from your address; try again soon",
+                429,
+            )
+        self._start_by_address.charge(address, t)
         if len(self._pending) >= MAX_PENDING:
             raise OAuthError(
                 "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
@@ -314,7 +337,7 @@ class OAuthService(TokenGrants):
         await self._expire(self._clock())
         return self._pending.get(req)
 
-    async def claim(self, req: str, csrf: str, code: str) -> Pending:
+    async def claim(self, req: str, csrf: str, code: str, address: str = "unknown") -> Pending:
         """The person typed their home's claim code: find the home and ask its owner.
 
         Raises:
@@ -326,7 +349,8 @@ class OAuthService(TokenGrants):
             raise OAuthError("invalid_request", "this consent request is unknown or has expired")
         if pending.status != "new":
             return pending
-        if self._guesses.wait_s(trio.current_time()) > 0:  # wrong codes, across all requests
+        t = trio.current_time()
+        if self._guesses.wait_s(t) > 0 or self._guess_by_address.wait_s(address, t) > 0:
             raise OAuthError(
                 "temporarily_unavailable",
                 "too many wrong codes just now; try again in a minute",
@@ -335,7 +359,8 @@ class OAuthService(TokenGrants):
         digest = code_hash(code)
         home = None if digest is None else self._door.take_claim(digest, self._clock())
         if home is None:
-            self._guesses.charge(trio.current_time(), 1)
+            self._guesses.charge(t, 1)
+            self._guess_by_address.charge(address, t)
             pending.tries += 1
             if pending.tries >= MAX_CLAIM_TRIES:
                 pending.status = "failed"

@@ -150,7 +150,7 @@ class TokenGrants:
 
     async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
         """Rotate a refresh token (RFC 6749 section 6, OAuth 2.1 section 4.3.1, RFC 9700
-        section 4.14.2). Refreshes of one token within `refresh_grace_s` of its first use get
+        section 4.14.2). Refreshes of one token within `refresh_grace_ms` of its first use get
         the pair that first use made (`Rotations`); a use after that revokes the family."""
         need(form, "refresh_token", "client_id")
         digest = token_hash(form["refresh_token"])

@@ -63,6 +63,7 @@ def refused(seen: dict[str, list[str]]) -> list[str]:
     return [m for m in seen["console"] if "form-action" in m]
 
 
+@pytest.mark.config(trusted_proxies=("127.0.0.1",))
 async def test_form_action_allows_each_kind_of_redirect(
     env: Env, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:

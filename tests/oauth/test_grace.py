@@ -65,7 +65,7 @@ async def test_parallel_refreshes_share_one_pair_then_reuse_after_the_window_rev
             assert await mcp_status(http, env, access) == 400  # it works (bad body, authorized)
             old, tokens = tokens, answers[0][1]
         # past the window (10 s by default) a reuse of a rotated-out token revokes the family
-        offset[0] += round(env.bridge.config.refresh_grace_s * 1000) + 1
+        offset[0] += env.bridge.config.refresh_grace_ms + 1
         reuse = await http.post(token_url, data=form)
         assert reuse.status_code == 400 and reuse.json()["error"] == "invalid_grant"
         assert "revoked" in reuse.json()["error_description"]
