@@ -217,6 +217,8 @@ class Bridge:
             await self._http_done.wait()
         with trio.move_on_after(HTTP_STOP_S):  # rosters accepted so far reach the disk
             await self.door.rosters_saved()
+        with trio.move_on_after(HTTP_STOP_S):  # homes' open claim codes work after a restart
+            await self.oauth.save_claims()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -240,6 +242,9 @@ class Bridge:
         warning = c.url_warning()
         if warning is not None:
             log.warning("%s", warning)
+        consents, codes, claims = await self.oauth.restore()
+        if consents or codes or claims:
+            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
         sock = _bind(c.bind, "main", "bind")
         host, port = sock.getsockname()[:2]
         fd = sock.detach()  # hypercorn owns the listening socket from here on

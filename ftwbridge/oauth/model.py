@@ -93,6 +93,24 @@ class OAuthStore(Protocol):
     async def purge_clients(self, now_ms: int) -> None: ...
     async def refresh_record(self, token_hash: bytes, now_ms: int) -> dict[str, Any] | None: ...
     async def token(self, token_hash: bytes) -> HeldAccess | None: ...
+    async def put_oauth_state(
+        self, kind: str, key: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """Keep (or replace) one item of the sign-in state that must survive a restart, under
+        (`kind`, `key`), until `expires_at_ms` (ms since the epoch). Kinds: `consent` (a
+        consent request by its id), `code` (an authorization code by its SHA-256 in hex; the
+        code itself is never stored), `claim` (a home-claim offer by its code hash in hex).
+        `record` is a JSON object (`oauth/persist.py` writes and reads it)."""
+        ...
+
+    async def drop_oauth_state(self, kind: str, key: str) -> None:
+        """Forget one item (`put_oauth_state`); nothing happens when it is unknown."""
+        ...
+
+    async def oauth_states(self, kind: str, now_ms: int) -> list[tuple[str, dict[str, Any], int]]:
+        """Every item of `kind` still live at `now_ms`, as (key, record, expires_at_ms), after
+        deleting the expired ones of that kind (expiry on load)."""
+        ...
 
 
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
@@ -118,6 +136,8 @@ class Pending:
     code: str | None = None
     redirect_given: bool = True
     """Whether `/authorize` named `redirect_uri` (then `/oauth/token` must name it too)."""
+    saved_status: str = ""
+    """The status last written to the store (`persist`); another status is written on read."""
 
     def redirect(self, issuer: str, **params: str) -> str:
         """The client's redirect URI with `params`, `state` and `iss` (RFC 9207) added."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any
 
 import trio
 
@@ -29,22 +28,18 @@ from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.registry import READ_SCOPES, Msg
 from ftwbridge.proto.roster import Roster
 
-from .cimd import DocumentRefused, MetadataDocuments, is_document_url
+from .cimd import MetadataDocuments
 from .grace import Rotations
 from .limits import AddressLimit
 from .model import (
-    CLIENT_TTL_MS,
     CODE_TTL_MS,
     GUESS_ADDRESS_BURST,
     GUESS_ADDRESS_PER_S,
     GUESS_BURST,
     GUESS_PER_S,
     MAX_CLAIM_TRIES,
-    MAX_NAME_CHARS,
     MAX_PENDING,
-    MAX_REDIRECT_URIS,
     MAX_STATE_CHARS,
-    MAX_URI_CHARS,
     REGISTER_ADDRESS_BURST,
     REGISTER_ADDRESS_PER_S,
     REGISTER_BURST,
@@ -58,23 +53,17 @@ from .model import (
     OAuthError,
     OAuthStore,
     Pending,
-    cut_text,
     present,
     token_hash,
     valid_challenge,
 )
 from .redirects import (
-    RedirectRefused,
     matching_redirect,
     redirect_kind,
     redirect_label,
-    valid_redirect,
 )
+from .registration import ClientRegistration
 from .tokens import TokenGrants
-
-GRANT_TYPES = ("authorization_code", "refresh_token")
-PUBLIC_ANSWERED_METHODS = frozenset({"none", "client_secret_post", "client_secret_basic"})
-"""Requested token-endpoint auth methods that are registered as `none` (a public client)."""
 
 
 def granted_scopes(scope: str) -> list[str]:
@@ -96,7 +85,7 @@ def granted_scopes(scope: str) -> list[str]:
     return sorted(set(asked)) or sorted(reads)
 
 
-class OAuthService(TokenGrants):
+class OAuthService(ClientRegistration, TokenGrants):
     """The bridge's authorization server.
 
     Args:
@@ -143,100 +132,6 @@ class OAuthService(TokenGrants):
         self._start_by_address = AddressLimit(START_ADDRESS_BURST, START_ADDRESS_PER_S)
         self._guess_by_address = AddressLimit(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S)
         door.on_denied = self._denied
-
-    # -- metadata and clients ---------------------------------------------------------------
-
-    def metadata(self) -> dict[str, Any]:
-        """RFC 8414 authorization-server metadata."""
-        base = self._issuer().rstrip("/")
-        return {
-            "issuer": base,
-            "authorization_endpoint": base + "/authorize",
-            "token_endpoint": base + "/oauth/token",
-            "registration_endpoint": base + "/oauth/register",
-            "revocation_endpoint": base + "/oauth/revoke",
-            "response_types_supported": ["code"],
-            "grant_types_supported": ["authorization_code", "refresh_token"],
-            "code_challenge_methods_supported": ["S256"],
-            "token_endpoint_auth_methods_supported": ["none"],
-            "revocation_endpoint_auth_methods_supported": ["none"],
-            "scopes_supported": sorted(s.value for s in READ_SCOPES),
-            "authorization_response_iss_parameter_supported": True,
-            "client_id_metadata_document_supported": self._documents is not None,
-        }
-
-    async def register(self, body: Any, address: str = "unknown") -> dict[str, Any]:
-        """Dynamic client registration (RFC 7591) of a public client; `body` is the parsed JSON.
-
-        Empty members count as omitted (RFC 6749 section 3.1) and unknown ones are ignored. A
-        client asking for `client_secret_post` or `client_secret_basic` is registered as a public
-        client and told `"none"`: RFC 7591 section 3.2.1 lets the server replace requested
-        metadata and says the response carries what was kept. Unsupported grant types are dropped
-        the same way; `authorization_code` must remain.
-
-        `address` is the client's address (`limits.client_address`) for the per-address limit.
-
-        Returns: the metadata kept, `client_id` and `client_id_issued_at` (seconds) included.
-
-        Raises:
-            OAuthError: `invalid_redirect_uri` (with the reason), `invalid_client_metadata`
-                (RFC 7591 section 3.2.2), or `temporarily_unavailable` (429) past the limit.
-        """
-        if not isinstance(body, dict):
-            raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
-        body = present(body)
-        uris = body.get("redirect_uris")
-        if not isinstance(uris, list) or not uris or len(uris) > MAX_REDIRECT_URIS:
-            raise OAuthError("invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs")
-        for uri in uris:
-            try:
-                redirect_kind(uri)
-            except RedirectRefused as exc:
-                raise OAuthError("invalid_redirect_uri", str(exc)) from None
-        if len(uris) != len(set(uris)):
-            raise OAuthError("invalid_redirect_uri", "a redirect URI is listed twice")
-        method = body.get("token_endpoint_auth_method", "none")
-        if method not in PUBLIC_ANSWERED_METHODS:
-            raise OAuthError(
-                "invalid_client_metadata",
-                "token_endpoint_auth_method must be none, client_secret_post or "
-                "client_secret_basic (this server registers public clients)",
-            )
-        grants = body.get("grant_types", list(GRANT_TYPES))
-        if not isinstance(grants, list) or not all(isinstance(g, str) for g in grants):
-            raise OAuthError("invalid_client_metadata", "grant_types must be a list of strings")
-        if "authorization_code" not in grants:
-            raise OAuthError(
-                "invalid_client_metadata", "grant_types must include authorization_code"
-            )
-        responses = body.get("response_types", ["code"])
-        if not isinstance(responses, list) or "code" not in responses:
-            raise OAuthError("invalid_client_metadata", "response_types must include code")
-        t = trio.current_time()
-        if self._registrations.wait_s(t) > 0 or self._register_by_address.wait_s(address, t) > 0:
-            raise OAuthError(
-                "temporarily_unavailable", "too many registrations just now; try again soon", 429
-            )
-        self._registrations.charge(t, 1)
-        self._register_by_address.charge(address, t)
-        now = self._clock()
-        client_id = "c_" + secrets.token_urlsafe(16)
-        meta = {
-            "client_id": client_id,
-            "client_id_issued_at": now // 1000,
-            "client_name": cut_text(body.get("client_name"), MAX_NAME_CHARS),
-            "redirect_uris": list(uris),
-            "grant_types": [g for g in GRANT_TYPES if g in grants],
-            "response_types": ["code"],
-            "token_endpoint_auth_method": "none",
-        }
-        if isinstance(body.get("client_uri"), str):
-            meta["client_uri"] = body["client_uri"][:MAX_URI_CHARS]
-        if isinstance(body.get("scope"), str):
-            meta["scope"] = body["scope"][:MAX_URI_CHARS]
-        await self._store.purge_clients(now)
-        await self._store.put_client(client_id, meta, now + CLIENT_TTL_MS)
-        return meta
 
     # -- authorize ------------------------------------------------------------------------
 
@@ -303,39 +198,16 @@ class OAuthService(TokenGrants):
             redirect_given=asked is not None,
         )
         self._pending[pending.id] = pending
+        await self._save(pending)
         return pending
-
-    async def _client(self, client_id: str, now: int) -> dict[str, Any]:
-        """A registered client, or one named by its metadata document's URL."""
-        if self._documents is not None and is_document_url(client_id):
-            try:
-                doc = await self._documents.fetch(client_id)
-            except DocumentRefused as exc:
-                raise OAuthError("invalid_client", str(exc)) from None
-            uris = doc.get("redirect_uris")
-            if (
-                not isinstance(uris, list)
-                or not uris
-                or len(uris) > MAX_REDIRECT_URIS
-                or not all(valid_redirect(u) for u in uris)
-            ):
-                raise OAuthError(
-                    "invalid_client", "the metadata document's redirect URIs are not allowed"
-                )
-            return {
-                "client_id": client_id,
-                "client_name": cut_text(doc.get("client_name"), MAX_NAME_CHARS),
-                "redirect_uris": uris,
-            }
-        client = await self._store.client(client_id, now) if client_id else None
-        if client is None:
-            raise OAuthError("invalid_client", "unknown or expired client_id")
-        return client
 
     async def get(self, req: str) -> Pending | None:
         """The consent request `req`, or None when unknown or expired."""
         await self._expire(self._clock())
-        return self._pending.get(req)
+        pending = self._pending.get(req)
+        if pending is not None and pending.status != pending.saved_status:
+            await self._save(pending)  # a denial heard from the box (`_denied` cannot wait)
+        return pending
 
     async def claim(self, req: str, csrf: str, code: str, address: str = "unknown") -> Pending:
         """The person typed their home's claim code: find the home and ask its owner.
@@ -364,6 +236,7 @@ class OAuthService(TokenGrants):
             pending.tries += 1
             if pending.tries >= MAX_CLAIM_TRIES:
                 pending.status = "failed"
+            await self._save(pending)
             raise OAuthError("access_denied", "that code is not one a home is showing now")
         key = await self._keys.create(home)
         pending.home, pending.agent_key = home, key
@@ -383,20 +256,23 @@ class OAuthService(TokenGrants):
         except HomeOffline:
             await self._keys.drop(key)
             pending.status = "failed"
+            await self._save(pending)
             raise OAuthError("temporarily_unavailable", "the home is offline", 503) from None
         pending.status = "asked"
+        await self._save(pending)
         return pending
 
     async def on_roster(self, home: str, roster: Roster) -> None:
         """A new roster: requests whose agent it lists are approved and get their code."""
         listed = roster.agents()
-        for pending in self._pending.values():
+        for pending in list(self._pending.values()):
             if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
                 pending.status = "approved"
                 pending.code = secrets.token_urlsafe(32)
-                self._codes[token_hash(pending.code)] = CodeGrant(
-                    pending, self._clock() + CODE_TTL_MS
-                )
+                entry = CodeGrant(pending, self._clock() + CODE_TTL_MS)
+                self._codes[token_hash(pending.code)] = entry
+                await self._save_code(token_hash(pending.code), entry)
+                await self._save(pending)
 
     def _denied(self, home: str, req: str) -> None:
         pending = self._pending.get(req)
@@ -411,13 +287,16 @@ class OAuthService(TokenGrants):
             d for d, c in self._codes.items() if c.expires_at_ms + USED_CODE_KEEP_MS <= now
         ]:
             del self._codes[digest]  # used codes stay a while so a replay still revokes
+            await self._unsave_code(digest)
 
     async def delivered(self, pending: Pending) -> None:
         """The code went to the client's redirect: the request ends (the code lives on)."""
         self._pending.pop(pending.id, None)
+        await self._unsave(pending)
 
     async def forget(self, pending: Pending) -> None:
         """End a consent request that will not complete; its unlisted key is dropped."""
         self._pending.pop(pending.id, None)
+        await self._unsave(pending)
         if pending.agent_key is not None and pending.status != "approved":
             await self._keys.drop(pending.agent_key)

@@ -22,6 +22,7 @@ from .model import (
     token_hash,
     valid_verifier,
 )
+from .persist import SavedSignIns
 
 
 def expires_in_s(expires_at_ms: int, now_ms: int) -> int:
@@ -37,7 +38,7 @@ def need(form: dict[str, str], *names: str) -> None:
             raise OAuthError("invalid_request", f"{name} is required")
 
 
-class TokenGrants:
+class TokenGrants(SavedSignIns):
     """Code exchange, refresh rotation and revocation; `OAuthService` supplies the state."""
 
     _store: OAuthStore
@@ -104,7 +105,8 @@ class TokenGrants:
         if not valid_verifier(verifier) or not secrets.compare_digest(s256(verifier), p.challenge):
             raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
         entry.used = True
-        self._pending.pop(p.id, None)
+        if self._pending.pop(p.id, None) is not None:
+            await self._unsave(p)
         registered = (
             None if is_document_url(p.client_id) else await self._store.client(p.client_id, now)
         )
@@ -114,6 +116,7 @@ class TokenGrants:
         entry.family = secrets.token_urlsafe(16)
         out = await self._tokens(p.home, p.agent_key, p.scopes, p.client_id, entry.family)
         entry.issued.append(token_hash(out["access_token"]))
+        await self._save_code(token_hash(form["code"]), entry)  # a replay must still revoke
         return out
 
     async def _tokens(
