@@ -8,18 +8,15 @@ preflights, answered as the Fetch standard wants, checked header by header."""
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import shutil
-import sys
 from pathlib import Path
 
 import httpx2
 import pytest
 import trio
 
+from tests.browser.test_consent import run_driver
 from tests.e2e.env import REAL_WAIT_S, Env
+from tests.oauth.helpers import serve_tiny_http
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -31,25 +28,12 @@ PAGE = b"<!doctype html><title>assistant</title><script type=module src=/app.mjs
 async def app_server(nursery: trio.Nursery, files: dict[str, Path]) -> str:
     """The assistant's own origin: `/` and `/callback` are its page, the rest `files`."""
 
-    async def answer(stream: trio.SocketStream) -> None:
-        async with stream:
-            with trio.move_on_after(REAL_WAIT_S):
-                buf = b""
-                while b"\r\n\r\n" not in buf:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                path = buf.split(b" ", 2)[1].decode().split("?")[0]
-                if path in files:
-                    body, kind = files[path].read_bytes(), TYPES[files[path].suffix]
-                else:
-                    body, kind = PAGE, TYPES[".html"]
-                head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
-                await stream.send_all(head.encode() + body)
+    def answer(path: str) -> tuple[bytes, str]:
+        if path in files:
+            return files[path].read_bytes(), TYPES[files[path].suffix]
+        return PAGE, TYPES[".html"]
 
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, answer, 0, host="127.0.0.1"))
-    return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    return f"http://127.0.0.1:{await serve_tiny_http(nursery, answer)}"
 
 
 async def bundle(out: Path) -> None:
@@ -112,8 +96,6 @@ async def test_preflights_and_exposed_headers(env: Env) -> None:
 async def test_typescript_client_signs_in_from_a_browser_page(
     env: Env, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    if shutil.which("chromium") is None:
-        pytest.fail("Debian's chromium is not installed: make test installs it (make browser)")
     await bundle(tmp_path / "client.mjs")
     app = await app_server(
         nursery, {"/client.mjs": tmp_path / "client.mjs", "/app.mjs": HERE / "app_page.mjs"}
@@ -121,17 +103,7 @@ async def test_typescript_client_signs_in_from_a_browser_page(
     env.bridge.site.allowed_origins.add(app)  # the operator lists the assistant's origin
     home = await env.add_home("h1", "--approve-all")
     code = (await home.console(op="claim"))["code"]
-    with trio.fail_after(120):
-        done = await trio.run_process(
-            [sys.executable, str(HERE / "drive_browser_client.py"), app, env.url, code],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            cwd=ROOT,
-            env=os.environ | {"PYTHONPATH": str(ROOT)},
-        )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    seen = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    seen = await run_driver("drive_browser_client.py", app, env.url, code)
     result = seen["result"]
     assert result["ok"] and not result["isError"], seen
     assert "grid_w" in result["fields"], seen

@@ -3,15 +3,14 @@ buckets per address, and the bridge refusing one address while another still get
 
 from __future__ import annotations
 
-import re
-
 import httpx2
 import pytest
 
 from ftwbridge.oauth.limits import AddressLimit, client_address, trusted_networks
 from ftwbridge.oauth.model import GUESS_ADDRESS_BURST, REGISTER_ADDRESS_BURST
 from tests.e2e.env import REAL_WAIT_S, Env
-from tests.oauth.test_flow import REDIRECT, pkce
+from tests.oauth.helpers import authorize_params, form_fields, pkce
+from tests.oauth.test_flow import REDIRECT
 
 PROXIES = trusted_networks(["10.0.0.0/8", "fd00::/8"])
 
@@ -71,19 +70,12 @@ async def test_limits_per_client_address_behind_a_trusted_proxy(env: Env) -> Non
         assert r.status_code == 201  # another address still registers
         client_id = r.json()["client_id"]
         _, challenge = pkce()
-        params = {
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": REDIRECT,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-        }
+        params = authorize_params(client_id, REDIRECT, challenge)
 
         async def consent_form(address: str) -> dict[str, str]:
             page = await http.get(base + "/authorize", params=params, headers=via(address))
             assert page.status_code == 200
-            found = dict(re.findall(r'name="(req|csrf)" value="([^"]+)"', page.text))
-            return found
+            return form_fields(page.text)
 
         # wrong claim codes: 10 from one address (two consent requests of 5), then refused
         for _ in range(GUESS_ADDRESS_BURST // 5):

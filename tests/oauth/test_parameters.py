@@ -9,7 +9,7 @@ import httpx2
 
 from ftwbridge.proto.registry import READ_SCOPES
 from tests.e2e.env import REAL_WAIT_S, Env
-from tests.oauth.test_flow import pkce
+from tests.oauth.helpers import pkce
 
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 

@@ -4,7 +4,6 @@ DNS-rebinding host cannot swap in an inside address between the check and the co
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -14,26 +13,12 @@ import trio
 
 from ftwbridge.oauth.cimd import DocumentRefused, MetadataDocuments
 from ftwbridge.oauth.pinned import pinned_transport
+from tests.oauth.helpers import serve_tiny_http
 
 
 async def document_server(nursery: trio.Nursery, body: dict[str, Any]) -> int:
     """A plain HTTP/1.1 server on 127.0.0.1 answering every request with `body` as JSON."""
-    raw = json.dumps(body).encode()
-
-    async def answer(stream: trio.SocketStream) -> None:
-        async with stream:
-            with trio.move_on_after(10):
-                buf = b""
-                while b"\r\n\r\n" not in buf:
-                    chunk = await stream.receive_some(4096)
-                    if not chunk:
-                        return
-                    buf += chunk
-                head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(raw)}\r\nconnection: close\r\n\r\n"
-                await stream.send_all(head.encode() + raw)
-
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, answer, 0, host="127.0.0.1"))
-    return int(listeners[0].socket.getsockname()[1])
+    return await serve_tiny_http(nursery, lambda _: (json.dumps(body).encode(), "application/json"))
 
 
 class Rebinding(trio.abc.HostnameResolver):

@@ -7,7 +7,6 @@ it. And expiry on load, on the real SQLite store."""
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,8 @@ import trio
 
 from ftwbridge.store.sqlite import SqliteStore
 from tests.e2e.env import REAL_WAIT_S, Env, start_env
-from tests.oauth.test_flow import REDIRECT, pkce
+from tests.oauth.helpers import authorize_params, form_fields, pkce
+from tests.oauth.test_flow import REDIRECT
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -39,19 +39,10 @@ def free_port() -> int:
 async def consent_page(http: httpx2.AsyncClient, base: str, client_id: str) -> dict[str, str]:
     """Open a consent request; returns its form fields and the PKCE verifier."""
     verifier, challenge = pkce()
-    page = await http.get(
-        base + "/authorize",
-        params={
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": REDIRECT,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "rs",
-        },
-    )
+    params = authorize_params(client_id, REDIRECT, challenge, "rs")
+    page = await http.get(base + "/authorize", params=params)
     assert page.status_code == 200, page.text
-    return dict(re.findall(r'name="(req|csrf)" value="([^"]+)"', page.text)) | {"v": verifier}
+    return form_fields(page.text) | {"v": verifier}
 
 
 async def code_after_waiting(http: httpx2.AsyncClient, base: str, req: str) -> str:

@@ -12,14 +12,14 @@ from typing import Any
 import httpx2
 import trio
 from mcp import Client
-from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+from mcp.shared.auth import OAuthClientMetadata
 
 from ftwbridge.demo import MemoryTokenStorage, consent_as_person
 from tests.e2e.env import REAL_WAIT_S, Env, Home
 from tests.oauth.clients.table import ROWS, ClientRow
-from tests.oauth.test_flow import pkce
+from tests.oauth.helpers import authorize_params, pkce
+from tests.oauth.test_flow import sdk_provider
 
 WHERE = {
     "app": "an app on your device",
@@ -50,14 +50,10 @@ async def complete(env: Env, home: Home, row: ClientRow, http: httpx2.AsyncClien
     assert kept["redirect_uris"] == row.register["redirect_uris"]
     assert set(kept["grant_types"]) == {"authorization_code", "refresh_token"}
     verifier, challenge = pkce()
-    params = {
-        "response_type": "code",
-        "client_id": kept["client_id"],
-        "redirect_uri": row.authorize_redirect,
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "state": "st-" + row.name[:8],
-    } | row.authorize_extra
+    params = authorize_params(
+        kept["client_id"], row.authorize_redirect, challenge, "st-" + row.name[:8]
+    )
+    params |= row.authorize_extra
     if row.sends_resource:
         params["resource"] = env.url
     url = str(httpx2.URL(base + "/authorize", params=params))
@@ -93,37 +89,15 @@ async def python_sdk_row(env: Env, home: Home) -> None:
     """The official Python SDK's own provider, with the metadata of its simple-auth-client
     example (`client_secret_post`): discovery from the 401, registration, PKCE, consent,
     code exchange, then `status`."""
-    got: dict[str, Any] = {}
-    redirect = "http://localhost:3030/callback"
-
-    async def redirect_handler(url: str) -> None:
-        seen = await consent_as_person(
-            env.bridge.site.public_url, url, home.console_port, home.name
-        )
-        assert seen.location.startswith(redirect)
-        got.update(query=seen.query)
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        q = got["query"]
-        return AuthorizationCodeResult(
-            code=q["code"][0], state=q["state"][0], iss=q.get("iss", [None])[0]
-        )
-
     meta = OAuthClientMetadata(
         client_name="Simple Auth Client",
-        redirect_uris=[redirect],  # type: ignore[list-item]
+        redirect_uris=["http://localhost:3030/callback"],  # type: ignore[list-item]
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
         token_endpoint_auth_method="client_secret_post",
     )
     storage = MemoryTokenStorage()
-    provider = OAuthClientProvider(
-        server_url=env.url,
-        client_metadata=meta,
-        storage=storage,
-        redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-    )
+    provider = sdk_provider(env, home, meta, storage, {})
     async with (
         httpx2.AsyncClient(auth=provider, timeout=REAL_WAIT_S) as http,
         Client(streamable_http_client(env.url, http_client=http), mode="2026-07-28") as client,
