@@ -12,6 +12,8 @@ from typing import Any
 import httpx2
 import trio
 
+from ftwbridge.oauth.grace import Rotations
+from ftwbridge.oauth.model import OAuthError
 from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.test_flow import REDIRECT, mcp_status, signed_in
 
@@ -73,3 +75,31 @@ async def test_parallel_refreshes_share_one_pair_then_reuse_after_the_window_rev
         form["refresh_token"] = tokens["refresh_token"]
         assert (await http.post(token_url, data=form)).status_code == 400
         assert old["refresh_token"] != tokens["refresh_token"]
+
+
+async def test_rotations_window_child_and_family_without_io() -> None:
+    """The grace window's bookkeeping alone (`grace.Rotations`), on explicit ms."""
+    rotations = Rotations(10_000)
+    first = rotations.begin(b"old", 1_000)
+    rotations.name_family(b"old", "fam")
+    assert rotations.get(b"old", 10_999) is first and rotations.get(b"old", 11_000) is None
+    first.succeed({"access_token": "a", "refresh_token": "n"}, b"new")
+    assert await first.outcome() == {"access_token": "a", "refresh_token": "n"}
+    rotations.begin(b"new", 2_000)  # the new token is used: the old one's window closes
+    assert rotations.get(b"old", 2_000) is None and len(rotations) == 1
+    rotations.name_family(b"new", "fam")
+    rotations.drop_family("fam")
+    assert len(rotations) == 0
+    failed = rotations.begin(b"x", 3_000)
+    failed.fail(OAuthError("invalid_grant", "no"))
+    try:
+        await failed.outcome()
+    except OAuthError as exc:
+        assert exc.error == "invalid_grant"
+    else:
+        raise AssertionError("a repeat of a failed refresh must fail the same way")
+    rotations.purge(13_000)
+    assert len(rotations) == 0
+    strict = Rotations(0)
+    strict.begin(b"y", 0)
+    assert strict.get(b"y", 0) is None and len(strict) == 0  # 0: every repeat is a reuse
