@@ -159,7 +159,9 @@ class TokenGrants(SavedSignIns):
         digest = token_hash(form["refresh_token"])
         now = self._clock()
         peek = await self._store.refresh_record(digest, now)
-        if peek is not None and form["client_id"] != peek["client"]:
+        if peek is None:  # unknown tokens leave no trace (no grace-window entry)
+            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
+        if form["client_id"] != peek["client"]:
             # checked before the token is used, so another client cannot burn it
             raise OAuthError("invalid_grant", "the refresh token belongs to another client")
         self._rotations.purge(now)
