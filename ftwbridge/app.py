@@ -23,6 +23,7 @@ from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.oauth.limits import Network, client_address
+from ftwbridge.oauth.model import with_basic_client
 from ftwbridge.proto.registry import READ_SCOPES
 
 MCP_METHODS = ["POST", "GET", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"]
@@ -236,6 +237,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
     async def token() -> Response:
         form = {k: str(v) for k, v in (await request.form).items()}
         try:
+            form = with_basic_client(form, request.headers.get("authorization"))
             return _json_response(200, await oauth.token(form), NO_STORE | CORS)
         except OAuthError as exc:
             return form_error(exc)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote_plus, urlencode, urlsplit
 
 from .redirects import MAX_URI_CHARS as MAX_URI_CHARS
 
@@ -175,6 +175,29 @@ def present(params: dict[str, Any]) -> dict[str, Any]:
     says a parameter sent without a value MUST be treated as omitted. Unknown parameters are
     kept here and ignored by their readers (RFC 6749 section 3.1)."""
     return {k: v for k, v in params.items() if v is not None and v != ""}
+
+
+def with_basic_client(form: dict[str, str], authorization: str | None) -> dict[str, str]:
+    """`form` with `client_id` taken from an `Authorization: Basic` header when the body has
+    none: a client that registered `client_secret_basic` and was answered `none` may still
+    send its id there (RFC 6749 section 2.3.1: the id is form-urlencoded, then base64 with the
+    secret, which is ignored). An unreadable header is ignored like any unknown input.
+
+    Raises:
+        OAuthError: `invalid_request` when the body and the header name different clients.
+    """
+    if not authorization or authorization[:6].lower() != "basic ":
+        return form
+    try:
+        raw = base64.b64decode(authorization[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return form
+    client_id = unquote_plus(raw.split(":", 1)[0])
+    if not client_id:
+        return form
+    if form.get("client_id") not in (None, "", client_id):
+        raise OAuthError("invalid_request", "client_id differs between the body and the header")
+    return form | {"client_id": client_id}
 
 
 def cut_text(value: Any, limit: int) -> str:

@@ -114,16 +114,28 @@ class TokenGrants(SavedSignIns):
             await self._store.put_client(p.client_id, registered, now + REFRESH_TTL_MS)
         assert p.home is not None and p.agent_key is not None
         entry.family = secrets.token_urlsafe(16)
-        out = await self._tokens(p.home, p.agent_key, p.scopes, p.client_id, entry.family)
+        refresh = registered is None or "refresh_token" in registered.get("grant_types", [])
+        out = await self._tokens(
+            p.home, p.agent_key, p.scopes, p.client_id, entry.family, refresh=refresh
+        )
         entry.issued.append(token_hash(out["access_token"]))
         await self._save_code(token_hash(form["code"]), entry)  # a replay must still revoke
         return out
 
     async def _tokens(
-        self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str, family: str
+        self,
+        home: str,
+        agent_key: bytes,
+        scopes: tuple[str, ...],
+        client: str,
+        family: str,
+        *,
+        refresh: bool = True,
     ) -> dict[str, Any]:
-        """A new access token and refresh token; `expires_in` is read from the access token's
-        stored record, so it is the configured lifetime (`token_ttl_s`), not a figure of ours."""
+        """A new access token and, when `refresh`, a refresh token (a client registered without
+        the `refresh_token` grant gets none: RFC 6749 section 5.1 makes it optional);
+        `expires_in` is read from the access token's stored record, so it is the configured
+        lifetime (`token_ttl_s`), not a figure of ours."""
         roster = await self._door.roster(home)
         grant = None if roster is None else roster.agents().get(agent_key)
         if grant is None:
@@ -133,23 +145,24 @@ class TokenGrants(SavedSignIns):
         held = await self._store.token(token_hash(access))
         if held is None:  # the minter stores before it returns; a store that lost it is broken
             raise OAuthError("server_error", "the access token was not stored", 500)
-        refresh = secrets.token_urlsafe(32)
-        record = {
-            "home": home,
-            "agentKey": agent_key.hex(),
-            "scopes": list(granted),
-            "client": client,
-        }
-        await self._store.put_refresh(
-            token_hash(refresh), family, record, self._clock() + REFRESH_TTL_MS
-        )
-        return {
+        out: dict[str, Any] = {
             "access_token": access,
             "token_type": "Bearer",
             "expires_in": expires_in_s(held.expires_at_ms, self._clock()),
-            "refresh_token": refresh,
             "scope": " ".join(granted),
         }
+        if refresh:
+            out["refresh_token"] = new_refresh = secrets.token_urlsafe(32)
+            record = {
+                "home": home,
+                "agentKey": agent_key.hex(),
+                "scopes": list(granted),
+                "client": client,
+            }
+            await self._store.put_refresh(
+                token_hash(new_refresh), family, record, self._clock() + REFRESH_TTL_MS
+            )
+        return out
 
     async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
         """Rotate a refresh token (RFC 6749 section 6, OAuth 2.1 section 4.3.1, RFC 9700

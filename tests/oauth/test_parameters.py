@@ -5,11 +5,15 @@ RFC 7591 section 3.2.2 gives it. One bridge serves every case."""
 
 from __future__ import annotations
 
+import base64
+
 import httpx2
 
+from ftwbridge.demo import consent_as_person
 from ftwbridge.proto.registry import READ_SCOPES
 from tests.e2e.env import REAL_WAIT_S, Env
-from tests.oauth.helpers import pkce
+from tests.oauth.helpers import authorize_params, pkce
+from tests.oauth.test_flow import REDIRECT
 
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 
@@ -87,6 +91,23 @@ async def test_token_and_revocation_error_codes(env: Env) -> None:
             r = await http.post(token, content=body, headers=FORM)
             assert r.status_code == 400 and r.json()["error"] == error, (body, r.text)
             assert r.headers["cache-control"] == "no-store"
+        # client_id may come in an Authorization: Basic header (RFC 6749 2.3.1); the secret
+        # is ignored, an unreadable header too, and two different ids are refused
+        refresh = b"grant_type=refresh_token&refresh_token=x"
+        for header, error in (
+            ("Basic " + base64.b64encode(b"c%3Aid:secret").decode(), "invalid_grant"),
+            ("Basic " + base64.b64encode(b"c:").decode(), "invalid_grant"),
+            ("Basic !!!", "invalid_request"),
+            ("Bearer c", "invalid_request"),
+        ):
+            r = await http.post(token, content=refresh, headers=FORM | {"authorization": header})
+            assert r.json()["error"] == error, (header, r.text)
+        r = await http.post(
+            token,
+            content=refresh + b"&client_id=a",
+            headers=FORM | {"authorization": "Basic " + base64.b64encode(b"b:").decode()},
+        )
+        assert r.json()["error"] == "invalid_request" and "differs" in r.text
         r = await http.post(token, json={"grant_type": "refresh_token"})  # JSON is not a form
         assert r.status_code == 400 and r.json()["error"] == "invalid_request"
         for body in (b"", b"token=", b"token_type_hint=access_token"):
@@ -139,3 +160,32 @@ async def test_authorize_treats_empty_parameters_as_omitted(env: Env) -> None:
         assert r.status_code == 200 and "a program on your device" in r.text
         csp = r.headers["content-security-policy"]
         assert "form-action 'self' http://127.0.0.1:*;" in csp
+
+
+async def test_no_refresh_token_for_a_client_without_that_grant(env: Env) -> None:
+    home = await env.add_home("h1", "--approve-all")
+    base = env.bridge.site.public_url
+    async with httpx2.AsyncClient(timeout=REAL_WAIT_S) as http:
+        reg = await http.post(
+            base + "/oauth/register",
+            json={"redirect_uris": [REDIRECT], "grant_types": ["authorization_code"]},
+        )
+        kept = reg.json()
+        assert kept["grant_types"] == ["authorization_code"]
+        verifier, challenge = pkce()
+        url = httpx2.URL(
+            base + "/authorize", params=authorize_params(kept["client_id"], REDIRECT, challenge)
+        )
+        seen = await consent_as_person(base, str(url), home.console_port, home.name)
+        r = await http.post(
+            base + "/oauth/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": seen.query["code"][0],
+                "client_id": kept["client_id"],
+                "redirect_uri": REDIRECT,
+                "code_verifier": verifier,
+            },
+        )
+        assert r.status_code == 200 and r.json()["access_token"]
+        assert "refresh_token" not in r.json()
