@@ -22,6 +22,8 @@ from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
+from ftwbridge.oauth.limits import Network, client_address
+from ftwbridge.oauth.model import with_basic_client
 
 MCP_METHODS = ["POST", "GET", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"]
 
@@ -33,6 +35,8 @@ class Site:
     public_url: str
     allowed_hosts: set[str] = field(default_factory=set)
     allowed_origins: set[str] = field(default_factory=set)
+    trusted_proxies: tuple[Network, ...] = ()
+    """Proxies whose `X-Forwarded-For` names the client (`client_address`)."""
 
     @property
     def resource(self) -> str:
@@ -43,6 +47,12 @@ class Site:
     def metadata_url(self) -> str:
         """The RFC 9728 protected-resource metadata URL for `/mcp`."""
         return self.public_url.rstrip("/") + "/.well-known/oauth-protected-resource/mcp"
+
+    def client(self) -> str:
+        """The current request's client address, as the per-address limits key it."""
+        return client_address(
+            request.remote_addr, request.headers.getlist("x-forwarded-for"), self.trusted_proxies
+        )
 
     def allow_url(self, url: str) -> None:
         """Allow the Host and Origin of `url` (scheme://host:port)."""
@@ -58,10 +68,21 @@ def _headers() -> dict[str, list[str]]:
     return out
 
 
-CORS = {
-    "access-control-allow-origin": "*",
-    "access-control-allow-headers": "authorization, content-type, mcp-protocol-version",
+CORS_REQUEST_HEADERS = "authorization, content-type, mcp-protocol-version, mcp-method, mcp-name"
+"""Request headers browser-based MCP clients send (MCP transports; the TypeScript SDK)."""
+CORS_EXPOSED_HEADERS = "www-authenticate, mcp-protocol-version"
+"""Response headers of `/mcp` a browser client must read: the 401's challenge (RFC 9728
+section 5.1) and the revision. No `Mcp-Session-Id`: the 2026 revision has no sessions."""
+CORS = {"access-control-allow-origin": "*", "access-control-allow-headers": CORS_REQUEST_HEADERS}
+CORS_PUBLIC_PATHS = {
+    "/.well-known/oauth-authorization-server": "GET, OPTIONS",
+    "/.well-known/oauth-protected-resource": "GET, OPTIONS",
+    "/.well-known/oauth-protected-resource/mcp": "GET, OPTIONS",
+    "/oauth/register": "POST, OPTIONS",
+    "/oauth/token": "POST, OPTIONS",
+    "/oauth/revoke": "POST, OPTIONS",
 }
+"""Endpoints any origin may call (they carry no cookies or ambient authority) and their methods."""
 NO_STORE = {"cache-control": "no-store", "pragma": "no-cache"}
 
 
@@ -69,6 +90,54 @@ def _json_response(status: int, value: Any, headers: dict[str, str] | None = Non
     return Response(
         json.dumps(value), status, {"content-type": "application/json", **(headers or {})}
     )
+
+
+def add_cors(app: QuartTrio, site: Site) -> None:
+    """CORS (Fetch standard) for browser-based clients. The metadata, registration, token and
+    revocation endpoints answer preflights for any origin (`CORS_PUBLIC_PATHS`); `/mcp` answers
+    them, and lets a page read `CORS_EXPOSED_HEADERS`, only for an origin of `allowed_origins`
+    (every other origin is refused by the DNS-rebinding check before this matters)."""
+
+    def mcp_origin() -> str | None:
+        origin = request.headers.get("origin")
+        if request.path != "/mcp" or origin is None:
+            return None
+        return origin if origin.lower() in site.allowed_origins else None
+
+    @app.before_request
+    async def _preflight() -> Response | None:
+        if request.method != "OPTIONS":
+            return None
+        methods = CORS_PUBLIC_PATHS.get(request.path)
+        if methods is not None:  # a preflight, or a plain OPTIONS asking what is allowed
+            return Response(
+                b"",
+                204,
+                CORS | {"access-control-allow-methods": methods, "access-control-max-age": "600"},
+            )
+        origin = mcp_origin()
+        if origin is None or "access-control-request-method" not in request.headers:
+            return None  # /mcp refuses the origin itself; other paths answer as they do
+        return Response(
+            b"",
+            204,
+            {
+                "access-control-allow-origin": origin,
+                "access-control-allow-methods": "POST, GET, DELETE",
+                "access-control-allow-headers": CORS_REQUEST_HEADERS,
+                "access-control-max-age": "600",
+                "vary": "origin",
+            },
+        )
+
+    @app.after_request
+    async def _expose(response: Response) -> Response:
+        origin = mcp_origin()
+        if origin is not None:
+            response.headers["access-control-allow-origin"] = origin
+            response.headers["access-control-expose-headers"] = CORS_EXPOSED_HEADERS
+            response.headers["vary"] = "origin"
+        return response
 
 
 def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
@@ -81,7 +150,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
             headers["www-authenticate"] = 'Bearer error="invalid_client"'
         return _json_response(exc.status if exc.status != 302 else 400, exc.body(), headers)
 
-    @app.route("/.well-known/oauth-authorization-server")
+    @app.route("/.well-known/oauth-authorization-server", methods=["GET", "OPTIONS"])
     async def as_metadata() -> Response:
         return _json_response(
             200, oauth.metadata(), CORS | {"cache-control": "public, max-age=3600"}
@@ -89,11 +158,10 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
 
     @app.route("/oauth/register", methods=["POST", "OPTIONS"])
     async def register() -> Response:
-        if request.method == "OPTIONS":
-            return Response(b"", 204, CORS | {"access-control-allow-methods": "POST"})
         try:
             body = loads_strict(await request.get_data(as_text=False))
-            return _json_response(201, await oauth.register(body), CORS | NO_STORE)
+            kept = await oauth.register(body, site.client())
+            return _json_response(201, kept, CORS | NO_STORE)
         except (ValueError, RecursionError):
             return form_error(OAuthError("invalid_client_metadata", "the body must be JSON"))
         except OAuthError as exc:
@@ -102,7 +170,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
     @app.route("/authorize", methods=["GET"])
     async def authorize() -> Response:
         try:
-            pending = await oauth.start(dict(request.args.items()))
+            pending = await oauth.start(dict(request.args.items()), site.client())
         except OAuthError as exc:  # a page, never a redirect (see OAuthService.start)
             status = exc.status if exc.status in (429, 503) else 400
             return Response(pages.problem(exc.description), status, pages.PAGE_HEADERS)
@@ -119,7 +187,9 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         req = str(form.get("req", ""))
         issuer = site.public_url.rstrip("/")
         try:
-            await oauth.claim(req, str(form.get("csrf", "")), str(form.get("code", "")))
+            await oauth.claim(
+                req, str(form.get("csrf", "")), str(form.get("code", "")), site.client()
+            )
         except OAuthError as exc:
             pending = await oauth.get(req)
             if pending is not None and pending.status == "failed":
@@ -164,15 +234,14 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
 
     @app.route("/oauth/token", methods=["POST", "OPTIONS"])
     async def token() -> Response:
-        if request.method == "OPTIONS":
-            return Response(b"", 204, CORS | {"access-control-allow-methods": "POST"})
         form = {k: str(v) for k, v in (await request.form).items()}
         try:
+            form = with_basic_client(form, request.headers.get("authorization"))
             return _json_response(200, await oauth.token(form), NO_STORE | CORS)
         except OAuthError as exc:
             return form_error(exc)
 
-    @app.route("/oauth/revoke", methods=["POST"])
+    @app.route("/oauth/revoke", methods=["POST", "OPTIONS"])
     async def revoke() -> Response:
         try:
             await oauth.revoke({k: str(v) for k, v in (await request.form).items()})
@@ -241,8 +310,8 @@ def create_app(
         resp = await service.handle(req)
         return Response(resp.body, resp.status, resp.headers)
 
-    @app.route("/.well-known/oauth-protected-resource/mcp")
-    @app.route("/.well-known/oauth-protected-resource")
+    @app.route("/.well-known/oauth-protected-resource/mcp", methods=["GET", "OPTIONS"])
+    @app.route("/.well-known/oauth-protected-resource", methods=["GET", "OPTIONS"])
     async def resource_metadata() -> Response:
         return Response(
             json.dumps(_metadata()),
@@ -254,6 +323,7 @@ def create_app(
             },
         )
 
+    add_cors(app, site)
     if oauth is not None:
         add_oauth_routes(app, site, oauth)
 

@@ -161,6 +161,16 @@ class Config(BaseModel):
     token_ttl_s: int = Field(default=3600, gt=0)
     """An access token's lifetime, seconds."""
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            for entry in value:
+                ipaddress.ip_network(entry.strip(), strict=False)
+        except ValueError:
+            raise ValueError("each entry must be an IP address or a CIDR block") from None
+        return value
+
     @property
     def site_url(self) -> str:
         """The public URL in effect: `public_url` when set, else `http://<bind>` with a
@@ -246,6 +256,12 @@ class Config(BaseModel):
     """Accept a `client_id` that is an https URL naming its metadata document (fetched, bounded)."""
     test_loopback_metadata: bool = False
     """TEST PROFILE ONLY: let http on a loopback host stand in for https metadata documents."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or CIDR blocks of reverse proxies whose `X-Forwarded-For` is believed when
+    the OAuth endpoints limit per client address (docs/auth.md); none by default."""
+    refresh_grace_ms: int = Field(default=10_000, ge=0, le=300_000)
+    """Milliseconds during which repeated refreshes of one refresh token get the same new pair
+    (RFC 9700 section 4.14.2 trade-off, docs/auth.md); 0 makes every repeat revoke the grant."""
     drain_s: float = Field(default=10.0, ge=0)
     """How long calls in flight may finish after SIGTERM before sessions are closed."""
     admin_bind: str | None = "127.0.0.1:8781"

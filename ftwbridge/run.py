@@ -30,6 +30,7 @@ from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
+from ftwbridge.oauth.limits import trusted_networks
 from ftwbridge.pool import Pool
 from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
@@ -150,6 +151,7 @@ class Bridge:
             clock=clock,
             issue_access=self._issue_for_oauth,
             on_revoke=self.tokens.clear,
+            refresh_grace_ms=config.refresh_grace_ms,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,
@@ -223,6 +225,8 @@ class Bridge:
             await self._http_done.wait()
         with trio.move_on_after(HTTP_STOP_S):  # rosters accepted so far reach the disk
             await self.door.rosters_saved()
+        with trio.move_on_after(HTTP_STOP_S):  # homes' open claim codes work after a restart
+            await self.oauth.save_claims()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -246,6 +250,9 @@ class Bridge:
         warning = c.url_warning()
         if warning is not None:
             log.warning("%s", warning)
+        consents, codes, claims = await self.oauth.restore()
+        if consents or codes or claims:
+            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
         sock = _bind(c.bind, "main", "bind")
         host, port = sock.getsockname()[:2]
         fd = sock.detach()  # hypercorn owns the listening socket from here on
@@ -256,6 +263,7 @@ class Bridge:
             self.site.allowed_hosts.add(f"{h}:{port}")
         self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
         self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
+        self.site.trusted_proxies = trusted_networks(c.trusted_proxies)
         service = McpService(
             homes=_Homes(self.pool, self.door),
             verify_token=self.tokens.verify,

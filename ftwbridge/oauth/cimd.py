@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import httpx2
 import trio
 
+from .pinned import pinned_transport
+
 MAX_BYTES = 64 * 1024
 FETCH_S = 5.0
 DEFAULT_CACHE_S = 300
@@ -56,13 +58,14 @@ class MetadataDocuments:
         self._cache: dict[str, tuple[dict[str, Any], float]] = {}
         self._fetches = trio.CapacityLimiter(MAX_FETCHES)
 
-    async def _check_url(self, url: str) -> None:
+    async def _check_url(self, url: str) -> str | None:
         """https with a path, to a host that resolves only to public addresses (no loopback,
         private, link-local or reserved ones: the bridge must not fetch inside its network).
-        The test profile also lets http to a loopback host through."""
+        Returns the address the fetch must connect to (the first one checked), so the name is
+        resolved once only (`pinned`); None for the test profile's http to a loopback host."""
         parts = urlsplit(url)
         if self._loopback and parts.scheme == "http" and (parts.hostname or "") in LOOPBACK:
-            return
+            return None
         if (
             parts.scheme != "https"
             or not parts.hostname
@@ -76,9 +79,10 @@ class MetadataDocuments:
             )
         except OSError as exc:
             raise DocumentRefused(REFUSED) from exc
-        for info in infos:
-            if not ipaddress.ip_address(info[4][0]).is_global:
-                raise DocumentRefused(REFUSED)
+        addresses = [str(info[4][0]) for info in infos]
+        if not addresses or not all(ipaddress.ip_address(a).is_global for a in addresses):
+            raise DocumentRefused(REFUSED)
+        return addresses[0]
 
     async def fetch(self, url: str) -> dict[str, Any]:
         """The document at `url` as client metadata.
@@ -86,12 +90,12 @@ class MetadataDocuments:
         Raises:
             DocumentRefused: any bound broken or the document invalid.
         """
-        await self._check_url(url)
         hit = self._cache.get(url)
         if hit is not None and self._clock() < hit[1]:
             return hit[0]
+        address = await self._check_url(url)
         async with self._fetches:
-            doc, cache_header = await self._get(url)
+            doc, cache_header = await self._get(url, address)
         m = re.search(r"max-age=(\d+)", cache_header)
         ttl = min(int(m.group(1)), MAX_CACHE_S) if m else DEFAULT_CACHE_S
         if "no-store" not in cache_header:
@@ -100,12 +104,17 @@ class MetadataDocuments:
             self._cache[url] = (doc, self._clock() + ttl)
         return doc
 
-    async def _get(self, url: str) -> tuple[dict[str, Any], str]:
+    async def _get(self, url: str, address: str | None) -> tuple[dict[str, Any], str]:
+        """GET `url`, connecting to `address` when given (`pinned_transport`), bounded."""
         body = b""
+        host = urlsplit(url).hostname or ""
+        transport = None if address is None else pinned_transport(host, address)
         try:
             with trio.fail_after(FETCH_S):
                 async with (
-                    httpx2.AsyncClient(follow_redirects=False, timeout=FETCH_S) as http,
+                    httpx2.AsyncClient(
+                        follow_redirects=False, timeout=FETCH_S, transport=transport
+                    ) as http,
                     http.stream("GET", url, headers={"accept": "application/json"}) as r,
                 ):
                     if r.status_code != 200:

@@ -8,7 +8,9 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote_plus, urlencode, urlsplit
+
+from .redirects import MAX_URI_CHARS as MAX_URI_CHARS
 
 CODE_TTL_MS = 60_000
 REQUEST_TTL_MS = 600_000
@@ -17,7 +19,6 @@ REFRESH_TTL_MS = 30 * 86_400_000
 GRANT_TTL_MS = 90 * 86_400_000
 MAX_CLAIM_TRIES = 5
 MAX_NAME_CHARS = 100
-MAX_URI_CHARS = 512
 MAX_REDIRECT_URIS = 8
 MAX_PENDING = 10_000
 """Consent requests open at once; more are refused until some end (memory bound)."""
@@ -30,8 +31,17 @@ GUESS_PER_S = 0.5
 REGISTER_BURST = 60
 REGISTER_PER_S = 1.0
 """Client registrations allowed per process: 60, then one per second."""
+REGISTER_ADDRESS_BURST = 20
+REGISTER_ADDRESS_PER_S = 0.1
+"""Client registrations allowed per client address: 20, then one every 10 s."""
+START_ADDRESS_BURST = 60
+START_ADDRESS_PER_S = 1.0
+"""Consent requests opened per client address: 60, then one a second."""
+GUESS_ADDRESS_BURST = 10
+GUESS_ADDRESS_PER_S = 0.1
+"""Wrong claim codes per client address: 10, then one every 10 s (below the process's 30, so
+one address cannot use up everyone's guesses)."""
 MAX_CLIENTS = 100_000
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 
 
 class OAuthError(Exception):
@@ -83,6 +93,24 @@ class OAuthStore(Protocol):
     async def purge_clients(self, now_ms: int) -> None: ...
     async def refresh_record(self, token_hash: bytes, now_ms: int) -> dict[str, Any] | None: ...
     async def token(self, token_hash: bytes) -> HeldAccess | None: ...
+    async def put_oauth_state(
+        self, kind: str, key: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """Keep (or replace) one item of the sign-in state that must survive a restart, under
+        (`kind`, `key`), until `expires_at_ms` (ms since the epoch). Kinds: `consent` (a
+        consent request by its id), `code` (an authorization code by its SHA-256 in hex; the
+        code itself is never stored), `claim` (a home-claim offer by its code hash in hex).
+        `record` is a JSON object (`oauth/persist.py` writes and reads it)."""
+        ...
+
+    async def drop_oauth_state(self, kind: str, key: str) -> None:
+        """Forget one item (`put_oauth_state`); nothing happens when it is unknown."""
+        ...
+
+    async def oauth_states(self, kind: str, now_ms: int) -> list[tuple[str, dict[str, Any], int]]:
+        """Every item of `kind` still live at `now_ms`, as (key, record, expires_at_ms), after
+        deleting the expired ones of that kind (expiry on load)."""
+        ...
 
 
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
@@ -106,6 +134,10 @@ class Pending:
     agent_key: bytes | None = None
     status: str = "new"  # new | asked | approved | denied | failed
     code: str | None = None
+    redirect_given: bool = True
+    """Whether `/authorize` named `redirect_uri` (then `/oauth/token` must name it too)."""
+    saved_status: str = ""
+    """The status last written to the store (`persist`); another status is written on read."""
 
     def redirect(self, issuer: str, **params: str) -> str:
         """The client's redirect URI with `params`, `state` and `iss` (RFC 9207) added."""
@@ -128,37 +160,6 @@ class CodeGrant:
     family: str = ""
 
 
-_HOST = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?|\[[0-9a-f:.]{2,45}\]")
-_PATH = re.compile(r"[A-Za-z0-9\-._~%!$&'()*+,;=:@/?]*")
-
-
-def valid_redirect(uri: Any) -> bool:
-    """A redirect URI we accept: https (or http on a loopback host), a plain host name or IP
-    with an optional valid port, no user info, no fragment, and a path and query of URI
-    characters only (nothing that could break out of a header or a CSP)."""
-    if not isinstance(uri, str) or len(uri) > MAX_URI_CHARS or "#" in uri:
-        return False
-    parts = urlsplit(uri)
-    if parts.scheme not in ("https", "http") or "@" in parts.netloc:
-        return False
-    host = parts.netloc.rsplit(":", 1)[0] if not parts.netloc.endswith("]") else parts.netloc
-    try:
-        port = parts.port
-    except ValueError:
-        return False
-    if not _HOST.fullmatch(host.lower()) or (port is not None and not 0 < port < 65536):
-        return False
-    if not _PATH.fullmatch(parts.path + ("?" + parts.query if parts.query else "")):
-        return False
-    return parts.scheme == "https" or (parts.hostname or "") in LOOPBACK_HOSTS
-
-
-def redirect_origin(uri: str) -> str:
-    """scheme://host[:port] of a redirect URI that `valid_redirect` accepted."""
-    parts = urlsplit(uri)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
 def valid_challenge(challenge: str) -> bool:
     """An S256 code challenge: 43 base64url characters (RFC 7636 section 4.2)."""
     return re.fullmatch(r"[A-Za-z0-9_-]{43}", challenge) is not None
@@ -167,6 +168,36 @@ def valid_challenge(challenge: str) -> bool:
 def valid_verifier(verifier: str) -> bool:
     """A PKCE code verifier: 43 to 128 unreserved characters (RFC 7636 section 4.1)."""
     return re.fullmatch(r"[A-Za-z0-9\-._~]{43,128}", verifier) is not None
+
+
+def present(params: dict[str, Any]) -> dict[str, Any]:
+    """`params` without the ones sent with no value (`""` or JSON null): RFC 6749 section 3.1
+    says a parameter sent without a value MUST be treated as omitted. Unknown parameters are
+    kept here and ignored by their readers (RFC 6749 section 3.1)."""
+    return {k: v for k, v in params.items() if v is not None and v != ""}
+
+
+def with_basic_client(form: dict[str, str], authorization: str | None) -> dict[str, str]:
+    """`form` with `client_id` taken from an `Authorization: Basic` header when the body has
+    none: a client that registered `client_secret_basic` and was answered `none` may still
+    send its id there (RFC 6749 section 2.3.1: the id is form-urlencoded, then base64 with the
+    secret, which is ignored). An unreadable header is ignored like any unknown input.
+
+    Raises:
+        OAuthError: `invalid_request` when the body and the header name different clients.
+    """
+    if not authorization or authorization[:6].lower() != "basic ":
+        return form
+    try:
+        raw = base64.b64decode(authorization[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return form
+    client_id = unquote_plus(raw.split(":", 1)[0])
+    if not client_id:
+        return form
+    if form.get("client_id") not in (None, "", client_id):
+        raise OAuthError("invalid_request", "client_id differs between the body and the header")
+    return form | {"client_id": client_id}
 
 
 def cut_text(value: Any, limit: int) -> str:

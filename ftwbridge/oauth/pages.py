@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from html import escape
-from urllib.parse import urlsplit
 
 from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Cap, Scope
 from ftwbridge.proto.registry import CAPS, SCOPE_DESC
 
-from .model import Pending, redirect_origin
+from .model import Pending
+from .redirects import form_action_source, redirect_label
 
 MAX_SHOWN_CHARS = 80
 PAGE_HEADERS = {
@@ -27,9 +27,9 @@ def headers_for(p: Pending) -> dict[str, str]:
     """The page headers for a consent request: a form's redirect chain may end at the client's
     registered redirect URI, so CSP `form-action` names that origin too (Chromium enforces it
     on redirects after a form post)."""
-    origin = redirect_origin(p.redirect_uri)  # validated: no spaces, quotes or semicolons
+    source = form_action_source(p.redirect_uri)  # validated: no spaces, quotes or semicolons
     csp = PAGE_HEADERS["content-security-policy"].replace(
-        "form-action 'self'", f"form-action 'self' {origin}"
+        "form-action 'self'", f"form-action 'self' {source}"
     )
     return PAGE_HEADERS | {"content-security-policy": csp}
 
@@ -51,13 +51,21 @@ def _page(title: str, body: str, refresh_s: int | None = None) -> bytes:
 
 def consent(p: Pending, error: str | None = None) -> bytes:
     """Who asks, for what, and the box where the owner approves: type the home's claim code."""
-    host = shown(urlsplit(p.redirect_uri).hostname or "")
+    kind, name = redirect_label(p.redirect_uri)
+    if kind == "app":
+        where = (
+            f"returns to the app <code>{shown(name)}</code>, an app on your device, not a website"
+        )
+    elif kind == "loopback":
+        where = f"returns to a program on your device, <code>{shown(name)}</code>"
+    else:
+        where = f"returns to <code>{shown(name)}</code>"
     reads = [s for s in p.scopes if s not in CHANGE_WORDS]
     scopes = "".join(f"<li>{escape(SCOPE_DESC.get(Scope(s), s))}</li>" for s in reads)
     problem = f'<p role="alert"><strong>{shown(error)}</strong></p>' if error else ""
     body = (
         f"<h1>Connect an assistant to your home</h1>"
-        f"<p><strong>{shown(p.client_name)}</strong> (returns to <code>{host}</code>) asks to read:</p><ul>{scopes}</ul>"
+        f"<p><strong>{shown(p.client_name)}</strong> ({where}) asks to read:</p><ul>{scopes}</ul>"
         f"{_changes(p.scopes)}{problem}<p>Open your home box's app, choose <em>connect an assistant</em>, and type the code it shows. "
         f"You will then approve at home.</p>"
         f'<form method="post" action="/authorize"><input type="hidden" name="req" value="{escape(p.id)}">'

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 
@@ -25,55 +23,50 @@ from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
-from ftwbridge.proto.names import AgentOp
 from ftwbridge.proto.pacing import TokenBucket
-from ftwbridge.proto.registry import CONTROL_SCOPES, OP_SCOPE, READ_SCOPES, Msg
+from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import Roster
 
-from .cimd import DocumentRefused, MetadataDocuments, is_document_url
+from .cimd import MetadataDocuments
+from .grace import Rotations
+from .limits import AddressLimit
 from .model import (
-    CLIENT_TTL_MS,
     CODE_TTL_MS,
+    GUESS_ADDRESS_BURST,
+    GUESS_ADDRESS_PER_S,
     GUESS_BURST,
     GUESS_PER_S,
     MAX_CLAIM_TRIES,
-    MAX_NAME_CHARS,
     MAX_PENDING,
-    MAX_REDIRECT_URIS,
     MAX_STATE_CHARS,
-    MAX_URI_CHARS,
+    REGISTER_ADDRESS_BURST,
+    REGISTER_ADDRESS_PER_S,
     REGISTER_BURST,
     REGISTER_PER_S,
     REQUEST_TTL_MS,
+    START_ADDRESS_BURST,
+    START_ADDRESS_PER_S,
     USED_CODE_KEEP_MS,
     CodeGrant,
     IssueAccess,
     OAuthError,
     OAuthStore,
     Pending,
-    cut_text,
+    present,
     token_hash,
     valid_challenge,
-    valid_redirect,
 )
+from .redirects import (
+    matching_redirect,
+    redirect_kind,
+    redirect_label,
+)
+from .registration import ClientRegistration
+from .scopes import granted_scopes, ops_for
 from .tokens import TokenGrants
 
 
-def grantable_scopes() -> frozenset[str]:
-    """The scopes an assistant may ask for: the reads, and control's (PROTOCOL.md part E): the
-    scopes of the ops agents may command (agents.yaml `agent_ops`, registry.yaml `ops`) and
-    those agents.yaml adds (`ftw.goals.write`)."""
-    control = {OP_SCOPE[op.value] for op in AgentOp} | set(CONTROL_SCOPES)
-    return frozenset(s.value for s in (*READ_SCOPES, *control))
-
-
-def ops_for(scopes: tuple[str, ...]) -> list[str]:
-    """The ops an `agent.request` asks for: each agent op whose scope is among `scopes`
-    (PROTOCOL.md part C, consent; part E)."""
-    return [op.value for op in AgentOp if OP_SCOPE[op.value].value in scopes]
-
-
-class OAuthService(TokenGrants):
+class OAuthService(ClientRegistration, TokenGrants):
     """The bridge's authorization server.
 
     Args:
@@ -85,6 +78,7 @@ class OAuthService(TokenGrants):
         issue_access: mints an access token (home, agent key, agent id, scopes, client) -> text.
         documents: fetches Client ID Metadata Documents; None turns them off.
         on_revoke: called after tokens are revoked (the bridge empties its token cache).
+        refresh_grace_ms: repeats of a refresh within this many ms get the same pair (`grace`).
     """
 
     def __init__(
@@ -99,6 +93,7 @@ class OAuthService(TokenGrants):
         issue_access: IssueAccess,
         documents: MetadataDocuments | None = None,
         on_revoke: Callable[[], None] = lambda: None,
+        refresh_grace_ms: int = 10_000,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -113,88 +108,17 @@ class OAuthService(TokenGrants):
         self._guesses = TokenBucket(GUESS_BURST, GUESS_PER_S)
         self._registrations = TokenBucket(REGISTER_BURST, REGISTER_PER_S)
         self._codes: dict[bytes, CodeGrant] = {}
+        self._rotations = Rotations(refresh_grace_ms)
+        self._register_by_address = AddressLimit(REGISTER_ADDRESS_BURST, REGISTER_ADDRESS_PER_S)
+        self._start_by_address = AddressLimit(START_ADDRESS_BURST, START_ADDRESS_PER_S)
+        self._guess_by_address = AddressLimit(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S)
         door.on_denied = self._denied
-
-    # -- metadata and clients ---------------------------------------------------------------
-
-    def metadata(self) -> dict[str, Any]:
-        """RFC 8414 authorization-server metadata."""
-        base = self._issuer().rstrip("/")
-        return {
-            "issuer": base,
-            "authorization_endpoint": base + "/authorize",
-            "token_endpoint": base + "/oauth/token",
-            "registration_endpoint": base + "/oauth/register",
-            "revocation_endpoint": base + "/oauth/revoke",
-            "response_types_supported": ["code"],
-            "grant_types_supported": ["authorization_code", "refresh_token"],
-            "code_challenge_methods_supported": ["S256"],
-            "token_endpoint_auth_methods_supported": ["none"],
-            "revocation_endpoint_auth_methods_supported": ["none"],
-            "scopes_supported": sorted(grantable_scopes()),
-            "authorization_response_iss_parameter_supported": True,
-            "client_id_metadata_document_supported": self._documents is not None,
-        }
-
-    async def register(self, body: Any) -> dict[str, Any]:
-        """Dynamic client registration (RFC 7591) for public clients.
-
-        Raises:
-            OAuthError: `invalid_redirect_uri` or `invalid_client_metadata`.
-        """
-        if not isinstance(body, dict):
-            raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
-        uris = body.get("redirect_uris")
-        if not isinstance(uris, list) or not uris or len(uris) > MAX_REDIRECT_URIS:
-            raise OAuthError("invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs")
-        if not all(valid_redirect(u) for u in uris):
-            raise OAuthError(
-                "invalid_redirect_uri", "redirect URIs must be https, or http on a loopback host"
-            )
-        method = body.get("token_endpoint_auth_method", "none")
-        if method != "none":
-            raise OAuthError(
-                "invalid_client_metadata", "only public clients (token_endpoint_auth_method none)"
-            )
-        grants = body.get("grant_types", ["authorization_code", "refresh_token"])
-        if not isinstance(grants, list) or not set(grants) <= {
-            "authorization_code",
-            "refresh_token",
-        }:
-            raise OAuthError(
-                "invalid_client_metadata", "grant_types may be authorization_code and refresh_token"
-            )
-        grants = sorted(set(grants))
-        if self._registrations.wait_s(trio.current_time()) > 0:
-            raise OAuthError(
-                "temporarily_unavailable", "too many registrations just now; try again soon", 429
-            )
-        self._registrations.charge(trio.current_time(), 1)
-        now = self._clock()
-        client_id = "c_" + secrets.token_urlsafe(16)
-        meta = {
-            "client_id": client_id,
-            "client_id_issued_at": now // 1000,
-            "client_name": cut_text(body.get("client_name"), MAX_NAME_CHARS),
-            "redirect_uris": list(uris),
-            "grant_types": list(grants),
-            "response_types": ["code"],
-            "token_endpoint_auth_method": "none",
-        }
-        if isinstance(body.get("client_uri"), str) and body["client_uri"]:
-            meta["client_uri"] = body["client_uri"][:MAX_URI_CHARS]
-        if isinstance(body.get("scope"), str):
-            meta["scope"] = body["scope"][:MAX_URI_CHARS]
-        if len(uris) != len(set(uris)):
-            raise OAuthError("invalid_redirect_uri", "a redirect URI is listed twice")
-        await self._store.purge_clients(now)
-        await self._store.put_client(client_id, meta, now + CLIENT_TTL_MS)
-        return meta
 
     # -- authorize ------------------------------------------------------------------------
 
-    async def start(self, params: dict[str, str]) -> Pending:
-        """Check an authorization request and open a consent request.
+    async def start(self, params: dict[str, str], address: str = "unknown") -> Pending:
+        """Check an authorization request and open a consent request. `address` is the
+        browser's address (`limits.client_address`), limited per address.
 
         Every refusal is shown to the person as a page, never redirected: registration is open,
         so redirecting errors would make the bridge an open redirector (RFC 9700 4.11.2).
@@ -204,15 +128,32 @@ class OAuthService(TokenGrants):
         """
         now = self._clock()
         await self._expire(now)
+        t = trio.current_time()
+        if self._start_by_address.wait_s(address, t) > 0:
+            raise OAuthError(
+                "temporarily_unavailable",
+                "too many sign-ins from your address; try again soon",
+                429,
+            )
+        self._start_by_address.charge(address, t)
         if len(self._pending) >= MAX_PENDING:
             raise OAuthError(
                 "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
             )
+        params = present(params)
         client_id = params.get("client_id", "")
         client = await self._client(client_id, now)
-        redirect_uri = params.get("redirect_uri", "")
-        if redirect_uri not in client["redirect_uris"]:
-            raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
+        registered: list[str] = client["redirect_uris"]
+        asked = params.get("redirect_uri")
+        if asked is None and len(registered) == 1 and redirect_kind(registered[0]) != "loopback":
+            redirect_uri = registered[0]  # OAuth 2.1 section 4.1.1: optional with one URI
+        elif asked is None:
+            raise OAuthError("invalid_request", "redirect_uri is required for this client")
+        else:
+            found = matching_redirect(registered, asked)
+            if found is None:
+                raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
+            redirect_uri = found
         state = params.get("state")
         if state is not None and len(state) > MAX_STATE_CHARS:
             raise OAuthError("invalid_request", "state is too long")
@@ -223,10 +164,7 @@ class OAuthService(TokenGrants):
             raise OAuthError("invalid_request", "PKCE with code_challenge_method S256 is required")
         if params.get("resource", self._resource()) != self._resource():
             raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
-        reads = {s.value for s in READ_SCOPES}
-        asked = params.get("scope", "").split() or sorted(reads)
-        if not set(asked) <= grantable_scopes():
-            raise OAuthError("invalid_scope", "scopes must be among scopes_supported")
+        asked_scopes = granted_scopes(params.get("scope", ""))
         name = str(client.get("client_name") or client_id)
         pending = Pending(
             secrets.token_urlsafe(32),
@@ -235,41 +173,24 @@ class OAuthService(TokenGrants):
             redirect_uri,
             state,
             challenge,
-            tuple(sorted(set(asked))),
+            tuple(sorted(set(asked_scopes))),
             secrets.token_urlsafe(32),
             now + REQUEST_TTL_MS,
+            redirect_given=asked is not None,
         )
         self._pending[pending.id] = pending
+        await self._save(pending)
         return pending
-
-    async def _client(self, client_id: str, now: int) -> dict[str, Any]:
-        """A registered client, or one named by its metadata document's URL."""
-        if self._documents is not None and is_document_url(client_id):
-            try:
-                doc = await self._documents.fetch(client_id)
-            except DocumentRefused as exc:
-                raise OAuthError("invalid_client", str(exc)) from None
-            uris = doc.get("redirect_uris")
-            if not isinstance(uris, list) or not uris or not all(valid_redirect(u) for u in uris):
-                raise OAuthError(
-                    "invalid_client", "the metadata document's redirect URIs are not allowed"
-                )
-            return {
-                "client_id": client_id,
-                "client_name": cut_text(doc.get("client_name"), MAX_NAME_CHARS),
-                "redirect_uris": uris,
-            }
-        client = await self._store.client(client_id, now) if client_id else None
-        if client is None:
-            raise OAuthError("invalid_client", "unknown or expired client_id")
-        return client
 
     async def get(self, req: str) -> Pending | None:
         """The consent request `req`, or None when unknown or expired."""
         await self._expire(self._clock())
-        return self._pending.get(req)
+        pending = self._pending.get(req)
+        if pending is not None and pending.status != pending.saved_status:
+            await self._save(pending)  # a denial heard from the box (`_denied` cannot wait)
+        return pending
 
-    async def claim(self, req: str, csrf: str, code: str) -> Pending:
+    async def claim(self, req: str, csrf: str, code: str, address: str = "unknown") -> Pending:
         """The person typed their home's claim code: find the home and ask its owner.
 
         Raises:
@@ -281,7 +202,8 @@ class OAuthService(TokenGrants):
             raise OAuthError("invalid_request", "this consent request is unknown or has expired")
         if pending.status != "new":
             return pending
-        if self._guesses.wait_s(trio.current_time()) > 0:  # wrong codes, across all requests
+        t = trio.current_time()
+        if self._guesses.wait_s(t) > 0 or self._guess_by_address.wait_s(address, t) > 0:
             raise OAuthError(
                 "temporarily_unavailable",
                 "too many wrong codes just now; try again in a minute",
@@ -290,10 +212,12 @@ class OAuthService(TokenGrants):
         digest = code_hash(code)
         home = None if digest is None else self._door.take_claim(digest, self._clock())
         if home is None:
-            self._guesses.charge(trio.current_time(), 1)
+            self._guesses.charge(t, 1)
+            self._guess_by_address.charge(address, t)
             pending.tries += 1
             if pending.tries >= MAX_CLAIM_TRIES:
                 pending.status = "failed"
+            await self._save(pending)
             raise OAuthError("access_denied", "that code is not one a home is showing now")
         key = await self._keys.create(home)
         pending.home, pending.agent_key = home, key
@@ -301,7 +225,7 @@ class OAuthService(TokenGrants):
             "req": pending.id,
             "client": pending.client_id,
             "name": pending.client_name,
-            "redirectHost": urlsplit(pending.redirect_uri).hostname or "",
+            "redirectHost": redirect_label(pending.redirect_uri)[1],
             "scopes": list(pending.scopes),
             "ops": ops_for(pending.scopes),
             "caps": {},
@@ -313,20 +237,23 @@ class OAuthService(TokenGrants):
         except HomeOffline:
             await self._keys.drop(key)
             pending.status = "failed"
+            await self._save(pending)
             raise OAuthError("temporarily_unavailable", "the home is offline", 503) from None
         pending.status = "asked"
+        await self._save(pending)
         return pending
 
     async def on_roster(self, home: str, roster: Roster) -> None:
         """A new roster: requests whose agent it lists are approved and get their code."""
         listed = roster.agents()
-        for pending in self._pending.values():
+        for pending in list(self._pending.values()):
             if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
                 pending.status = "approved"
                 pending.code = secrets.token_urlsafe(32)
-                self._codes[token_hash(pending.code)] = CodeGrant(
-                    pending, self._clock() + CODE_TTL_MS
-                )
+                entry = CodeGrant(pending, self._clock() + CODE_TTL_MS)
+                self._codes[token_hash(pending.code)] = entry
+                await self._save_code(token_hash(pending.code), entry)
+                await self._save(pending)
 
     def _denied(self, home: str, req: str) -> None:
         pending = self._pending.get(req)
@@ -341,13 +268,16 @@ class OAuthService(TokenGrants):
             d for d, c in self._codes.items() if c.expires_at_ms + USED_CODE_KEEP_MS <= now
         ]:
             del self._codes[digest]  # used codes stay a while so a replay still revokes
+            await self._unsave_code(digest)
 
     async def delivered(self, pending: Pending) -> None:
         """The code went to the client's redirect: the request ends (the code lives on)."""
         self._pending.pop(pending.id, None)
+        await self._unsave(pending)
 
     async def forget(self, pending: Pending) -> None:
         """End a consent request that will not complete; its unlisted key is dropped."""
         self._pending.pop(pending.id, None)
+        await self._unsave(pending)
         if pending.agent_key is not None and pending.status != "approved":
             await self._keys.drop(pending.agent_key)

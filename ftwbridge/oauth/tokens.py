@@ -9,6 +9,7 @@ from typing import Any
 from ftwbridge.door import Door
 
 from .cimd import is_document_url
+from .grace import Rotations
 from .model import (
     REFRESH_TTL_MS,
     CodeGrant,
@@ -16,10 +17,12 @@ from .model import (
     OAuthError,
     OAuthStore,
     Pending,
+    present,
     s256,
     token_hash,
     valid_verifier,
 )
+from .persist import SavedSignIns
 
 
 def expires_in_s(expires_at_ms: int, now_ms: int) -> int:
@@ -28,7 +31,14 @@ def expires_in_s(expires_at_ms: int, now_ms: int) -> int:
     return max(0, (expires_at_ms - now_ms + 500) // 1000)
 
 
-class TokenGrants:
+def need(form: dict[str, str], *names: str) -> None:
+    """Raise `invalid_request` (RFC 6749 section 5.2) naming the first of `names` missing."""
+    for name in names:
+        if name not in form:
+            raise OAuthError("invalid_request", f"{name} is required")
+
+
+class TokenGrants(SavedSignIns):
     """Code exchange, refresh rotation and revocation; `OAuthService` supplies the state."""
 
     _store: OAuthStore
@@ -39,16 +49,26 @@ class TokenGrants:
     _codes: dict[bytes, CodeGrant]
     _pending: dict[str, Pending]
     _on_revoke: Callable[[], None]
+    _rotations: Rotations
 
     # -- token ------------------------------------------------------------------------------
 
     async def token(self, form: dict[str, str]) -> dict[str, Any]:
         """The token endpoint (RFC 6749 section 4.1.3 and 6, RFC 7636, RFC 8707).
 
+        Empty parameters count as omitted and unknown ones are ignored (RFC 6749 section 3.1).
+
         Raises:
-            OAuthError: in the RFC 6749 section 5.2 shape.
+            OAuthError: in the RFC 6749 section 5.2 shape: `invalid_request` for a missing
+                parameter (`grant_type` included), `unsupported_grant_type` for another grant,
+                `invalid_target` for another resource (RFC 8707), `invalid_grant` for a code or
+                refresh token that is unknown, expired, used, another client's, or whose PKCE
+                verifier or redirect URI does not match.
         """
+        form = present(form)
         grant = form.get("grant_type")
+        if grant is None:
+            raise OAuthError("invalid_request", "grant_type is required")
         resource = form.get("resource", self._resource())
         if resource != self._resource():
             raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
@@ -61,6 +81,7 @@ class TokenGrants:
         )
 
     async def _exchange(self, form: dict[str, str]) -> dict[str, Any]:
+        need(form, "code", "client_id", "code_verifier")
         now = self._clock()
         entry = self._codes.get(token_hash(form.get("code", "")))
         if entry is None or entry.expires_at_ms <= now:
@@ -70,9 +91,13 @@ class TokenGrants:
             for digest in entry.issued:
                 await self._store.drop_token(digest)
             await self._store.drop_family(entry.family)
+            self._rotations.drop_family(entry.family)
             self._on_revoke()
             raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
-        if form.get("client_id") != p.client_id or form.get("redirect_uri") != p.redirect_uri:
+        asked_redirect = form.get("redirect_uri")
+        if p.redirect_given and asked_redirect is None:
+            raise OAuthError("invalid_request", "redirect_uri is required, as at /authorize")
+        if form["client_id"] != p.client_id or asked_redirect not in (None, p.redirect_uri):
             raise OAuthError(
                 "invalid_grant", "client_id or redirect_uri differ from the authorization request"
             )
@@ -80,7 +105,8 @@ class TokenGrants:
         if not valid_verifier(verifier) or not secrets.compare_digest(s256(verifier), p.challenge):
             raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
         entry.used = True
-        self._pending.pop(p.id, None)
+        if self._pending.pop(p.id, None) is not None:
+            await self._unsave(p)
         registered = (
             None if is_document_url(p.client_id) else await self._store.client(p.client_id, now)
         )
@@ -88,15 +114,28 @@ class TokenGrants:
             await self._store.put_client(p.client_id, registered, now + REFRESH_TTL_MS)
         assert p.home is not None and p.agent_key is not None
         entry.family = secrets.token_urlsafe(16)
-        out = await self._tokens(p.home, p.agent_key, p.scopes, p.client_id, entry.family)
+        refresh = registered is None or "refresh_token" in registered.get("grant_types", [])
+        out = await self._tokens(
+            p.home, p.agent_key, p.scopes, p.client_id, entry.family, refresh=refresh
+        )
         entry.issued.append(token_hash(out["access_token"]))
+        await self._save_code(token_hash(form["code"]), entry)  # a replay must still revoke
         return out
 
     async def _tokens(
-        self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str, family: str
+        self,
+        home: str,
+        agent_key: bytes,
+        scopes: tuple[str, ...],
+        client: str,
+        family: str,
+        *,
+        refresh: bool = True,
     ) -> dict[str, Any]:
-        """A new access token and refresh token; `expires_in` is read from the access token's
-        stored record, so it is the configured lifetime (`token_ttl_s`), not a figure of ours."""
+        """A new access token and, when `refresh`, a refresh token (a client registered without
+        the `refresh_token` grant gets none: RFC 6749 section 5.1 makes it optional);
+        `expires_in` is read from the access token's stored record, so it is the configured
+        lifetime (`token_ttl_s`), not a figure of ours."""
         roster = await self._door.roster(home)
         grant = None if roster is None else roster.agents().get(agent_key)
         if grant is None:
@@ -106,45 +145,79 @@ class TokenGrants:
         held = await self._store.token(token_hash(access))
         if held is None:  # the minter stores before it returns; a store that lost it is broken
             raise OAuthError("server_error", "the access token was not stored", 500)
-        refresh = secrets.token_urlsafe(32)
-        record = {
-            "home": home,
-            "agentKey": agent_key.hex(),
-            "scopes": list(granted),
-            "client": client,
-        }
-        await self._store.put_refresh(
-            token_hash(refresh), family, record, self._clock() + REFRESH_TTL_MS
-        )
-        return {
+        out: dict[str, Any] = {
             "access_token": access,
             "token_type": "Bearer",
             "expires_in": expires_in_s(held.expires_at_ms, self._clock()),
-            "refresh_token": refresh,
             "scope": " ".join(granted),
         }
+        if refresh:
+            out["refresh_token"] = new_refresh = secrets.token_urlsafe(32)
+            record = {
+                "home": home,
+                "agentKey": agent_key.hex(),
+                "scopes": list(granted),
+                "client": client,
+            }
+            await self._store.put_refresh(
+                token_hash(new_refresh), family, record, self._clock() + REFRESH_TTL_MS
+            )
+        return out
 
     async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
-        digest = token_hash(form.get("refresh_token", ""))
-        peek = await self._store.refresh_record(digest, self._clock())
-        if peek is not None and form.get("client_id") != peek["client"]:
+        """Rotate a refresh token (RFC 6749 section 6, OAuth 2.1 section 4.3.1, RFC 9700
+        section 4.14.2). Refreshes of one token within `refresh_grace_ms` of its first use get
+        the pair that first use made (`Rotations`); a use after that revokes the family."""
+        need(form, "refresh_token", "client_id")
+        digest = token_hash(form["refresh_token"])
+        now = self._clock()
+        peek = await self._store.refresh_record(digest, now)
+        if peek is None:  # unknown tokens leave no trace (no grace-window entry)
+            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
+        if form["client_id"] != peek["client"]:
             # checked before the token is used, so another client cannot burn it
             raise OAuthError("invalid_grant", "the refresh token belongs to another client")
-        used = None if peek is None else await self._store.use_refresh(digest, self._clock())
+        self._rotations.purge(now)
+        earlier = self._rotations.get(digest, now)
+        if earlier is not None:
+            return await earlier.outcome()
+        rotation = self._rotations.begin(digest, now)  # no await since the lookup: one wins
+        try:
+            out = await self._rotate(digest, form["client_id"])
+        except OAuthError as exc:
+            rotation.fail(exc)
+            raise
+        except BaseException:
+            rotation.fail(OAuthError("server_error", "the refresh did not complete", 500))
+            raise
+        rotation.succeed(out, token_hash(out["refresh_token"]))
+        return out
+
+    async def _rotate(self, digest: bytes, client_id: str) -> dict[str, Any]:
+        now = self._clock()
+        used = await self._store.use_refresh(digest, now)
         if used is None:
             raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
         family, already, record = used
+        if record["client"] != client_id:
+            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
         key = bytes.fromhex(record["agentKey"])
-        if already:  # a rotated-out refresh token came back: revoke the whole family
-            await self._store.drop_family(family)
-            await self._store.drop_agent_tokens(record["home"], key)
-            self._on_revoke()
+        if already:  # a rotated-out refresh token came back after the grace window
+            await self._revoke_family(family, record["home"], key)
             raise OAuthError(
                 "invalid_grant", "the refresh token was already used; the grant is revoked"
             )
+        self._rotations.name_family(digest, family)
         return await self._tokens(
             record["home"], key, tuple(record["scopes"]), record["client"], family
         )
+
+    async def _revoke_family(self, family: str, home: str, agent_key: bytes) -> None:
+        """Revoke a refresh family and the agent's access tokens; forget its graced answers."""
+        await self._store.drop_family(family)
+        await self._store.drop_agent_tokens(home, agent_key)
+        self._rotations.drop_family(family)
+        self._on_revoke()
 
     async def revoke(self, form: dict[str, str]) -> None:
         """RFC 7009 revocation: an access token stops working; a refresh token takes its family
@@ -153,16 +226,15 @@ class TokenGrants:
         Raises:
             OAuthError: `invalid_request` when no token is given.
         """
-        token = form.get("token")
-        if not token:
+        token = present(form).get("token")
+        if token is None:
             raise OAuthError("invalid_request", "token is required")
         digest = token_hash(token)
         if not await self._store.drop_token(digest):
             record = await self._store.refresh_record(digest, self._clock())
             used = await self._store.use_refresh(digest, self._clock())
             if used is not None and record is not None:
-                await self._store.drop_family(used[0])
-                await self._store.drop_agent_tokens(
-                    record["home"], bytes.fromhex(record["agentKey"])
+                await self._revoke_family(
+                    used[0], record["home"], bytes.fromhex(record["agentKey"])
                 )
         self._on_revoke()

@@ -30,6 +30,10 @@ CREATE TABLE IF NOT EXISTS refresh_tokens (
     hash BLOB PRIMARY KEY, family TEXT NOT NULL, used INTEGER NOT NULL, record TEXT NOT NULL, expires_at_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS refresh_family ON refresh_tokens (family);
+CREATE TABLE IF NOT EXISTS oauth_state (
+    kind TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL, expires_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (kind, key)
+);
 """
 
 
@@ -233,3 +237,31 @@ class SqliteStore:
         return await self._exec(
             "DELETE FROM tokens WHERE home = ? AND agent_key = ?", (home, agent_key)
         )
+
+    async def put_oauth_state(
+        self, kind: str, key: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """See `OAuthStore.put_oauth_state` (ftwbridge/oauth/model.py)."""
+        await self._exec(
+            "INSERT OR REPLACE INTO oauth_state VALUES (?, ?, ?, ?)",
+            (kind, key, json.dumps(record), expires_at_ms),
+        )
+
+    async def drop_oauth_state(self, kind: str, key: str) -> None:
+        """See `OAuthStore.drop_oauth_state`."""
+        await self._exec("DELETE FROM oauth_state WHERE kind = ? AND key = ?", (kind, key))
+
+    async def oauth_states(self, kind: str, now_ms: int) -> list[tuple[str, dict[str, Any], int]]:
+        """See `OAuthStore.oauth_states`."""
+
+        def work(db: sqlite3.Connection) -> list[tuple[str, dict[str, Any], int]]:
+            db.execute(
+                "DELETE FROM oauth_state WHERE kind = ? AND expires_at_ms <= ?", (kind, now_ms)
+            )
+            rows = db.execute(
+                "SELECT key, record, expires_at_ms FROM oauth_state WHERE kind = ? ORDER BY key",
+                (kind,),
+            ).fetchall()
+            return [(str(k), dict(json.loads(r)), int(e)) for k, r, e in rows]
+
+        return await self._run(work)

@@ -4,11 +4,12 @@ lands on the client's redirect with a code after the stub home approves, or with
 
 from __future__ import annotations
 
-import functools
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
@@ -16,69 +17,59 @@ import pytest
 import trio
 
 from tests.e2e.env import REAL_WAIT_S, Env
-from tests.oauth.test_flow import pkce
+from tests.oauth.helpers import authorize_params, pkce, serve_tiny_http
 
-DRIVER = Path(__file__).with_name("drive_consent.py")
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 
 
 async def assistant_listener(nursery: trio.Nursery) -> str:
     """The assistant's loopback redirect listener: answers any request with a short page."""
-
-    async def answer(stream: trio.SocketStream) -> None:
-        async with stream:
-            with trio.move_on_after(REAL_WAIT_S):
-                buf = b""
-                while b"\r\n\r\n" not in buf:
-                    chunk = await stream.receive_some(4096)
-                    if not chunk:
-                        return
-                    buf += chunk
-                body = b"<p>back at the assistant</p>"
-                head = f"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
-                await stream.send_all(head.encode() + body)
-
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, answer, 0, host="127.0.0.1"))
-    return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/callback"
+    port = await serve_tiny_http(nursery, lambda _: (b"<p>back at the assistant</p>", "text/html"))
+    return f"http://127.0.0.1:{port}/callback"
 
 
-async def authorize_url(env: Env, redirect: str) -> str:
+async def authorize_url(env: Env, redirect: str, registered: str | None = None, **meta: str) -> str:
+    """Register a client with `registered` (default `redirect`) and `meta`, and return the URL
+    of its authorization request for `redirect`, state `b1`."""
     base = env.bridge.site.public_url
-    async with httpx2.AsyncClient() as http:
-        reg = await http.post(
-            base + "/oauth/register",
-            json={"redirect_uris": [redirect], "client_name": "<b>Bold</b> \u202eassistant"},
-        )
+    body = {"redirect_uris": [registered or redirect]} | meta
+    async with httpx2.AsyncClient(timeout=REAL_WAIT_S) as http:
+        reg = await http.post(base + "/oauth/register", json=body)
+    assert reg.status_code == 201, reg.text
     _, challenge = pkce()
-    params = {
-        "response_type": "code",
-        "client_id": reg.json()["client_id"],
-        "redirect_uri": redirect,
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "state": "b1",
-    }
+    params = authorize_params(reg.json()["client_id"], redirect, challenge, "b1")
     return str(httpx2.URL(base + "/authorize", params=params))
 
 
-async def drive(url: str, code: str, redirect: str, shot: Path) -> dict[str, str]:
+async def run_driver(script: str, *args: str) -> Any:
+    """Run a Playwright driver of this folder as its own process (Playwright's sync API is not
+    trio); its last stdout line, as JSON."""
     if shutil.which("chromium") is None:
         pytest.fail("Debian's chromium is not installed: make test installs it (make browser)")
-    with trio.fail_after(90):
+    with trio.fail_after(180):
         done = await trio.run_process(
-            [sys.executable, str(DRIVER), url, code, redirect, str(shot)],
+            [sys.executable, str(HERE / script), *args],
             capture_stdout=True,
             capture_stderr=True,
             check=False,
+            cwd=ROOT,
+            env=os.environ | {"PYTHONPATH": str(ROOT)},
         )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return json.loads(done.stdout.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+async def drive(url: str, code: str, redirect: str, shot: Path) -> dict[str, str]:
+    return await run_driver("drive_consent.py", url, code, redirect, str(shot))  # type: ignore[no-any-return]
 
 
 async def test_approved_in_chromium(env: Env, tmp_path: Path, nursery: trio.Nursery) -> None:
     redirect = await assistant_listener(nursery)
     home = await env.add_home("h1", "--approve-all")
     code = (await home.console(op="claim"))["code"]
-    seen = await drive(await authorize_url(env, redirect), code, redirect, tmp_path / "consent.png")
+    url = await authorize_url(env, redirect, client_name="<b>Bold</b> \u202eassistant")
+    seen = await drive(url, code, redirect, tmp_path / "consent.png")
     assert (
         "<b>Bold</b> assistant" in seen["shown"]
     )  # the markup shows as text; the bidi mark is gone
@@ -91,7 +82,7 @@ async def test_denied_in_chromium(env: Env, tmp_path: Path, nursery: trio.Nurser
     redirect = await assistant_listener(nursery)
     home = await env.add_home("h1")
     code = (await home.console(op="claim"))["code"]
-    url = await authorize_url(env, redirect)
+    url = await authorize_url(env, redirect, client_name="<b>Bold</b> \u202eassistant")
     result: list[dict[str, str]] = []
 
     async def browser() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from ftwbridge.oauth import OAuthError, OAuthService, Pending
 from ftwbridge.oauth.model import CODE_TTL_MS, CodeGrant, token_hash
+from ftwbridge.store.sqlite import SqliteStore
 
 
 class Nothing:
@@ -15,9 +16,10 @@ class Nothing:
 
 
 def service(now: list[int], *, keys: Any) -> OAuthService:
-    """An OAuth service with no store or door, on a clock the test moves (`now[0]`, ms)."""
+    """An OAuth service with an in-memory SQLite store and no door, on a clock the test moves
+    (`now[0]`, ms)."""
     return OAuthService(
-        store=None,  # type: ignore[arg-type]
+        store=SqliteStore(":memory:"),
         keys=keys,
         door=Nothing(),  # type: ignore[arg-type]
         issuer=lambda: "https://b",

@@ -17,8 +17,9 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from tests.e2e.env import Env
+from tests.oauth.helpers import authorize_params, pkce
 
-from .test_flow import REDIRECT, person_consents, pkce
+from .test_flow import REDIRECT, person_consents
 
 
 async def documents_server(nursery: trio.Nursery) -> str:
@@ -71,15 +72,7 @@ async def test_metadata_document_client(nursery: trio.Nursery, env: Env) -> None
     base = env.bridge.site.public_url
     client_id = f"{docs}/good.json"
     verifier, challenge = pkce()
-    params = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": REDIRECT,
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "state": "d",
-        "resource": env.url,
-    }
+    params = authorize_params(client_id, REDIRECT, challenge, "d") | {"resource": env.url}
     query, page = await person_consents(
         env, home, str(httpx2.URL(base + "/authorize", params=params))
     )

@@ -4,10 +4,6 @@ token) and then reads `status`; and the refusals of the token endpoint, one by o
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import re
-import secrets
 from typing import Any
 
 import httpx2
@@ -22,6 +18,7 @@ from mcp.shared.auth import (
 
 from ftwbridge.demo import MemoryTokenStorage, consent_as_person
 from tests.e2e.env import REAL_WAIT_S, Env, Home
+from tests.oauth.helpers import authorize_params, form_fields, pkce
 
 REDIRECT = "http://127.0.0.1:9/callback"
 
@@ -53,13 +50,23 @@ async def mcp_status(http: httpx2.AsyncClient, env: Env, token: str) -> int:
     return r.status_code
 
 
-async def test_sdk_oauth_flow_then_status(env: Env) -> None:
-    home = await env.add_home("h1", "--approve-all")
-    got: dict[str, Any] = {}
+def sdk_provider(
+    env: Env,
+    home: Home,
+    meta: OAuthClientMetadata,
+    storage: MemoryTokenStorage,
+    got: dict[str, Any],
+) -> OAuthClientProvider:
+    """The official Python SDK's OAuth provider, with the person at the browser played by
+    `person_consents` (what it saw lands in `got`: the redirect's query and the page)."""
+    redirect = str(meta.redirect_uris[0]) if meta.redirect_uris else ""
 
     async def redirect_handler(url: str) -> None:
-        query, page = await person_consents(env, home, url)
-        got.update(query=query, page=page)
+        seen = await consent_as_person(
+            env.bridge.site.public_url, url, home.console_port, home.name
+        )
+        assert seen.location.startswith(redirect), seen.location
+        got.update(query=seen.query, page=seen.page, headers=seen.page_headers)
 
     async def callback_handler() -> AuthorizationCodeResult:
         q = got["query"]
@@ -67,21 +74,27 @@ async def test_sdk_oauth_flow_then_status(env: Env) -> None:
             code=q["code"][0], state=q["state"][0], iss=q.get("iss", [None])[0]
         )
 
-    meta = OAuthClientMetadata(
-        redirect_uris=[REDIRECT],
-        client_name="<script>alert(1)</script>\u202eEvil\u200b" + "x" * 200,
-        grant_types=["authorization_code", "refresh_token"],
-        response_types=["code"],
-        token_endpoint_auth_method="none",
-    )
-    storage = MemoryTokenStorage()
-    provider = OAuthClientProvider(
+    return OAuthClientProvider(
         server_url=env.url,
         client_metadata=meta,
         storage=storage,
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
     )
+
+
+async def test_sdk_oauth_flow_then_status(env: Env) -> None:
+    home = await env.add_home("h1", "--approve-all")
+    got: dict[str, Any] = {}
+    meta = OAuthClientMetadata(
+        redirect_uris=[REDIRECT],  # type: ignore[list-item]
+        client_name="<script>alert(1)</script>\u202eEvil\u200b" + "x" * 200,
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+    )
+    storage = MemoryTokenStorage()
+    provider = sdk_provider(env, home, meta, storage, got)
     async with (
         httpx2.AsyncClient(auth=provider, timeout=30) as http,
         Client(streamable_http_client(env.url, http_client=http), mode="2026-07-28") as client,
@@ -91,6 +104,7 @@ async def test_sdk_oauth_flow_then_status(env: Env) -> None:
     assert not result.is_error and result.structured_content is not None
     assert "fields" in result.structured_content
     page = got["page"]
+    assert got["headers"]["x-frame-options"] == "DENY"
     assert (
         "<script>" not in page and "&lt;script&gt;" in page and "\u202e" not in page and "…" in page
     )
@@ -106,17 +120,13 @@ async def test_sdk_oauth_flow_then_status(env: Env) -> None:
         assert await mcp_status(http, env, storage.tokens.access_token) == 401
         t = await http.post(
             env.bridge.site.public_url + "/oauth/token",
-            data={"grant_type": "refresh_token", "refresh_token": storage.tokens.refresh_token},
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": storage.tokens.refresh_token,
+                "client_id": storage.client.client_id,
+            },
         )
         assert t.status_code == 400 and t.json()["error"] == "invalid_grant"
-
-
-def pkce() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(48)
-    challenge = (
-        base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    )
-    return verifier, challenge
 
 
 async def signed_in(env: Env, home: Home, http: httpx2.AsyncClient) -> tuple[str, str, str, str]:
@@ -133,18 +143,8 @@ async def signed_in(env: Env, home: Home, http: httpx2.AsyncClient) -> tuple[str
     assert reg.status_code == 201, reg.text
     client_id = reg.json()["client_id"]
     verifier, challenge = pkce()
-    url = httpx2.URL(
-        base + "/authorize",
-        params={
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": REDIRECT,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "s1",
-            "resource": env.url,
-        },
-    )
+    params = authorize_params(client_id, REDIRECT, challenge) | {"resource": env.url}
+    url = httpx2.URL(base + "/authorize", params=params)
     query, _ = await person_consents(env, home, str(url))
     assert query["state"] == ["s1"] and query["iss"] == [base]
     return client_id, verifier, query["code"][0], base + "/oauth/token"
@@ -173,6 +173,7 @@ async def test_token_endpoint_refusals(env: Env) -> None:
             assert r.status_code == 400 and r.json()["error"] in (
                 "invalid_grant",
                 "invalid_target",
+                "invalid_request",  # the empty verifier counts as omitted (RFC 6749 3.1)
             ), (bad, r.text)
         ok = await http.post(token_url, data=form)
         assert (
@@ -193,35 +194,31 @@ async def test_token_endpoint_refusals(env: Env) -> None:
                 data=form | {"code": code, "client_id": client_id, "code_verifier": verifier},
             )
         ).json()
-        second = await http.post(
-            token_url,
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": first["refresh_token"],
-                "client_id": client_id,
-            },
-        )
+
+        async def refresh(token: str) -> httpx2.Response:
+            return await http.post(
+                token_url,
+                data={
+                    "grant_type": "refresh_token",
+                    "refresh_token": token,
+                    "client_id": client_id,
+                },
+            )
+
+        second = await refresh(first["refresh_token"])
         assert (
             second.status_code == 200 and second.json()["refresh_token"] != first["refresh_token"]
         )
-        reuse = await http.post(
-            token_url,
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": first["refresh_token"],
-                "client_id": client_id,
-            },
-        )
-        assert reuse.status_code == 400
-        third = await http.post(
-            token_url,
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": second.json()["refresh_token"],
-                "client_id": client_id,
-            },
-        )
-        assert third.status_code == 400  # the whole family went
+        # a repeat within the grace window (a lost answer, another tab) gets the same pair
+        repeat = await refresh(first["refresh_token"])
+        assert repeat.status_code == 200 and repeat.json() == second.json()
+        # using the new refresh token closes the old one's window: a reuse now revokes all
+        third = await refresh(second.json()["refresh_token"])
+        assert third.status_code == 200
+        reuse = await refresh(first["refresh_token"])
+        assert reuse.status_code == 400 and reuse.json()["error"] == "invalid_grant"
+        assert (await refresh(third.json()["refresh_token"])).status_code == 400  # family gone
+        assert await mcp_status(http, env, third.json()["access_token"]) == 401
 
 
 async def test_authorize_refusals(env: Env) -> None:
@@ -242,18 +239,12 @@ async def test_authorize_refusals(env: Env) -> None:
             assert r.status_code == 400 and r.json()["error"] == "invalid_redirect_uri"
         reg = (await http.post(base + "/oauth/register", json={"redirect_uris": [REDIRECT]})).json()
         _, challenge = pkce()
-        good = {
-            "response_type": "code",
-            "client_id": reg["client_id"],
-            "redirect_uri": REDIRECT,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "z",
-        }
+        good = authorize_params(reg["client_id"], REDIRECT, challenge, "z")
         # every refusal is a page, never a redirect: registration is open, so a redirect with
         # an error would make the bridge an open redirector
         for bad in [
-            {"redirect_uri": "http://127.0.0.1:10/callback"},  # another port
+            {"redirect_uri": "http://127.0.0.2:9/callback"},  # another host
+            {"redirect_uri": "http://127.0.0.1:10/callback?x=1"},  # another query
             {"redirect_uri": REDIRECT + "/"},  # a trailing slash
             {"redirect_uri": "http://127.0.0.1:9/other"},  # another path
             {"client_id": "nobody"},
@@ -268,8 +259,7 @@ async def test_authorize_refusals(env: Env) -> None:
             assert r.headers["x-frame-options"] == "DENY"
         # five wrong claim codes burn the request: the client hears access_denied
         page = await http.get(base + "/authorize", params=good)
-        req = re.search(r'name="req" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        req, csrf = form_fields(page.text)["req"], form_fields(page.text)["csrf"]
         r = await http.post(
             base + "/authorize", data={"req": req, "csrf": "forged", "code": "AAAA-AAAA"}
         )
@@ -281,8 +271,7 @@ async def test_authorize_refusals(env: Env) -> None:
         assert r.status_code == 303 and "error=access_denied" in r.headers["location"]
         # a denial at home lands on the client with access_denied, and leaves no key behind
         page = await http.get(base + "/authorize", params=good)
-        req = re.search(r'name="req" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        req, csrf = form_fields(page.text)["req"], form_fields(page.text)["csrf"]
         code = (await home.console(op="claim"))["code"]
         r = await http.post(base + "/authorize", data={"req": req, "csrf": csrf, "code": code})
         assert r.status_code == 303
