@@ -35,7 +35,7 @@ from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
-from ftwbridge.store import SqliteStore
+from ftwbridge.store import BridgeStore, StoreError, open_store
 
 log = logging.getLogger("ftwbridge")
 
@@ -110,7 +110,7 @@ class Bridge:
         self.config = config
         self.clock = clock
         self.site = Site(config.site_url)
-        self.store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
+        self.store: BridgeStore = open_store(config.database_url, Path(config.state_dir))
         if keys is None:
             keys = (
                 KeysService(Path(config.state_dir) / "agent-keys.json")
@@ -193,6 +193,8 @@ class Bridge:
         try:
             with trio.fail_after(2):
                 await self.store.home_key("")
+        except StoreError as exc:
+            return str(exc)
         except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
             return f"the store does not answer ({type(exc).__name__})"
         try:
@@ -233,7 +235,24 @@ class Bridge:
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Run until cancelled; reports `self` once the listener accepts connections."""
+        """Run until cancelled; reports `self` once the listener accepts connections. The
+        store is started first (PostgreSQL: connected and migrated) and closed at the end.
+
+        Raises:
+            StartupError: the store cannot be started (`database_url`), or a listener
+                cannot bind.
+        """
+        try:
+            try:
+                for name in await self.store.start():
+                    log.info("database migration applied: %s", name)
+            except StoreError as exc:
+                raise StartupError(str(exc), setting="database_url") from None
+            await self._serve(task_status)
+        finally:
+            self.store.close()
+
+    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
         c = self.config
         warning = c.url_warning()
         if warning is not None:
@@ -293,27 +312,24 @@ class Bridge:
             ahost, aport = admin_sock.getsockname()[:2]
             self.admin_url = f"http://{ahost}:{aport}"
             admin_fd = admin_sock.detach()
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                await nursery.start(self.pool.run)
-                await nursery.start(self.door.apply_rosters)
-                await nursery.start(self.door.watch_home_keys)  # `home enroll` beside it
-                await nursery.start(self._serve_http, app, hc)
-                if admin_fd is not None:
-                    ac = edge.EdgeConfig()
-                    ac.on_connection_fault = self.metrics.on_connection_fault
-                    ac.connections = self.metrics.listener("admin")
-                    ac.bind = [f"fd://{admin_fd}"]
-                    ac.accesslog = None
-                    ac.errorlog = hc.errorlog
-                    ac.graceful_timeout = 1.0
-                    admin = create_admin_app(self.metrics, self.not_ready)
-                    await nursery.start(hypercorn_serve, admin, ac)
-                log.info("bridge up at %s", self.site.public_url)
-                why = await self.not_ready()
-                if why is not None:  # serving anyway: the part may come up later
-                    log.warning("not ready: %s; calls that need it are refused until it does", why)
-                task_status.started(self)
-        finally:
-            self.store.close()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.pool.run)
+            await nursery.start(self.door.apply_rosters)
+            await nursery.start(self.door.watch_home_keys)  # `home enroll` beside it
+            await nursery.start(self._serve_http, app, hc)
+            if admin_fd is not None:
+                ac = edge.EdgeConfig()
+                ac.on_connection_fault = self.metrics.on_connection_fault
+                ac.connections = self.metrics.listener("admin")
+                ac.bind = [f"fd://{admin_fd}"]
+                ac.accesslog = None
+                ac.errorlog = hc.errorlog
+                ac.graceful_timeout = 1.0
+                admin = create_admin_app(self.metrics, self.not_ready)
+                await nursery.start(hypercorn_serve, admin, ac)
+            log.info("bridge up at %s", self.site.public_url)
+            why = await self.not_ready()
+            if why is not None:  # serving anyway: the part may come up later
+                log.warning("not ready: %s; calls that need it are refused until it does", why)
+            task_status.started(self)
