@@ -130,10 +130,10 @@ class PgStore:
             raise StoreError(f"{self.where} does not answer: {_first_line(exc)}") from None
 
     async def _run(self, fn: Callable[[Conn], T], *, idempotent: bool = True) -> T:
-        """`fn` on a pooled connection in a worker thread. A connection found broken (after
-        PostgreSQL restarted, or an operator ended its backend) is dropped by the pool, which
-        then checks its other idle ones (`ConnectionPool.check`); an `idempotent` statement
-        is tried once more, any other is not, as it may have committed before the break."""
+        """`fn` on a pooled connection in a worker thread. When the connection fails under
+        it (PostgreSQL restarted, or an operator ended its backend), the pool drops it and
+        checks its other idle ones (`ConnectionPool.check`); an `idempotent` statement is
+        then tried once more, any other is not, as it may have committed before the break."""
 
         def work() -> T:
             for attempt in (1, 2):
@@ -141,13 +141,9 @@ class PgStore:
                     try:
                         return fn(conn)
                     except psycopg.OperationalError:
-                        if not conn.broken:
+                        if not idempotent or attempt == 2:
                             raise
-                self._pool.check()  # the broken one is back with the pool, which dropped it
-                if not idempotent or attempt == 2:
-                    raise StoreError(
-                        f"{self.where} closed the connection under a query (restarting?)"
-                    )
+                self._pool.check()
             raise AssertionError("unreachable")  # the second attempt returned or raised
 
         return await self._call(work)
