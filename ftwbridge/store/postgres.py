@@ -32,9 +32,10 @@ CONNECTIONS = 10
 CONNECT_S = 10
 """The longest a new connection may take (libpq's `connect_timeout`), and `start`'s bound on
 the pool's first connections, seconds."""
-POOL_WAIT_S = 10.0
-"""The longest a query waits for a free connection inside the pool, seconds (the limiter
-keeps this from happening but for connections being re-made after PostgreSQL restarted)."""
+POOL_WAIT_S = 2.0
+"""The longest a query waits for a connection inside the pool, seconds. The limiter keeps
+queries from queueing there, so a wait is for a connection being made: past this PostgreSQL
+is taken as down and the query ends in `StoreError` rather than hold its caller."""
 Conn = psycopg.Connection[Any]
 
 
@@ -66,12 +67,15 @@ class PgStore:
     Args:
         url: a libpq URL or connection string (`postgresql://user:pw@host:5432/db`).
         connections: the pool's size and the limiter's width.
+        wait_s: the longest a query waits for a connection to be made, seconds.
 
     Raises:
         StoreError: `url` cannot be read.
     """
 
-    def __init__(self, url: str, *, connections: int = CONNECTIONS) -> None:
+    def __init__(
+        self, url: str, *, connections: int = CONNECTIONS, wait_s: float = POOL_WAIT_S
+    ) -> None:
         self.where = describe(url)
         self._url = url
         extra: dict[str, Any] = {"autocommit": True}
@@ -79,13 +83,17 @@ class PgStore:
             extra["connect_timeout"] = CONNECT_S
         self._extra = extra
         self._limiter = trio.CapacityLimiter(connections)
+        self._mark: int | None = None
+        """The last `write_mark` read, given again while the database does not answer."""
+        self._outage = False
+        """Whether the last `write_mark` found the database not answering."""
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url,
             kwargs=extra,
             min_size=min(2, connections),
             max_size=connections,
             open=False,
-            timeout=POOL_WAIT_S,
+            timeout=wait_s,
             name="ftwbridge-store",
         )
 
@@ -181,9 +189,30 @@ class PgStore:
 
     async def write_mark(self) -> int:
         """See `Store.write_mark`: a counter the `homes_written` trigger grows in the same
-        transaction as any change to `homes` (migrations/0001_initial.sql)."""
-        row = await self._one("SELECT value FROM write_marks WHERE name = 'homes'", ())
-        return int(row[0])
+        transaction as any change to `homes` (migrations/0001_initial.sql).
+
+        While the database does not answer, the last mark read is given again and a warning
+        logged once: the door polls this every second, and an instance keeps serving the
+        homes it holds through an outage (`/readyz` says the store does not answer); a change
+        made meanwhile is noticed on the first poll that reaches the database.
+
+        Raises:
+            StoreError: the database has not answered once yet.
+        """
+        try:
+            row = await self._one("SELECT value FROM write_marks WHERE name = 'homes'", ())
+        except StoreError as exc:
+            if self._mark is None:
+                raise
+            if not self._outage:
+                log.warning("%s; home keys are checked again when it answers", exc)
+                self._outage = True
+            return self._mark
+        if self._outage:
+            log.warning("%s answers again", self.where)
+            self._outage = False
+        self._mark = int(row[0])
+        return self._mark
 
     async def put_roster(self, home: str, seq: int, signed: bytes) -> None:
         """See `Store.put_roster`."""

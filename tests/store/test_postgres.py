@@ -9,6 +9,7 @@ import psycopg
 import pytest
 import trio
 
+from ftwbridge.door.door import HOME_KEY_CHECK_S
 from ftwbridge.store import StoreError, hash_token
 from ftwbridge.store.migrate import Migration, bundled, plan
 from ftwbridge.store.postgres import PgStore, describe
@@ -144,3 +145,46 @@ class socket_closed:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def _allow_connections(url: str, allowed: bool) -> None:
+    """Let no one connect to `url`'s database (as in an outage), or everyone again."""
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS {str(allowed).lower()}")
+        if not allowed:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+
+
+async def test_the_write_mark_outlasts_an_outage(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, command_line = PgStore(pg_url, wait_s=0.5), PgStore(pg_url)
+    try:
+        await store.start()
+        await command_line.start()
+        mark = await store.write_mark()
+        await trio.to_thread.run_sync(_allow_connections, pg_url, False)
+        with caplog.at_level(logging.WARNING, logger="ftwbridge.store"):
+            assert await store.write_mark() == mark  # the door's poll goes on
+            assert await store.write_mark() == mark
+            with pytest.raises(StoreError, match="does not answer"):
+                await store.home_key("h1")  # a lookup is refused in words
+            await trio.to_thread.run_sync(_allow_connections, pg_url, True)
+            await command_line.enroll_home("h1", b"k" * 32)
+            for _poll in range(30):  # as the door polls, until the pool has reconnected
+                if await store.write_mark() != mark:
+                    break
+                await trio.sleep(HOME_KEY_CHECK_S)
+            else:
+                pytest.fail("the change made after the outage was never noticed")
+        warnings = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.store"]
+        assert len(warnings) == 2, warnings  # said once when it went, once when it came back
+        assert "home keys are checked again" in warnings[0] and "answers again" in warnings[1]
+    finally:
+        store.close()
+        command_line.close()
