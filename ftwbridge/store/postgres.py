@@ -125,6 +125,15 @@ class PgStore:
             )
         return list(outcome.applied)
 
+    def connect(self) -> Conn:
+        """A connection of its own, outside the pool, in autocommit (blocking: call it in a
+        worker thread). For what must live with one connection: the directory's presence.
+
+        Raises:
+            psycopg.OperationalError: the database cannot be reached.
+        """
+        return psycopg.connect(self._url, **self._extra)
+
     def close(self) -> None:
         """Close the pool (waits at most 1 s for its worker threads)."""
         self._pool.close(timeout=1.0)
@@ -137,7 +146,7 @@ class PgStore:
         except psycopg.OperationalError as exc:  # PoolTimeout is one too
             raise StoreError(f"{self.where} does not answer: {_first_line(exc)}") from None
 
-    async def _run(self, fn: Callable[[Conn], T], *, idempotent: bool = True) -> T:
+    async def query(self, fn: Callable[[Conn], T], *, idempotent: bool = True) -> T:
         """`fn` on a pooled connection in a worker thread. When the connection fails under
         it (PostgreSQL restarted, or an operator ended its backend), the pool drops it and
         checks its other idle ones (`ConnectionPool.check`); an `idempotent` statement is
@@ -157,10 +166,10 @@ class PgStore:
         return await self._call(work)
 
     async def _exec(self, sql: str, args: tuple[Any, ...], *, idempotent: bool = True) -> int:
-        return await self._run(lambda db: db.execute(sql, args).rowcount, idempotent=idempotent)
+        return await self.query(lambda db: db.execute(sql, args).rowcount, idempotent=idempotent)
 
     async def _one(self, sql: str, args: tuple[Any, ...], *, idempotent: bool = True) -> Any:
-        return await self._run(lambda db: db.execute(sql, args).fetchone(), idempotent=idempotent)
+        return await self.query(lambda db: db.execute(sql, args).fetchone(), idempotent=idempotent)
 
     async def enroll_home(self, home: str, public_key: bytes) -> None:
         """See `Store.enroll_home`."""
@@ -185,7 +194,7 @@ class PgStore:
             ).fetchall()
             return {str(home): bytes(key) for home, key in rows}
 
-        return await self._run(work)
+        return await self.query(work)
 
     async def write_mark(self) -> int:
         """See `Store.write_mark`: a counter the `homes_written` trigger grows in the same

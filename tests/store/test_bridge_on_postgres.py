@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from ftwbridge.demo import console, start_stub
+from ftwbridge.store.migrate import bundled
 from tests.test_cli import _free_port, ftwbridge, refused
 
 BOUND_S = 60.0
@@ -91,7 +92,8 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
         )
         home_key = json.loads(key_line.stdout)["homeKey"]
         migrated = await _command("db", "migrate", env=env)
-        assert migrated.stdout == b"applied 0001_initial.sql\n", migrated
+        names = [m.name for m in bundled()]
+        assert migrated.stdout.decode().splitlines() == [f"applied {n}" for n in names], migrated
         enrolled = await _command("home", "enroll", "--home", HOME, "--key", home_key, env=env)
         assert enrolled.stdout == f"enrolled {HOME}\n".encode(), enrolled
         async with trio.open_nursery() as nursery:
