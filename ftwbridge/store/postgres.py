@@ -125,14 +125,15 @@ class PgStore:
             )
         return list(outcome.applied)
 
-    def connect(self) -> Conn:
+    def connect(self, **options: Any) -> Conn:
         """A connection of its own, outside the pool, in autocommit (blocking: call it in a
-        worker thread). For what must live with one connection: the directory's presence.
+        worker thread), with libpq `options` added. For what must live with one connection:
+        the directory's presence, the events' LISTEN.
 
         Raises:
             psycopg.OperationalError: the database cannot be reached.
         """
-        return psycopg.connect(self._url, **self._extra)
+        return psycopg.connect(self._url, **{**self._extra, **options})
 
     def close(self) -> None:
         """Close the pool (waits at most 1 s for its worker threads)."""
