@@ -7,7 +7,8 @@ Without `--database-url` it starts a throwaway PostgreSQL (tests/store/pgserver.
 random ones: one task after another (p50/p99 in ms), then 32 tasks at once (lookups a second).
 Then the directory on PostgreSQL: `PgDirectory.holder` lookups (p50/p99), and how long after
 a `kill -9` of the process holding a home the lookups stop naming it (presence tied to its
-connection), over `--kills` processes. Speed figures live here, never in the tests.
+connection), over `--kills` processes; and from a roster's save to its event at another
+listener (LISTEN/NOTIFY). Speed figures live here, never in the tests.
 """
 
 from __future__ import annotations
@@ -137,6 +138,41 @@ async def directory_figures(url: str, n: int, kills: int) -> dict[str, float]:
     }
 
 
+async def event_figures(url: str, n: int) -> dict[str, float]:
+    """p50/p99 (ms) from a roster's save by one store (its own pool) to its event at another
+    store's `Events` listener."""
+    from ftwbridge.store.events import Event, Events
+    from ftwbridge.store.postgres import PgStore
+
+    writer, reader = PgStore(url), PgStore(url)
+    await writer.start()
+    await reader.start()
+    send, receive = trio.open_memory_channel[tuple[Event, float]](n)
+
+    async def heard(event: Event) -> None:
+        await send.send((event, time.perf_counter()))
+
+    async def gap() -> None:
+        return None
+
+    times = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(Events(reader).serve, heard, gap)
+            for seq in range(n):
+                started = time.perf_counter()
+                await writer.put_roster("bench", seq, b"")
+                event, at = await receive.receive()
+                assert event.fields["seq"] == seq
+                times.append((at - started) * 1000)
+            nursery.cancel_scope.cancel()
+    finally:
+        writer.close()
+        reader.close()
+    q = statistics.quantiles(times, n=100)
+    return {"save_to_event_p50_ms": q[49], "save_to_event_p99_ms": q[98]}
+
+
 @contextlib.contextmanager
 def _database(url: str | None) -> Iterator[str]:
     if url is not None:
@@ -175,6 +211,8 @@ def main() -> None:
             print(f"{name}: {shown}")
         figures = trio.run(directory_figures, url, args.n, args.kills)
         print("directory: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
+        figures = trio.run(event_figures, url, min(args.n, 1000))
+        print("events: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
 
 
 if __name__ == "__main__":
