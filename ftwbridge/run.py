@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.trio import serve as hypercorn_serve
@@ -36,6 +36,9 @@ from ftwbridge.proto.names import Read
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import BridgeStore, StoreError, open_store
+
+if TYPE_CHECKING:
+    from ftwbridge.store.events import Event
 
 log = logging.getLogger("ftwbridge")
 
@@ -169,6 +172,27 @@ class Bridge:
         for key in await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped):
             await self.store.withdraw_agent_tokens(home, key)
             await self.store.drop_refresh_of_agent(home, key)
+
+    async def _on_event(self, event: Event) -> None:
+        """An event another instance (or the command line) made, on PostgreSQL
+        (`ftwbridge.store.events`): a revocation drops every cached token now, an enrolment
+        has the door compare its home keys now. A database that fails meanwhile is logged."""
+        try:
+            if event.kind == "revoke":
+                self.tokens.clear()
+            elif event.kind == "enroll":
+                await self.door.check_home_keys()
+        except StoreError as exc:
+            log.warning("event %s of home %s not applied: %s", event.kind, event.home, exc)
+
+    async def _on_gap(self) -> None:
+        """Events were lost with the LISTEN connection: drop the cached tokens and compare
+        the home keys before trusting either again."""
+        self.tokens.clear()
+        try:
+            await self.door.check_home_keys()
+        except StoreError as exc:
+            log.warning("home keys not compared after the events' gap: %s", exc)
 
     async def issue_token(
         self,
@@ -317,6 +341,12 @@ class Bridge:
             await nursery.start(self.pool.run)
             await nursery.start(self.door.apply_rosters)
             await nursery.start(self.door.watch_home_keys)  # `home enroll` beside it
+            if c.database_url is not None:  # other instances' revocations and enrolments
+                from ftwbridge.store.events import Events
+                from ftwbridge.store.postgres import PgStore
+
+                assert isinstance(self.store, PgStore)
+                await nursery.start(Events(self.store).serve, self._on_event, self._on_gap)
             await nursery.start(self._serve_http, app, hc)
             if admin_fd is not None:
                 ac = edge.EdgeConfig()

@@ -17,6 +17,7 @@ import trio
 
 from ftwbridge.demo import console, start_stub
 from ftwbridge.store.migrate import bundled
+from ftwbridge.store.postgres import PgStore
 from tests.test_cli import _free_port, ftwbridge, refused
 
 BOUND_S = 60.0
@@ -136,7 +137,39 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
             assert result.structured_content is not None and "pv_w" in json.dumps(
                 result.structured_content
             )
+            # another instance revokes the agent: this one drops its cached token at once
+            # (the event), where its cache alone would keep honouring it for 30 s
+            assert await _raw_call(url, token) != 401
+            other = PgStore(pg_url)
+            await other.start()
+            try:
+                assert await other.drop_agent_tokens(HOME, bytes.fromhex(agent_key)) == 1
+            finally:
+                other.close()
+            for _attempt in range(100):
+                if await _raw_call(url, token) == 401:
+                    break
+                await trio.sleep(0.05)
+            else:
+                raise AssertionError("the revoked token was still honoured after 5 s")
             nursery.cancel_scope.cancel()
+
+
+async def _raw_call(url: str, token: str) -> int:
+    """The HTTP status of one `tools/list` POST, as an attacker's client would send it."""
+    import httpx2
+
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+        response = await http.post(
+            url,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        )
+        return int(response.status_code)
 
 
 async def _status(url: str, token: str) -> object:
