@@ -24,7 +24,7 @@ import psycopg
 import trio
 
 from .base import StoreError
-from .postgres import Conn, PgStore
+from .postgres import Conn, PgStore, first_line
 
 log = logging.getLogger("ftwbridge.store")
 
@@ -95,11 +95,7 @@ class Events:
                 raise
             return conn
 
-        try:
-            return await trio.to_thread.run_sync(work)
-        except psycopg.OperationalError as exc:
-            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StoreError(f"{self._store.where} does not answer: {line}") from None
+        return await self._store.thread(work, abandon_on_cancel=False)
 
     async def serve(
         self,
@@ -122,12 +118,11 @@ class Events:
                 try:
                     await self._pump(conn, on_event)
                 except psycopg.OperationalError as exc:
-                    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                     log.warning(
                         "events: the LISTEN connection to %s was lost (%s); caches are"
                         " dropped once it listens again",
                         self._store.where,
-                        line,
+                        first_line(exc),
                     )
                 conn.close()
                 conn = await self._listen_again()

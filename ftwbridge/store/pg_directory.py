@@ -77,11 +77,11 @@ class PgDirectory:
         self._failing = False
 
     async def _thread(self, work: Callable[[], T]) -> T:
-        try:
-            return await trio.to_thread.run_sync(work, limiter=self._presence_limiter)
-        except psycopg.OperationalError as exc:
-            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StoreError(f"{self._store.where} does not answer: {line}") from None
+        """`work` on the presence connection, one at a time, waited for even when cancelled
+        (`serve` closes that connection after)."""
+        return await self._store.thread(
+            work, limiter=self._presence_limiter, abandon_on_cancel=False
+        )
 
     def _become_present(self) -> Conn:
         """Blocking: open the presence connection, take this instance's lock, start its lease,

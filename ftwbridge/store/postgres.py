@@ -49,13 +49,14 @@ def describe(url: str) -> str:
     try:
         parts = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        raise StoreError(f"database_url cannot be read: {_first_line(exc)}") from None
+        raise StoreError(f"database_url cannot be read: {first_line(exc)}") from None
     host = str(parts.get("host") or parts.get("hostaddr") or "the local socket")
     port = f":{parts['port']}" if parts.get("port") else ""
     return f"PostgreSQL database {parts.get('dbname') or parts.get('user') or '(default)'} at {host}{port}"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (libpq's messages run on with DETAIL and HINT)."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
@@ -113,9 +114,9 @@ class PgStore:
             return outcome
 
         try:
-            outcome = await self._call(work)
+            outcome = await self.thread(work)
         except psycopg.Error as exc:  # a migration's SQL: the schema is as it was
-            raise StoreError(f"{self.where} cannot be migrated: {_first_line(exc)}") from None
+            raise StoreError(f"{self.where} cannot be migrated: {first_line(exc)}") from None
         if outcome.unknown:
             log.warning(
                 "%s has migrations this bridge does not know (versions %s): a newer bridge"
@@ -139,13 +140,27 @@ class PgStore:
         """Close the pool (waits at most 1 s for its worker threads)."""
         self._pool.close(timeout=1.0)
 
-    async def _call(self, work: Callable[[], T]) -> T:
+    async def thread(
+        self,
+        work: Callable[[], T],
+        *,
+        limiter: trio.CapacityLimiter | None = None,
+        abandon_on_cancel: bool = True,
+    ) -> T:
+        """Run blocking `work` (psycopg calls) in a worker thread under `limiter` (default:
+        the pool's); a cancelled caller leaves it to finish alone unless `abandon_on_cancel`
+        is False (work on a connection the caller closes after).
+
+        Raises:
+            StoreError: the connection failed (`psycopg.OperationalError`), in one sentence
+                naming the database.
+        """
         try:
             return await trio.to_thread.run_sync(
-                work, limiter=self._limiter, abandon_on_cancel=True
+                work, limiter=limiter or self._limiter, abandon_on_cancel=abandon_on_cancel
             )
         except psycopg.OperationalError as exc:  # PoolTimeout is one too
-            raise StoreError(f"{self.where} does not answer: {_first_line(exc)}") from None
+            raise StoreError(f"{self.where} does not answer: {first_line(exc)}") from None
 
     async def query(self, fn: Callable[[Conn], T], *, idempotent: bool = True) -> T:
         """`fn` on a pooled connection in a worker thread. When the connection fails under
@@ -164,7 +179,7 @@ class PgStore:
                 self._pool.check()
             raise AssertionError("unreachable")  # the second attempt returned or raised
 
-        return await self._call(work)
+        return await self.thread(work)
 
     async def _exec(self, sql: str, args: tuple[Any, ...], *, idempotent: bool = True) -> int:
         return await self.query(lambda db: db.execute(sql, args).rowcount, idempotent=idempotent)
