@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Literal, overload
 
 import trio
 
@@ -152,11 +153,42 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
                 await trio.sleep(0.05)
             else:
                 raise AssertionError("the revoked token was still honoured after 5 s")
+            # the database goes away: what needs it is refused in words, the bridge lives on
+            await trio.to_thread.run_sync(_allow_connections, pg_url, False)
+            status, body = await _raw_call(url, token, body=True)
+            assert status == 503, body
+            assert body["error"]["code"] == -32603
+            assert "database does not answer" in body["error"]["message"]
+            await trio.to_thread.run_sync(_allow_connections, pg_url, True)
+            for _attempt in range(150):  # the pool makes its connections again
+                if (status := await _raw_call(url, token)) != 503:
+                    break
+                await trio.sleep(0.2)
+            assert status == 401
             nursery.cancel_scope.cancel()
 
 
-async def _raw_call(url: str, token: str) -> int:
-    """The HTTP status of one `tools/list` POST, as an attacker's client would send it."""
+def _allow_connections(url: str, allowed: bool) -> None:
+    """Let no one connect to `url`'s database and end its sessions (an outage), or undo it."""
+    import psycopg
+
+    admin, name = url.rsplit("/", 1)
+    with psycopg.connect(admin + "/postgres", autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS {str(allowed).lower()}")
+        if not allowed:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+
+
+@overload
+async def _raw_call(url: str, token: str) -> int: ...
+@overload
+async def _raw_call(url: str, token: str, *, body: Literal[True]) -> tuple[int, Any]: ...
+async def _raw_call(url: str, token: str, *, body: bool = False) -> int | tuple[int, Any]:
+    """The HTTP status (and with `body`, the JSON answer) of one `tools/list` POST, sent
+    raw."""
     import httpx2
 
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
@@ -169,7 +201,8 @@ async def _raw_call(url: str, token: str) -> int:
             },
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
         )
-        return int(response.status_code)
+        status = int(response.status_code)
+        return (status, response.json()) if body else status
 
 
 async def _status(url: str, token: str) -> object:
