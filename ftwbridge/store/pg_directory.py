@@ -83,9 +83,10 @@ class PgDirectory:
             work, limiter=self._presence_limiter, abandon_on_cancel=False
         )
 
-    def _become_present(self) -> Conn:
-        """Blocking: open the presence connection, take this instance's lock, start its lease,
-        and free the homes its rows name that it does not hold (left by its previous run)."""
+    def _become_present(self, *, first: bool) -> Conn:
+        """Blocking: open the presence connection, take this instance's lock and start its
+        lease; the `first` time, also free the homes its rows still name (claims of its
+        previous run, whose uplinks ended with it)."""
         conn = self._store.connect()
         try:
             me = self.instance_id
@@ -108,11 +109,8 @@ class PgDirectory:
                 "UPDATE instances SET url = %s, lease_until_ms = %s WHERE instance_id = %s",
                 (self._url, self._wall_ms() + self._lease_ms, me),
             )
-            conn.execute(
-                "UPDATE uplinks SET instance_id = NULL WHERE instance_id = %s"
-                " AND NOT (home = ANY(%s))",
-                (me, list(self._held)),
-            )
+            if first:
+                conn.execute("UPDATE uplinks SET instance_id = NULL WHERE instance_id = %s", (me,))
         except BaseException:
             conn.close()
             raise
@@ -129,7 +127,7 @@ class PgDirectory:
             StoreError: (before started) the database does not answer, or another running
                 instance has this `instance_id`.
         """
-        self._presence = await self._thread(self._become_present)
+        self._presence = await self._thread(lambda: self._become_present(first=True))
         task_status.started()
         try:
             while True:
@@ -151,7 +149,7 @@ class PgDirectory:
         def work() -> dict[str, int]:
             for attempt in (1, 2):  # a connection found broken is made again at once
                 if self._presence is None or self._presence.closed:
-                    self._presence = self._become_present()
+                    self._presence = self._become_present(first=False)
                 db = self._presence
                 try:
                     db.execute(
