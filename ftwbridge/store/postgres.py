@@ -52,7 +52,8 @@ def describe(url: str) -> str:
         raise StoreError(f"database_url cannot be read: {first_line(exc)}") from None
     host = str(parts.get("host") or parts.get("hostaddr") or "the local socket")
     port = f":{parts['port']}" if parts.get("port") else ""
-    return f"PostgreSQL database {parts.get('dbname') or parts.get('user') or '(default)'} at {host}{port}"
+    name = parts.get("dbname") or parts.get("user") or "(default)"
+    return f"PostgreSQL database {name} at {host}{port}"
 
 
 def first_line(exc: BaseException) -> str:
@@ -157,7 +158,9 @@ class PgStore:
         """
         try:
             return await trio.to_thread.run_sync(
-                work, limiter=limiter or self._limiter, abandon_on_cancel=abandon_on_cancel
+                work,
+                limiter=self._limiter if limiter is None else limiter,
+                abandon_on_cancel=abandon_on_cancel,
             )
         except psycopg.OperationalError as exc:  # PoolTimeout is one too
             raise StoreError(f"{self.where} does not answer: {first_line(exc)}") from None
