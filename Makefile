@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo test lint typecheck unit peers browser postgres bench bench-profile soak clean
+.PHONY: demo test lint typecheck unit peers browser postgres bench bench-profile bench-instructions soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,13 @@ bench-profile: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/profile.py
+
+# Instructions per bridged call under valgrind's callgrind: a figure a busy machine cannot move.
+# BENCH_BASE=REV also measures the bridge at that git revision (docs/performance.md).
+bench-instructions: $(STAMP)
+	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	cd bench && ../$(BIN)/python instructions.py $(if $(BENCH_BASE),--base $(BENCH_BASE))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

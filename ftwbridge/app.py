@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
-import h11
-from quart import Response, request, websocket
+from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from ftwbridge.door import Door
-from ftwbridge.door.tunnel import WS_GONE
+from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.edge import framing_and_coding
 from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
@@ -190,8 +189,9 @@ def create_app(
     max_body_bytes: int,
     body_timeout_s: float,
     oauth: OAuthService | None = None,
-) -> QuartTrio:
-    """Build the app; routes read `site` at request time (its URL is set once bound)."""
+) -> DoorRoute:
+    """Build the ASGI app: the box WebSocket `/v1/box` straight to `door` (`DoorRoute`), the
+    rest in Quart; routes read `site` at request time (its URL is set once bound)."""
     app = QuartTrio("ftwbridge")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.config["BODY_TIMEOUT"] = body_timeout_s
@@ -257,13 +257,4 @@ def create_app(
     if oauth is not None:
         add_oauth_routes(app, site, oauth)
 
-    @app.websocket("/v1/box")
-    async def box() -> None:
-        try:
-            await websocket.accept()
-        except (h11.LocalProtocolError, *WS_GONE):
-            return  # the connection broke during the handshake: `edge` logs and counts it
-        ws = cast(Any, websocket)._get_current_object()  # the proxy is task-local
-        await door.serve_uplink(ws)
-
-    return app
+    return DoorRoute(app, door.serve_uplink)  # `/v1/box` skips Quart (door/asgi.py)

@@ -7,7 +7,8 @@ process (the demo, tests, benchmarks) can enroll the homes and drive their owner
 
 State: without `--state` a home lives in memory and a restart begins again at roster seq 1
 with no agents, which a bridge holding a newer roster refuses. With `--state DIR` each home
-keeps its owner's newest signed roster and the assistants waiting for an answer in
+keeps its owner's newest signed roster, the assistants waiting for an answer, the goal
+requests of the last 30 days and the mode and car targets the owner approved in
 `DIR/<home>.json` (one file per home of a `--fleet`; public data and roster rows only, the
 keys derive from `--seed`), written atomically before the bridge hears of a change. A restart
 with the same `--state` and `--seed` sends the kept roster when the uplink comes up (its Noise
@@ -37,8 +38,9 @@ import trio
 from ftwbridge.lifecycle import until_stdin_closes
 
 from .console import ConsoleError, serve_console
+from .dial import run_uplink
 from .state import StateError, state_path
-from .uplink import StubHome, run_uplink
+from .uplink import StubHome
 
 STOP_S = 1.0
 """The most a stop takes from the first signal (seconds); uplinks close within it."""
@@ -56,7 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hostile", action="store_true", help="hidden characters in names and logs")
     p.add_argument("--delay-ms", type=int, default=0, help="how long each read takes")
     p.add_argument("--frozen-ms", type=int, default=None, help="answer as at this time (tests)")
-    p.add_argument("--approve-all", action="store_true", help="the owner approves every assistant")
+    p.add_argument(
+        "--approve-all",
+        action="store_true",
+        help="the owner approves every assistant and every goal request",
+    )
     p.add_argument(
         "--no-read-limit", action="store_true", help="benchmarks only: lift 60 reads/min"
     )

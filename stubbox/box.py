@@ -9,9 +9,12 @@ messages for every session whose agent it drops. Times: `now_ms` is the box's ow
 
 Per read the box enforces, in this order (PROTOCOL.md part B, agents.yaml): the clock (a box
 without one refuses agents, `E_UNAVAILABLE {subsystem: clock}`), expiry (`E_GRANT_EXPIRED` then
-`session.terminate {expired}`), refused types (`api.req`) and ops (`E_OP_NOT_GRANTED`), the
-scope (`E_SCOPE_DENIED {needScope}`), one request in flight and the rolling minute
-(`E_RATE_LIMITED {retryAfterMs}`), then the read's own arguments, caps and limits.
+`session.terminate {expired}`), refused types (`api.req`, `E_OP_NOT_GRANTED`), the scope
+(`E_SCOPE_DENIED {needScope}`; `goal.request` and `requests.get` need `ftw.goals.write`), one
+request in flight and the rolling minute (`E_RATE_LIMITED {retryAfterMs}`), then the read's own
+arguments, caps and limits. A `cmd` goes, after the clock, through part E's own order
+(`stubbox/commands.py`); goal requests are kept in `stubbox/goals.py`, and `decide` /
+`expire_goals` return the `agent.decided` pushes for the asking agent's open sessions.
 """
 
 from __future__ import annotations
@@ -20,18 +23,32 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ftwbridge.proto.control import EvTarget
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
-from ftwbridge.proto.names import Cap, Code, Read, RefusedToAgents, Role, TerminateReason
+from ftwbridge.proto.names import (
+    Answer,
+    Cap,
+    Code,
+    GoalMsg,
+    Op,
+    Read,
+    RefusedToAgents,
+    Role,
+    TerminateReason,
+)
 from ftwbridge.proto.noise import Responder
-from ftwbridge.proto.registry import CAPS, READS, Msg
+from ftwbridge.proto.registry import CAPS, GOAL_REQUEST_SCOPE, READS, Msg
 from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
 from ftwbridge.proto.session import Channel
 
 from . import reads
+from .charger import OWNER
+from .commands import Commands
+from .goals import Entry, GoalBook, decided
 from .home import Home
-from .problem import Problem, error_body
+from .problem import Problem, error_body, take_slot
 
 ClockSource = Literal["ntp", "rtc", "none"]
 MINUTE_MS = 60_000
@@ -96,6 +113,10 @@ class Box:
         self.last_delay_ms = 0
         """How long the shell should hold the answers of the last `receive` (reads only)."""
         self.stats = BoxStats()
+        self.commands = Commands(home)
+        """Agents' commands: idempotency table, `cmds_per_hour`, part E's checks."""
+        self.goals = GoalBook()
+        """Agents' goal requests, waiting for the owner or decided (30 days)."""
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -143,10 +164,16 @@ class Box:
         return len(self._sessions)
 
     def set_roster(self, roster: Roster) -> list[tuple[int, bytes]]:
-        """Adopt a newer roster; returns (sid, `session.terminate {revoked}`) for dropped agents."""
+        """Adopt a newer roster; returns (sid, `session.terminate {revoked}`) for dropped agents.
+        A hold set by an agent the roster no longer lists, or whose grant lost the op, ends."""
         self.roster = roster
         out: list[tuple[int, bytes]] = []
         agents = roster.agents()
+        holding = {k.hex() for k, g in agents.items() if Op.LOADPOINT_HOLD.value in g.ops}
+        controls = self.home.controls
+        for charger_id, held in list(controls.holds.items()):
+            if held.by != OWNER and held.by not in holding:
+                controls.release(charger_id)
         for sid, sess in list(self._sessions.items()):
             row = roster.device(sess.key)
             if sess.key not in agents or row is None or row.role != Role.AGENT:
@@ -214,32 +241,85 @@ class Box:
         if self.clock_source == "none":
             raise Problem(Code.E_UNAVAILABLE, subsystem="clock")
         g = sess.grant
+        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
+        if env.t == Msg.CMD:  # part E's own order, idempotency first (stubbox/commands.py)
+            answers = self.commands.handle(sess.key, g, env.b, now_ms, uptime_ms, home_ms=home_ms)
+            return self._wrap(sess, env.id, answers, bulk=False)
         if now_ms >= g.expires_at_ms:
             raise Problem(Code.E_GRANT_EXPIRED, expiresAtMs=g.expires_at_ms)
         if env.t in set(RefusedToAgents):
             raise Problem(Code.E_OP_NOT_GRANTED, t=env.t)
-        if env.t == Msg.CMD:
-            op = env.b.get("op") if isinstance(env.b, dict) else None
-            if op not in g.ops:
-                raise Problem(Code.E_OP_NOT_GRANTED, op=str(op))
-            raise Problem(Code.E_NEEDS_OWNER, op=str(op), why="durable")
+        if env.t == GoalMsg.GOAL_REQUEST:
+            if GOAL_REQUEST_SCOPE not in g.scopes:
+                raise Problem(Code.E_SCOPE_DENIED, needScope=GOAL_REQUEST_SCOPE.value)
+            self._count(sess, now_ms)
+            queued = self.goals.ask(sess.key, g, env.b, now_ms)
+            return self._wrap(sess, env.id, [(GoalMsg.GOAL_QUEUED, queued.to_body())])
         if env.t not in set(Read):
             raise Problem(Code.E_UNKNOWN_OP, t=env.t)
         need = READS[Read(env.t)].scope
         if need not in g.scopes:
             raise Problem(Code.E_SCOPE_DENIED, needScope=need.value)
+        if env.t == Read.REQUESTS_GET:
+            self._count(sess, now_ms)
+            mine = self.goals.for_agent(sess.key, now_ms, max_bytes=reads.ANSWER_ROOM_BYTES)
+            return self._wrap(sess, env.id, [(Answer.REQUESTS, mine.to_body())])
         if now_ms < sess.busy_until_ms:
             wait = sess.busy_until_ms - now_ms
             raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
         self._count(sess, now_ms)
         sess.busy_until_ms = now_ms + self.answer_delay_ms
         self.last_delay_ms = self.answer_delay_ms
-        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
         answers = reads.answer(self, g, Read(env.t), env.b, home_ms, uptime_ms)
         self.stats.reads += 1
         out = []
         for t, body in answers:
             out.append(sess.channel.wrap(Envelope(t, env.id, body), bulk=True))
+        return out
+
+    def _wrap(
+        self, sess: _Session, rid: int, answers: list[tuple[str, Any]], *, bulk: bool = True
+    ) -> list[bytes]:
+        for t, body in answers:
+            if t == Msg.ERROR:
+                code = body["code"]
+                self.stats.refusals[code] = self.stats.refusals.get(code, 0) + 1
+        return [sess.channel.wrap(Envelope(t, rid, body), bulk=bulk) for t, body in answers]
+
+    # -- the owner's decisions --------------------------------------------------------------
+
+    def decide(self, req_id: str, approve: bool, now_ms: int) -> list[tuple[int, bytes]]:
+        """The owner approves or denies goal request `req_id`; an approval makes the change as
+        the owner (`ev_target` sets the car's target, `site_mode` the site's mode). Returns
+        (sid, `agent.decided`) for each open session of the asking agent (it answers no call).
+
+        Raises:
+            KeyError: no such request. ValueError: it is no longer waiting.
+        """
+        entry = self.goals.decide(req_id, approve, now_ms)
+        if approve:
+            args = entry.record.args
+            if isinstance(args, EvTarget):
+                self.home.controls.set_target(args.car, args.soc_permille)
+            else:
+                self.home.controls.set_mode(args.mode.value)
+        return self._pushes([entry])
+
+    def expire_goals(self, now_ms: int) -> list[tuple[int, bytes]]:
+        """Expire goal requests that waited 24 h; returns the `agent.decided {expired}` of
+        every request that expired since the last call, whichever call noticed it."""
+        self.goals.expire(now_ms)
+        return self._pushes(self.goals.take_expired())
+
+    def _pushes(self, entries: list[Entry]) -> list[tuple[int, bytes]]:
+        out = []
+        for entry in entries:
+            body = decided(entry).to_body()
+            for sess in self._sessions.values():
+                if sess.key == entry.key:
+                    out.append(
+                        (sess.sid, sess.channel.wrap(Envelope(GoalMsg.AGENT_DECIDED, None, body)))
+                    )
         return out
 
     def _count(self, sess: _Session, now_ms: int) -> None:
@@ -249,12 +329,7 @@ class Box:
         info = CAPS[Cap.READS_PER_MIN]
         cap = min(sess.grant.caps.get(Cap.READS_PER_MIN, info.default), info.ceiling)
         recent = self._recent.setdefault(sess.key, deque())
-        while recent and recent[0] <= now_ms - MINUTE_MS:
-            recent.popleft()
-        if len(recent) >= cap:
-            wait = recent[0] + MINUTE_MS - now_ms
-            raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
-        recent.append(now_ms)
+        take_slot(recent, now_ms, window_ms=MINUTE_MS, most=cap)
 
 
 __all__ = ["MAX_ENVELOPE_BYTES", "Box", "BoxStats", "Problem", "error_body"]

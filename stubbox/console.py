@@ -3,8 +3,13 @@
 Each line is one command object; each answer one JSON line, `{"ok": ...}` or `{"error": ...}`.
 Commands (each may name its `home`; the default is the first): `homes`,
 `put_agents {agents: [put_agent fields, ...]}` (one roster for many), `put_agent {key (hex), id, client, name, scopes, ops, caps, expiresAtMs}`,
-`claim` (a new home-claim code), `requests` (assistants waiting), `approve {req, scopes?,
-expiresAtMs?}`, `deny {req}`, `drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
+`claim` (a new home-claim code), `requests {all?}` (what waits for the owner: assistants
+asking to connect, `kind: "assistant"`, and goal requests, `kind: "goal"`; `all: true` lists
+decided goal requests of the last 30 days too), `approve {req, scopes?, expiresAtMs?,
+readsOnly?}` (an assistant; `readsOnly` grants its read scopes and no ops), `deny {req}`,
+`decide {reqId, decision: "approve" | "deny"}` (a goal request; answers its `requests`
+entry), `block {by: [reason, ...]}` (the dispatch gate: commands are refused while it is not
+empty), `drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
 `drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`. With `--state`, a change
 whose state file cannot be written answers `{"error": "StateError: ..."}` and changes nothing.
 """
@@ -41,6 +46,20 @@ def _grant(stub: StubHome, cmd: dict[str, Any]) -> AgentGrant:
     )
 
 
+def _waiting(stub: StubHome, *, every: bool) -> list[dict[str, Any]]:
+    """What waits for the owner: assistants asking to connect, then goal requests."""
+    out: list[dict[str, Any]] = [
+        {"kind": "assistant"} | {k: (v.hex() if isinstance(v, bytes) else v) for k, v in r.items()}
+        for r in stub.requests.values()
+    ]
+    now = stub.wall_ms()
+    entries = stub.box.goals.entries() if every else stub.box.goals.waiting(now)
+    for e in entries:
+        row = {"kind": "goal", "agent": e.agent, "expiresAtMs": e.expires_at_ms}
+        out.append(row | e.record.to_body())
+    return out
+
+
 async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
     op = cmd.get("op")
     if op == "homes":
@@ -57,16 +76,26 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
     if op == "claim":
         return {"code": await stub.claim()}
     if op == "requests":
-        return [
-            {k: (v.hex() if isinstance(v, bytes) else v) for k, v in r.items()}
-            for r in stub.requests.values()
-        ]
+        return _waiting(stub, every=cmd.get("all") is True)
     if op == "approve":
-        scopes = cmd.get("scopes")
         seq = await stub.approve(
-            str(cmd["req"]), scopes=scopes, expires_at_ms=cmd.get("expiresAtMs")
+            str(cmd["req"]),
+            scopes=cmd.get("scopes"),
+            expires_at_ms=cmd.get("expiresAtMs"),
+            reads_only=cmd.get("readsOnly") is True,
         )
         return {"seq": seq}
+    if op == "decide":
+        decision = cmd.get("decision")
+        if decision not in ("approve", "deny"):
+            raise ValueError('decision must be "approve" or "deny"')
+        return await stub.decide(str(cmd["reqId"]), decision == "approve")
+    if op == "block":
+        by = cmd.get("by")
+        if not isinstance(by, list) or not all(isinstance(b, str) for b in by):
+            raise ValueError("by must be a list of reasons (texts)")
+        stub.box.home.controls.blocked_by = list(by)
+        return {"dispatchBlockedBy": by}
     if op == "deny":
         await stub.deny(str(cmd["req"]))
         return {}
@@ -96,6 +125,8 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
             "seq": stub.owner.roster.seq,
             "sessions": stub.box.session_count,
             "reads": stub.box.stats.reads,
+            "commands": stub.box.commands.stats.acted,
+            "goalsWaiting": len(stub.box.goals.waiting(stub.wall_ms())),
             "refusals": stub.box.stats.refusals,
             "handshakesRefused": stub.box.stats.handshakes_refused,
             "lastRosterReply": stub.last_roster_reply,

@@ -18,13 +18,12 @@ from typing import Any, Final
 
 from ftwbridge.proto.names import SourceState
 
-from . import settings
+from . import charger, settings
 from .journal import HOSTILE_FRAGMENTS, Journal, hostile
 from .physics import (
     CAPACITY_WH,
     CURRENCY,
     DAY_MS,
-    EV_W,
     HOUR_MS,
     RESERVE_WH,
     SERIES,
@@ -57,6 +56,8 @@ class Home:
         self.physics = Physics(rng.randbytes(32))
         self.hostile = hostile
         self._journal = Journal(rng.randbytes(32), hostile=hostile)
+        self.controls = charger.Controls()
+        """What commands and the owner's decisions changed (holds, targets, mode, rev)."""
 
     def _name(self, text: str, k: int) -> str:
         return hostile(text, k) if self.hostile else text
@@ -85,14 +86,24 @@ class Home:
             out.append((sid, kind, self._name(name, i + 3), last, state))
         return out
 
+    def fields(self, now_ms: int) -> dict[str, int]:
+        """The frozen fields now: the physics, with what a held charger draws as `ev_w` (and
+        the grid making up the difference)."""
+        f = self.physics.at(now_ms)
+        held = self.controls.ev_w(now_ms)
+        if held is not None:
+            f["grid_w"] += held - f["ev_w"]
+            f["ev_w"] = held
+        return f
+
     def live(self, now_ms: int, uptime_ms: int) -> dict[str, Any]:
         """The `live` answer: fields in W (soc in permille), `lastOkMs` in box uptime ms."""
         return {
             "uptimeMs": uptime_ms,
             "nowMs": now_ms,
-            "controlRev": now_ms // DAY_MS % 100_000,
-            "mode": MODE,
-            "fields": self.physics.at(now_ms),
+            "controlRev": self.controls.rev,
+            "mode": self.controls.mode,
+            "fields": self.fields(now_ms),
             "sources": {
                 sid: {
                     "kind": kind,
@@ -103,68 +114,18 @@ class Home:
                 }
                 for sid, kind, name, last, state in self._sources(now_ms, uptime_ms)
             },
-            "dispatchBlockedBy": [],
+            "dispatchBlockedBy": list(self.controls.blocked_by),
         }
-
-    def _car1_soc(self, h: float) -> int:
-        """Family car's state of charge at UTC hour `h`, permille (charged 01:00-05:00)."""
-        if h < 1:
-            return 400
-        if h < 5:
-            return round(400 + 395 * (h - 1) / 4)
-        if h < 8:
-            return 795
-        return round(795 - 395 * (h - 8) / 16)
 
     def loadpoints(self, now_ms: int) -> dict[str, Any]:
-        """The `loadpoints` answer: "lp1"; W, Wh charged since 01:00, wall-clock `untilMs`."""
-        h = (now_ms % DAY_MS) / HOUR_MS
-        charging = 1 <= h < 5
-        away = 8 <= h < 17.5
-        state = "charging" if charging else "idle" if away else "connected"
-        day_start = now_ms - now_ms % DAY_MS
-        return {
-            "loadpoints": [
-                {
-                    "id": "lp1",
-                    "name": self._name("Garage charger", 0),
-                    "state": state,
-                    "power_w": EV_W if charging else 0,
-                    "session_wh": 0 if away else round(EV_W * min(max(h - 1, 0.0), 4.0)),
-                    "car": None if away else "car1",
-                    "mode": "pv",
-                    "hold": {"power_w": EV_W, "untilMs": day_start + 5 * HOUR_MS}
-                    if charging
-                    else None,
-                }
-            ]
-        }
+        """The `loadpoints` answer (`stubbox.charger.loadpoints`): the charger as held."""
+        return charger.loadpoints(self.controls, self._name("Garage charger", 0), now_ms)
 
     def cars(self, now_ms: int) -> dict[str, Any]:
-        """The `cars` answer: permille, km; "car1" plugged unless away, "car2" never plugged."""
-        h = (now_ms % DAY_MS) / HOUR_MS
-        soc1 = self._car1_soc(h)
+        """The `cars` answer (`stubbox.charger.cars`): permille, km, the owner's targets."""
         soc2 = 400 + 2 * self.physics.noise("car2", now_ms // DAY_MS)[0]
-        return {
-            "cars": [
-                {
-                    "id": "car1",
-                    "name": self._name("Family car", 1),
-                    "soc_permille": soc1,
-                    "range_km": round(soc1 * 75 / 180),
-                    "plugged": not 8 <= h < 17.5,
-                    "target_soc_permille": 800,
-                },
-                {
-                    "id": "car2",
-                    "name": self._name("Second car", 2),
-                    "soc_permille": soc2,
-                    "range_km": round(soc2 * 58 / 170),
-                    "plugged": False,
-                    "target_soc_permille": None,
-                },
-            ]
-        }
+        names = (self._name("Family car", 1), self._name("Second car", 2))
+        return charger.cars(self.controls, names, soc2, now_ms)
 
     def _reason(self, bat: int, grid: int, soc: int, price: int, pv: int, use: int) -> str:
         if bat > 50:

@@ -1,7 +1,9 @@
-"""A box's refusal of a read, and the upstream `error` body it becomes (PROTOCOL.md part A)."""
+"""A box's refusal of a request, the upstream `error` body it becomes (PROTOCOL.md part A), and
+the rolling windows its rate limits count in."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from ftwbridge.proto.names import Code
@@ -18,13 +20,33 @@ class Problem(Exception):
         self.retry_after_ms = retry_after_ms
 
 
+ECHO_CHARS = 64
+"""Most characters of a peer's text (a type, a field name) an `error` repeats back."""
+
+
 def error_body(
     code: Code, args: dict[str, Any], retry_after_ms: int | None = None
 ) -> dict[str, Any]:
-    """An upstream `error` body `{code, retryable, retryAfterMs?, args?}`."""
+    """An upstream `error` body `{code, retryable, retryAfterMs?, args?}`; text args are cut
+    to `ECHO_CHARS`, so a hostile type or field name is not sent back whole."""
     body: dict[str, Any] = {"code": code.value, "retryable": CODES[code].retryable}
     if retry_after_ms is not None:
         body["retryAfterMs"] = retry_after_ms
     if args:
-        body["args"] = args
+        body["args"] = {k: v[:ECHO_CHARS] if isinstance(v, str) else v for k, v in args.items()}
     return body
+
+
+def take_slot(recent: deque[int], now_ms: int, *, window_ms: int, most: int) -> None:
+    """Count one event at `now_ms` in a rolling window of `window_ms` (ms) holding at most
+    `most`; `recent` holds the window's event times, oldest first, and is updated.
+
+    Raises:
+        Problem: `E_RATE_LIMITED {retryAfterMs}` when the window is full (nothing counted).
+    """
+    while recent and recent[0] <= now_ms - window_ms:
+        recent.popleft()
+    if len(recent) >= most:
+        wait = recent[0] + window_ms - now_ms
+        raise Problem(Code.E_RATE_LIMITED, wait, retryAfterMs=wait)
+    recent.append(now_ms)

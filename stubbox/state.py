@@ -9,7 +9,14 @@ file in DIR, named after the home (`state_path`), holding what the owner needs t
     {"v": 1, "home": <home id>, "homeKey": <hex, the home's Ed25519 public key, 32 bytes>,
      "seq": <the roster's seq, for people reading the file>,
      "roster": <hex, the newest SignedRoster bytes exactly as signed>,
-     "requests": [<agent.request body with "key" in hex>, ...]}
+     "requests": [<agent.request body with "key" in hex>, ...],
+     "goals": [<goal request: `requests` entry + agent "key" (hex), "agent", "expiresAtMs">, ...],
+     "controls": {"mode": <site mode>, "targets": {<car>: <permille>}}}
+
+`goals` and `controls` (PROTOCOL.md part E) hold the goal requests of the last 30 days, waiting
+or decided, and what the owner's approvals changed; a file without them (written before issue
+16) loads with none. Holds and the idempotency table are not kept: a restarted box has ended
+every hold, as its charger has.
 
 The file holds public data and roster rows only, never a private key: the keys derive from
 `--seed`. On load the roster is verified against the home key derived from that seed, so a
@@ -24,8 +31,8 @@ mix. `StateKeeper` writes one file at a time. The blocking calls run in `trio.to
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,7 +40,11 @@ from urllib.parse import quote
 import trio
 
 from ftwbridge.atomic import write_atomic
+from ftwbridge.proto.names import Mode
 from ftwbridge.proto.roster import KEY_BYTES, Roster, RosterRefused, verify_roster
+
+from .charger import Controls
+from .goals import Entry
 
 STATE_VERSION = 1
 """The `v` of the state file this code writes and reads."""
@@ -53,11 +64,15 @@ class StateError(Exception):
 @dataclass(frozen=True, slots=True)
 class Kept:
     """What a state file restores: the owner's newest roster (verified, `signed` holding its
-    bytes) and the assistants waiting for the owner's answer (`agent.request` bodies by
-    `req`, `key` as 32 bytes)."""
+    bytes), the assistants waiting for the owner's answer (`agent.request` bodies by `req`,
+    `key` as 32 bytes), the goal requests (`stubbox.goals.Entry`) and the site's mode and cars'
+    targets (None: the home's own)."""
 
     roster: Roster
     requests: dict[str, dict[str, Any]]
+    goals: list[Entry] = field(default_factory=list)
+    mode: str | None = None
+    targets: dict[str, int] | None = None
 
 
 def state_path(folder: Path, home: str) -> Path:
@@ -77,11 +92,19 @@ def _json_value(value: Any) -> bool:
 
 
 def encode_state(
-    *, home: str, home_key: bytes, signed: bytes, seq: int, requests: Mapping[str, Any]
+    *,
+    home: str,
+    home_key: bytes,
+    signed: bytes,
+    seq: int,
+    requests: Mapping[str, Any],
+    goals: Sequence[Entry] = (),
+    controls: Controls | None = None,
 ) -> bytes:
     """The state file's bytes (UTF-8 JSON) for `home`: its Ed25519 public key (32 bytes), the
-    newest SignedRoster bytes and their seq, and the waiting `agent.request` bodies. A body's
-    `key` is written in hex; fields that JSON cannot hold (none the door sends) are left out."""
+    newest SignedRoster bytes and their seq, the waiting `agent.request` bodies, the goal
+    requests and the controls the owner set. A body's `key` is written in hex; fields that
+    JSON cannot hold (none the door sends) are left out."""
     rows = []
     for body in requests.values():
         row = {k: v for k, v in body.items() if k != "key" and _json_value(v)}
@@ -93,7 +116,10 @@ def encode_state(
         "seq": seq,
         "roster": signed.hex(),
         "requests": rows,
+        "goals": [g.to_row() for g in goals],
     }
+    if controls is not None:
+        doc["controls"] = {"mode": controls.mode, "targets": dict(controls.targets)}
     return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
 
@@ -141,6 +167,8 @@ def decode_state(data: bytes, *, path: Path, home: str, home_key: bytes) -> Kept
         if not isinstance(rows, list):
             raise ValueError("requests is not a list")
         requests = {r["req"]: r for r in map(_request, rows)}
+        goals = [Entry.from_row(g) for g in _list(doc.get("goals", []), "goals")]
+        mode, targets = _controls(doc.get("controls"))
         roster = verify_roster(signed, home_key=home_key, home=home)
     except StateError:
         raise
@@ -151,7 +179,25 @@ def decode_state(data: bytes, *, path: Path, home: str, home_key: bytes) -> Kept
         ) from exc
     except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise StateError(f"the state file {path} is not usable ({exc}); {afresh}") from exc
-    return Kept(roster, requests)
+    return Kept(roster, requests, goals, mode, targets)
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} is not a list")
+    return value
+
+
+def _controls(value: Any) -> tuple[str | None, dict[str, int] | None]:
+    if value is None:
+        return None, None
+    mode = value.get("mode") if isinstance(value, dict) else None
+    targets = value.get("targets") if isinstance(value, dict) else None
+    if mode not in set(Mode) or not isinstance(targets, dict):
+        raise ValueError("controls lacks a known mode or its targets")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in targets.values()):
+        raise ValueError("a car's target is not an integer")
+    return mode, targets
 
 
 async def load_state(path: Path, *, home: str, home_key: bytes) -> Kept | None:

@@ -1,8 +1,8 @@
 """The stub box on the wire: dial the bridge's door, authenticate, publish rosters, carry tuns.
 
 `StubHome` bundles a home's owner (keys and roster), its box brain and its clocks;
-`run_uplink(stub, url)` keeps an uplink to `url` (ws://.../v1/box) and reconnects with
-jittered exponential backoff (0.5 s doubling to 30 s). The door protocol is PROTOCOL.md part C.
+`stubbox.dial.run_uplink(stub, url)` keeps its uplink up. The door protocol is PROTOCOL.md
+part C.
 
 With `StubHome.keep_state(path)` the owner's state (newest signed roster, waiting requests)
 is kept in a file (stubbox/state.py) and restored at start. Every owner change runs whole,
@@ -14,15 +14,13 @@ whose write fails is undone and the caller gets the `StateError`.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, open_websocket_url
-from wsproto.utilities import LocalProtocolError as WsLocalError
+from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from ftwbridge.proto.claim import code_hash, new_code
 from ftwbridge.proto.door import door_signature, tun, tun_fields
@@ -32,6 +30,8 @@ from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import AgentGrant, verify_roster
 
 from .box import Box, ClockSource
+from .consent import grant_for
+from .goals import GoalBook
 from .home import Home
 from .owner import Owner
 from .state import StateError, StateKeeper, encode_state, load_state
@@ -39,8 +39,6 @@ from .state import StateError, StateKeeper, encode_state, load_state
 log = logging.getLogger("stubbox")
 BUILD = "stubbox-0.1"
 CLAIM_TTL_MS = 600_000
-GRANT_TTL_MS = 90 * 86_400_000
-"""How long an approved assistant's grant lasts unless the owner says otherwise (90 days)."""
 
 
 class StubHome:
@@ -138,6 +136,10 @@ class StubHome:
             self.owner.restore(kept.roster)
             self.box.set_roster(self.owner.roster)  # no sessions yet: nothing to end
             self.requests = dict(kept.requests)
+            self.box.goals = GoalBook(kept.goals)
+            controls = self.box.home.controls
+            controls.mode = kept.mode or controls.mode
+            controls.targets = kept.targets if kept.targets is not None else controls.targets
         self.keeper = StateKeeper(path, self._state_bytes)
         await self.keeper.save()
 
@@ -148,6 +150,8 @@ class StubHome:
             signed=self.owner.signed,
             seq=self.owner.roster.seq,
             requests=self.requests,
+            goals=self.box.goals.entries(),
+            controls=self.box.home.controls,
         )
 
     async def _change(self, change: Callable[[], bytes | None]) -> None:
@@ -211,10 +215,16 @@ class StubHome:
         return code
 
     async def approve(
-        self, req: str, *, scopes: list[str] | None = None, expires_at_ms: int | None = None
+        self,
+        req: str,
+        *,
+        scopes: list[str] | None = None,
+        expires_at_ms: int | None = None,
+        reads_only: bool = False,
     ) -> int:
-        """The owner approves request `req` (optionally narrowing scopes or setting the end):
-        a new roster lists the agent. Returns the roster seq.
+        """The owner approves request `req` (optionally narrowing scopes, for reads only, or
+        setting the end): a new roster lists the agent with the grant `consent.grant_for`
+        gives (the ops asked, unless `reads_only`). Returns the roster seq.
 
         Raises:
             KeyError: no such request.
@@ -223,18 +233,9 @@ class StubHome:
 
         def change() -> bytes:
             r = self.requests.pop(req)
-            asked = [s for s in r["scopes"] if isinstance(s, str)]
-            granted = asked if scopes is None else [s for s in asked if s in scopes]
             now = self.wall_ms()
-            grant = AgentGrant(
-                id=f"agent-{req[:8]}",
-                client=str(r.get("client", ""))[:100],
-                name=str(r.get("name", ""))[:100],
-                scopes=tuple(granted),
-                ops=(),
-                caps={},
-                granted_at_ms=now,
-                expires_at_ms=expires_at_ms or now + GRANT_TTL_MS,
+            grant = grant_for(
+                r, now_ms=now, scopes=scopes, reads_only=reads_only, expires_at_ms=expires_at_ms
             )
             return self.owner.put_agent(r["key"], grant, now_ms=now)
 
@@ -254,6 +255,45 @@ class StubHome:
 
         await self._change(change)
         await self.send(Envelope(Msg.AGENT_DENIED, None, {"req": req}).encode())
+
+    async def decide(self, req_id: str, approve: bool) -> dict[str, Any]:
+        """The owner approves or denies goal request `req_id` (PROTOCOL.md part E): an approval
+        makes the change as the owner; the state file is written, then the asking agent's open
+        sessions hear `agent.decided`. Returns the request's `requests` entry.
+
+        Raises:
+            KeyError: no such request. ValueError: it is no longer waiting.
+            StateError: the state file could not be written (the decision stands in memory).
+        """
+        async with self._changing:
+            pushes = self.box.decide(req_id, approve, self.wall_ms())
+            pushes += self.box.expire_goals(self.wall_ms())
+            if self.keeper is not None:
+                await self.keeper.save()
+        for sid, message in pushes:
+            await self.send(tun(sid, message))
+        [entry] = [e for e in self.box.goals.entries() if e.record.req_id == req_id]
+        return entry.record.to_body()
+
+    async def _goals_moved(self, before: int) -> None:
+        """After an agent's message: expire goal requests that waited 24 h (their agents hear
+        `agent.decided {expired}`), approve waiting ones when the owner approves everything,
+        and keep the book in the state file when it changed."""
+        for sid, message in self.box.expire_goals(self.wall_ms()):
+            await self.send(tun(sid, message))
+        if self.approve_all:
+            for entry in self.box.goals.waiting(self.wall_ms()):
+                await self.decide(entry.record.req_id, True)
+        await self._keep_goals(before)
+
+    async def _keep_goals(self, before: int) -> None:
+        """Write the state file when the goal book moved past `before`; a failed write is
+        logged and the book stays in memory (the uplink stays up)."""
+        if self.keeper is not None and self.box.goals.version != before:
+            try:
+                await self.keeper.save()
+            except StateError as exc:
+                log.warning("home %s: %s", self.home, exc)
 
     async def drop_agent(self, key: bytes) -> int:
         """Drop an agent row; its sessions end `revoked`; returns the roster seq.
@@ -317,11 +357,14 @@ class StubHome:
                 if m2 is not None:
                     await self.send(tun(sid, m2))
                 return
+            before = self.box.goals.version
             out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
+            await self._keep_goals(before)  # a queued request is on disk before the agent hears
             if out and self.box.last_delay_ms:
                 await trio.sleep(self.box.last_delay_ms / 1000)
             for message in out:
                 await self.send(tun(sid, message))
+            await self._goals_moved(self.box.goals.version)
         elif env.t == Msg.TUN_END:
             b = env.b if isinstance(env.b, dict) else {}
             if isinstance(b.get("sid"), int):
@@ -362,22 +405,3 @@ def _binary(message: str | bytes) -> bytes:
     if not isinstance(message, bytes):
         raise ProtocolError("door messages are binary")
     return message
-
-
-async def run_uplink(stub: StubHome, url: str) -> None:
-    """Keep `stub`'s uplink to `url` up until cancelled, reconnecting with jittered backoff."""
-    backoff_s = 0.5
-    while not stub.stopping:
-        try:
-            async with open_websocket_url(url, message_queue_size=64, max_message_size=65536) as ws:
-                backoff_s = 0.5
-                await stub.run_session(ws)
-        except (HandshakeError, ConnectionClosed, OSError, ProtocolError, WsLocalError) as exc:
-            # WsLocalError: trio-websocket answers a Ping that arrives while the connection is
-            # closing, which wsproto refuses, and lets that out (python-trio/trio-websocket#184,
-            # open); a stub resumed after SIGSTOP met it. The uplink is lost, not the box.
-            log.info("uplink for %s lost: %s", stub.home, type(exc).__name__)
-        if stub.stopping:
-            return
-        await trio.sleep(backoff_s * random.uniform(0.5, 1.5))
-        backoff_s = min(backoff_s * 2, 30.0)

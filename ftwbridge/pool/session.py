@@ -30,7 +30,7 @@ from ftwbridge.proto.names import Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import peer_reason
 from ftwbridge.proto.roster import AgentGrant
-from ftwbridge.proto.session import AgentSession, Failed, Push, Reply, Terminated
+from ftwbridge.proto.session import Acked, AgentSession, Failed, Push, Reply, Terminated
 
 
 class State(enum.Enum):
@@ -289,7 +289,7 @@ class PooledSession:
             if isinstance(ev, Terminated):
                 self.close(peer_reason(ev.reason))
                 return
-            if isinstance(ev, Push) or self.state is not State.BUSY:
+            if isinstance(ev, Push | Acked) or self.state is not State.BUSY:
                 continue
             self._answered(ev)
 

@@ -63,6 +63,24 @@ def render() -> str:
         "TerminateReason", "`session.terminate` reasons (agents.yaml).", agents["terminate_reasons"]
     )
     lines += _enum("TunEndReason", "`tun.end` reasons (agents.yaml).", agents["tun_end_reasons"])
+    lines += _enum(
+        "Goal",
+        "Goals an agent may ask the owner for (agents.yaml `goals`).",
+        [g["goal"] for g in agents["goals"]],
+    )
+    goal_msgs = [m[k] for m in agents["goal_messages"] for k in ("t", "answer", "push") if k in m]
+    lines += _enum("GoalMsg", "Goal request messages (agents.yaml `goal_messages`).", goal_msgs)
+    lines += _enum(
+        "AgentOp",
+        "Ops an agent may command within bounds (agents.yaml `agent_ops`).",
+        [o["op"] for o in agents["agent_ops"]],
+    )
+    lines += _enum(
+        "DurableOp", "Ops only the owner may do (agents.yaml `durable_ops`).", agents["durable_ops"]
+    )
+    lines += _enum(
+        "Mode", "Dispatch modes (registry.yaml `modes`).", [m["key"] for m in reg["modes"]]
+    )
     lines += _enum("SourceState", "Source states (registry.yaml).", reg["source_states"])
     lines += _enum("Resolution", "History resolutions (registry.yaml).", list(reg["resolutions"]))
     return "\n".join(lines) + "\n"

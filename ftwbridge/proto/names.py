@@ -141,6 +141,48 @@ class TunEndReason(StrEnum):
     CLOSED = "closed"
 
 
+class Goal(StrEnum):
+    """Goals an agent may ask the owner for (agents.yaml `goals`)."""
+
+    EV_TARGET = "ev_target"
+    SITE_MODE = "site_mode"
+
+
+class GoalMsg(StrEnum):
+    """Goal request messages (agents.yaml `goal_messages`)."""
+
+    GOAL_REQUEST = "goal.request"
+    GOAL_QUEUED = "goal.queued"
+    AGENT_DECIDED = "agent.decided"
+
+
+class AgentOp(StrEnum):
+    """Ops an agent may command within bounds (agents.yaml `agent_ops`)."""
+
+    LOADPOINT_HOLD = "loadpoint.hold"
+
+
+class DurableOp(StrEnum):
+    """Ops only the owner may do (agents.yaml `durable_ops`)."""
+
+    SITE_MODE_SET = "site.mode.set"
+
+
+class Mode(StrEnum):
+    """Dispatch modes (registry.yaml `modes`)."""
+
+    PLANNER_PASSIVE_ARBITRAGE = "planner_passive_arbitrage"
+    PLANNER_ARBITRAGE = "planner_arbitrage"
+    IDLE = "idle"
+    SELF_CONSUMPTION = "self_consumption"
+    PEAK_SHAVING = "peak_shaving"
+    CHARGE = "charge"
+    PLANNER_SELF = "planner_self"
+    PLANNER_CHEAP = "planner_cheap"
+    PRIORITY = "priority"
+    WEIGHTED = "weighted"
+
+
 class SourceState(StrEnum):
     """Source states (registry.yaml)."""
 

@@ -16,14 +16,27 @@ from typing import Any, Final
 
 import yaml
 
-from .names import Answer, Cap, Code, Read, Resolution, Scope, TerminateReason, TunEndReason
+from .names import (
+    Answer,
+    Cap,
+    Code,
+    GoalMsg,
+    Read,
+    Resolution,
+    Scope,
+    TerminateReason,
+    TunEndReason,
+)
 
 
 class Msg(StrEnum):
-    """Envelope `t` values of PROTOCOL.md parts A (upstream), B and C that no YAML file lists."""
+    """Envelope `t` values of PROTOCOL.md parts A (upstream), B, C and E that no YAML file lists
+    (`cmd`, `cmd.ack`, `cmd.result` are upstream's; E's goal messages are `names.GoalMsg`)."""
 
     HELLO = "hello"
     CMD = "cmd"
+    CMD_ACK = "cmd.ack"
+    CMD_RESULT = "cmd.result"
     HELLO_OK = "hello_ok"
     ERROR = "error"
     SESSION_TERMINATE = "session.terminate"
@@ -37,7 +50,7 @@ class Msg(StrEnum):
     CLAIM_OFFER = "claim.offer"
     AGENT_REQUEST = "agent.request"
     AGENT_DENIED = "agent.denied"
-    AGENT_DECIDED = "agent.decided"
+    AGENT_DECIDED = GoalMsg.AGENT_DECIDED.value  # listed in agents.yaml `goal_messages`
 
 
 def _load(name: str) -> Any:
@@ -130,6 +143,10 @@ READ_SCOPES: Final[frozenset[Scope]] = frozenset(
 SCOPE_DESC: Final[dict[Scope, str]] = {
     Scope(s["name"]): s["desc"] for s in [*_REGISTRY["scopes"], *_AGENTS.get("scopes", [])]
 }
+GOAL_REQUEST_SCOPE: Final[Scope] = Scope(
+    next(m["scope"] for m in _AGENTS["goal_messages"] if m.get("t") == GoalMsg.GOAL_REQUEST)
+)
+"""The scope `goal.request` needs (agents.yaml `goal_messages`): `ftw.goals.write`."""
 OP_SCOPE: Final[dict[str, Scope]] = {o["name"]: Scope(o["scope"]) for o in _REGISTRY["ops"]}
 ROSTER_CONTEXT: Final[bytes] = _AGENTS["roster"]["signing_context"].encode("ascii") + b"\x00"
 DOOR_CONTEXT: Final[bytes] = _AGENTS["roster"]["door_context"].encode("ascii") + b"\x00"

@@ -6,6 +6,24 @@ allows one in flight, gathers `hist.chunk`s until `hist.end`, matches answers to
 their own `id` only, and answers an unknown `t` that carries an id with `E_UNKNOWN_OP {t}`.
 An authentication failure or replay moves it to ERROR for good (STYLE habit 2); an
 undecodable frame or envelope is dropped, as the contract says.
+
+Control (PROTOCOL.md part E; message shapes in `proto/control.py`):
+
+- `command(op, args, cmd_id=..., now_ms=...)` sends `cmd` on lane 0. The command is the
+  session's one request in flight until its `cmd.result`: the `cmd.ack` in between comes out
+  of `receive` as an `Acked` event and does not end it; `cmd.result` comes out as a `Reply`
+  whose `body` is a `control.CmdResult`; an `error` answer (a refusal before acting) as
+  `Failed`. `expect.rev` is the newest `controlRev` the session has seen in any answer
+  (`control_rev`; None until one came: read `loadpoints.get` first), and `notValidAfterMs`
+  is computed from the newest box uptime seen (`uptimeMs` or `clock.uptimeMs` of an answer,
+  noted with the `now_ms` that `receive` was given) by `control.not_valid_after_ms`.
+- `goal.request` and `requests.get` go through `request`; their `Reply.body` is a
+  `control.GoalQueued` or a `control.RequestList`.
+- A control answer whose body breaks its shape, whose `cmdId` is not the command's, or whose
+  type is not one of the request's answers ends the call with `Failed(E_BAD_BODY)`.
+- `agent.decided` has no id: it comes out as `Push(t, control.Decided)` whatever is in flight
+  (a read stays in flight) and answers no call; a malformed one is dropped and counted in
+  `bad_pushes`.
 """
 
 from __future__ import annotations
@@ -14,10 +32,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from .control import BadBody, Cmd, CmdAck, CmdResult, Decided, GoalQueued, RequestList
+from .control import not_valid_after_ms as _nva
 from .envelope import MAX_ID, Envelope, decode_envelope
 from .errors import LocalProtocolError, RemoteProtocolError
 from .frame import DEFAULT_CONTROL_BUCKET, LANE_BULK, decode_frame, encode_frame, lane_for
-from .names import Answer, Code, Read
+from .names import Answer, Code, GoalMsg, Read
 from .noise import Transport, TransportKeys
 from .refusal import Refusal
 from .registry import Msg, peer_code, peer_retry_ms
@@ -98,13 +118,23 @@ class Terminated:
 
 @dataclass(frozen=True, slots=True)
 class Push:
-    """A message with no id; it answers no call (e.g. `agent.decided`)."""
+    """A message with no id; it answers no call. For `agent.decided`, `body` is a checked
+    `control.Decided`; for others (`hello_ok`, an id-less `error`) the raw body."""
 
     t: str
     body: Any
 
 
-SessionEvent = Reply | Failed | Terminated | Push
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """`cmd.ack` for command `id`: the box acted and holds a lease (`ack.expires_at_ms`, wall
+    clock). The command stays in flight until its `cmd.result` (a `Reply`)."""
+
+    id: int
+    ack: CmdAck
+
+
+SessionEvent = Reply | Failed | Terminated | Push | Acked
 
 _MAX_CHUNKS = 64
 """Most `hist.chunk`s one answer may bring (16 series x 2000 points fits well inside)."""
@@ -116,6 +146,7 @@ class _Pending:
     t: str
     chunks: list[Any] = field(default_factory=list)
     nbytes: int = 0
+    cmd_id: str | None = None
 
 
 class AgentSession:
@@ -133,6 +164,13 @@ class AgentSession:
         self._pending: _Pending | None = None
         self._outbox: list[bytes] = []
         self.stray_answers = 0
+        self.bad_pushes = 0
+        self.control_rev: int | None = None
+        """The newest `controlRev` seen in an answer (part E `expect.rev`), or None."""
+        self.box_uptime_ms: int | None = None
+        """The box uptime (ms) of the newest answer that carried one, or None."""
+        self.uptime_seen_at_ms: int | None = None
+        """The `now_ms` given to `receive` when `box_uptime_ms` came (the caller's clock)."""
 
     @property
     def busy(self) -> bool:
@@ -147,17 +185,60 @@ class AgentSession:
         """Start request `t` with `body`; returns (request id, transport message).
 
         Raises:
-            LocalProtocolError: the session is not OPEN, or a request is already in flight.
+            LocalProtocolError: the session is not OPEN, a request is already in flight, or
+                `t` is `cmd` (use `command`).
         """
+        if t == Msg.CMD:
+            raise LocalProtocolError("commands go through AgentSession.command")
+        return self._start(t, body, bulk=True)  # reads ride lane 1, as upstream
+
+    def _start(
+        self, t: str, body: Any, *, bulk: bool, cmd_id: str | None = None
+    ) -> tuple[int, bytes]:
         self._check_open()
         if self._pending is not None:
             raise LocalProtocolError("a request is already in flight on this session")
         rid = self._next_id
+        message = self._channel.wrap(Envelope(t, rid, body), bulk=bulk)
         self._next_id = 1 if rid >= MAX_ID else rid + 1
-        # reads ride lane 1, as upstream
-        message = self._channel.wrap(Envelope(t, rid, body), bulk=True)
-        self._pending = _Pending(rid, t)
+        self._pending = _Pending(rid, t, cmd_id=cmd_id)
         return rid, message
+
+    def not_valid_after_ms(self, now_ms: int) -> int:
+        """`notValidAfterMs` for a command sent at `now_ms` (the clock given to `receive`):
+        the newest box uptime seen plus the time since, plus 20 s (part E).
+
+        Raises:
+            LocalProtocolError: no answer has carried the box's uptime yet.
+        """
+        if self.box_uptime_ms is None:
+            raise LocalProtocolError("no box uptime seen yet: the session has had no hello_ok")
+        seen = self.uptime_seen_at_ms if self.uptime_seen_at_ms is not None else now_ms
+        return _nva(self.box_uptime_ms, now_ms - seen)
+
+    def command(
+        self,
+        op: str,
+        args: dict[str, Any],
+        *,
+        cmd_id: str,
+        now_ms: int,
+        expect_rev: int | None = None,
+    ) -> tuple[int, bytes]:
+        """Start command `op` with `args` (e.g. `control.Hold(...).to_args()`) as `cmd_id`
+        (`control.new_cmd_id`; the same id for a retry of the same call, part E) at `now_ms`
+        (the caller's clock, as given to `receive`); returns (request id, transport message)
+        on lane 0. `expect_rev` defaults to `control_rev`.
+
+        Raises:
+            LocalProtocolError: the session is not OPEN, a request is in flight, no
+                `controlRev` or box uptime has been seen, or the body cannot be encoded.
+        """
+        rev = self.control_rev if expect_rev is None else expect_rev
+        if rev is None:
+            raise LocalProtocolError("no controlRev seen yet: read loadpoints.get first")
+        cmd = Cmd(cmd_id, op, args, self.not_valid_after_ms(now_ms), rev)
+        return self._start(Msg.CMD, cmd.to_body(), bulk=False, cmd_id=cmd_id)
 
     def notify(self, t: str, body: Any = None) -> bytes:
         """A message without an id (`hello`); returns its transport message.
@@ -181,8 +262,9 @@ class AgentSession:
         out, self._outbox = self._outbox, []
         return out
 
-    def receive(self, message: bytes) -> list[SessionEvent]:
-        """Feed one transport message from the box; returns what it means.
+    def receive(self, message: bytes, *, now_ms: int | None = None) -> list[SessionEvent]:
+        """Feed one transport message from the box, received at `now_ms` (the caller's clock,
+        ms; only needed for commands' `notValidAfterMs`); returns what it means.
 
         Raises:
             LocalProtocolError: the session is not OPEN.
@@ -199,7 +281,20 @@ class AgentSession:
             return []
         if self._pending is not None and env.id == self._pending.id:
             self._pending.nbytes += len(message)
+        self._note(env, now_ms)
         return self._dispatch(env)
+
+    def _note(self, env: Envelope, now_ms: int | None) -> None:
+        """Keep the newest `controlRev` and box uptime an answer carries (part E)."""
+        if not isinstance(env.b, dict) or env.t == Msg.ERROR:
+            return
+        rev = env.b.get("controlRev")
+        if _uint(rev):
+            self.control_rev = rev
+        clock = env.b.get("clock")
+        up = clock.get("uptimeMs") if isinstance(clock, dict) else env.b.get("uptimeMs")
+        if _uint(up):
+            self.box_uptime_ms, self.uptime_seen_at_ms = up, now_ms
 
     def _dispatch(self, env: Envelope) -> list[SessionEvent]:
         if env.t == Msg.SESSION_TERMINATE:
@@ -208,6 +303,12 @@ class AgentSession:
             body = env.b if isinstance(env.b, dict) else {}
             return [Terminated(str(body.get("reason", "")))]
         if env.id is None:
+            if env.t == Msg.AGENT_DECIDED:
+                try:
+                    return [Push(env.t, Decided.parse(env.b))]
+                except BadBody:
+                    self.bad_pushes += 1
+                    return []
             return [Push(env.t, env.b)]
         if env.t != Msg.ERROR and env.t != Answer.HIST_CHUNK and not _is_known_answer(env.t):
             # An unknown type with an id: answer E_UNKNOWN_OP {t} (part A).
@@ -221,6 +322,8 @@ class AgentSession:
         if env.t == Msg.ERROR:
             self._pending = None
             return [_refusal(env)]
+        if pending.t in _CONTROL:
+            return self._control(pending, env)
         if env.t == Answer.HIST_CHUNK and pending.t == Read.HIST_QUERY:
             if len(pending.chunks) >= _MAX_CHUNKS:
                 self._pending = None
@@ -230,8 +333,45 @@ class AgentSession:
         self._pending = None
         return [Reply(env.id, env.t, env.b, tuple(pending.chunks), pending.nbytes)]
 
+    def _control(self, pending: _Pending, env: Envelope) -> list[SessionEvent]:
+        """An answer to `cmd`, `goal.request` or `requests.get`, checked (module docstring)."""
+        try:
+            if env.t not in _CONTROL[pending.t]:
+                raise BadBody("t", f"{env.t} does not answer {pending.t}")
+            if env.t == Msg.CMD_ACK:
+                ack = CmdAck.parse(env.b)
+                if ack.cmd_id != pending.cmd_id:
+                    raise BadBody("cmdId", "is not the command's")
+                return [Acked(pending.id, ack)]
+            body: Any
+            if env.t == Msg.CMD_RESULT:
+                body = CmdResult.parse(env.b)
+                if body.cmd_id != pending.cmd_id:
+                    raise BadBody("cmdId", "is not the command's")
+            elif env.t == GoalMsg.GOAL_QUEUED:
+                body = GoalQueued.parse(env.b)
+            else:
+                body = RequestList.parse(env.b)
+        except BadBody as exc:
+            self._pending = None
+            return [Failed(pending.id, Refusal(Code.E_BAD_BODY, {"field": exc.field}))]
+        self._pending = None
+        return [Reply(pending.id, env.t, body, (), pending.nbytes)]
 
-_KNOWN_ANSWERS = frozenset({*Answer, Msg.HELLO_OK})
+
+_CONTROL: dict[str, frozenset[str]] = {
+    Msg.CMD: frozenset({Msg.CMD_ACK, Msg.CMD_RESULT}),
+    GoalMsg.GOAL_REQUEST: frozenset({GoalMsg.GOAL_QUEUED}),
+    Read.REQUESTS_GET: frozenset({Answer.REQUESTS}),
+}
+"""Control requests and the answer types each may get (besides `error`)."""
+_KNOWN_ANSWERS = frozenset(
+    {*Answer, Msg.HELLO_OK, Msg.CMD_ACK, Msg.CMD_RESULT, GoalMsg.GOAL_QUEUED}
+)
+
+
+def _uint(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
 
 
 def _is_known_answer(t: str) -> bool:

@@ -190,7 +190,6 @@ def test_api_req_cmd_and_unknown_types() -> None:
     p = Pair()
     for t, body, want in [
         ("api.req", {"path": "/"}, (Code.E_OP_NOT_GRANTED, {"t": "api.req"})),
-        ("cmd", {"op": "battery.hold"}, (Code.E_OP_NOT_GRANTED, {"op": "battery.hold"})),
         ("future.thing", None, (Code.E_UNKNOWN_OP, {"t": "future.thing"})),
     ]:
         _rid, message = p.session.request(t, body)
@@ -275,8 +274,8 @@ def test_push_without_id_answers_no_call() -> None:
     p = Pair()
     rid, _ = p.session.request(Read.LIVE_GET.value)
     box_side = p.box._sessions[1].channel
-    events = p.session.receive(box_side.wrap(Envelope("agent.decided", None, {"req": "x"})))
-    assert events == [Push("agent.decided", {"req": "x"})] and p.session.busy
+    events = p.session.receive(box_side.wrap(Envelope("box.news", None, {"req": "x"})))
+    assert events == [Push("box.news", {"req": "x"})] and p.session.busy
     events = p.session.receive(box_side.wrap(Envelope("live", rid + 7, {})))
     assert events == [] and p.session.stray_answers == 1 and p.session.busy
 

@@ -19,8 +19,9 @@ import pytest
 import trio
 from wsproto.utilities import LocalProtocolError
 
-import stubbox.uplink
-from stubbox.uplink import StubHome, run_uplink
+import stubbox.dial
+from stubbox.dial import run_uplink
+from stubbox.uplink import StubHome
 
 
 async def test_a_websocket_error_of_one_connection_means_redial(
@@ -36,7 +37,7 @@ async def test_a_websocket_error_of_one_connection_means_redial(
         )
         yield  # an async generator, as trio-websocket's `open_websocket_url` is
 
-    monkeypatch.setattr(stubbox.uplink, "open_websocket_url", dial)
+    monkeypatch.setattr(stubbox.dial, "open_websocket_url", dial)
     stub = StubHome("h1", seed="h1")
     with trio.move_on_after(5):  # the backoff: 0.5 s doubling, jittered
         await run_uplink(stub, "ws://127.0.0.1:9/v1/box")
