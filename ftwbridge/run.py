@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from hypercorn.trio import serve as hypercorn_serve
 from quart import Response, request
+from quart_trio import QuartTrio
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
@@ -338,7 +339,8 @@ class Bridge:
             max_body_bytes=c.max_body_bytes,
             body_timeout_s=c.body_timeout_s,
         )
-        app.register_error_handler(StoreError, _store_unavailable)
+        assert isinstance(app.app, QuartTrio)  # everything but /v1/box
+        app.app.register_error_handler(StoreError, _store_unavailable)
         edge.install()  # one connection's fault ends that connection alone (ftwbridge/edge.py)
         hc = edge.EdgeConfig()
         hc.on_connection_fault = self.metrics.on_connection_fault
