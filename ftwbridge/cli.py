@@ -320,7 +320,7 @@ def _sentence(exc: BaseException, command: str, config: Config) -> str:
     text = str(exc)
     if isinstance(exc, sqlite3.DatabaseError):
         text = (
-            f"the database {Path(config.state_dir) / 'bridge.sqlite'} cannot be used ({exc});"
+            f"the database {sqlite_path(config.state_dir)} cannot be used ({exc});"
             " restore it from a backup, or move it aside to start with no homes, rosters or"
             " tokens"
         )
