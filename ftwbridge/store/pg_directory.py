@@ -20,6 +20,7 @@ import trio
 
 from .base import StoreError
 from .directory import Holder, OnLost
+from .events import Event
 from .postgres import Conn, PgStore
 
 T = TypeVar("T")
@@ -181,6 +182,19 @@ class PgDirectory:
         for home in lost:
             del self._held[home]
         return lost
+
+    def hear(self, event: Event) -> str | None:
+        """A `takeover` event (`ftwbridge.store.events`): the home, when it was this
+        instance's and another instance has claimed it since (the caller closes its uplink,
+        4409, at once rather than at the next renewal), else None. Pure: no I/O."""
+        if event.kind != "takeover" or event.fields.get("instance") == self.instance_id:
+            return None
+        held = self._held.get(event.home)
+        epoch = event.fields.get("epoch")
+        if held is None or not isinstance(epoch, int) or epoch <= held:
+            return None
+        del self._held[event.home]
+        return event.home
 
     async def claim(self, home: str) -> int:
         """See `Directory.claim`: one upsert that takes the home's next epoch.

@@ -14,6 +14,7 @@ import trio
 
 from ftwbridge.store import StoreError
 from ftwbridge.store.directory import Directory, Holder, LocalDirectory, OnLost
+from ftwbridge.store.events import Event, Events
 from ftwbridge.store.pg_directory import PgDirectory
 from ftwbridge.store.postgres import PgStore
 
@@ -156,3 +157,36 @@ async def test_an_instance_id_in_use_is_refused_and_a_restart_frees_old_claims(
     async with instance(pg_url, "a", clock) as again:  # the same id, restarted
         assert await again.holder("h1") is None  # its earlier uplinks are gone with it
         assert await again.claim("h1") == 2
+
+
+async def test_a_takeover_event_is_heard_by_the_old_holder_at_once(pg_url: str) -> None:
+    clock = Clock()
+    store = PgStore(pg_url, connections=2)
+    await store.start()
+    heard: trio.MemorySendChannel[Event]
+    heard, events = trio.open_memory_channel[Event](10)
+
+    async def gap() -> None:
+        raise AssertionError("no gap in this test")
+
+    try:
+        async with (
+            instance(pg_url, "a", clock) as a,
+            instance(pg_url, "b", clock) as b,
+            trio.open_nursery() as nursery,
+        ):
+            await nursery.start(Events(store).serve, heard.send, gap)
+            await a.claim("h1")
+            await a.claim("h2")
+            with trio.fail_after(10):  # a's own claims: nothing lost
+                for _ in range(2):
+                    assert a.hear(await events.receive()) is None
+            await b.claim("h1")
+            with trio.fail_after(10):
+                assert a.hear(await events.receive()) == "h1"  # before any renewal
+            assert await a.renew() == []  # said once: the renewal finds nothing more
+            assert a.hear(Event("takeover", "h2", {"epoch": 1, "instance": "b"})) is None  # stale
+            assert a.hear(Event("roster", "h2", {"seq": 9})) is None
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
