@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo test lint typecheck unit peers browser bench bench-profile bench-instructions soak clean
+.PHONY: demo test lint typecheck unit peers browser postgres bench bench-profile bench-instructions soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,12 @@ peers: $(PEERS)
 browser:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
-unit: $(STAMP) $(PEERS) browser
+# Debian's PostgreSQL server programs for the store tests (tests/store/pgserver.py starts a
+# throwaway server from them; the package's own cluster service is not used).
+postgres:
+	command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql)
+
+unit: $(STAMP) $(PEERS) browser postgres
 	$(BIN)/python -m pytest -q -W error
 
 test: lint typecheck unit

@@ -6,6 +6,7 @@
   ftwbridge home enroll --home H --key HEX       enroll a home's Ed25519 public key
   ftwbridge agent create --home H                have the keys part make a new agent key
   ftwbridge token issue --home H --agent A       mint a development token for a listed agent
+  ftwbridge db migrate                           bring database_url's schema up to date
   ftwbridge demo [--once] [--port N]             a home, the bridge and an assistant reading it
 
 `--config` may stand before or after the command; without it, settings come from the
@@ -35,7 +36,7 @@ from ftwbridge.keys.service import KeysError
 from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
 from ftwbridge.logs import configure_logging
 from ftwbridge.proto.roster import RosterRefused, verify_roster
-from ftwbridge.store import SqliteStore
+from ftwbridge.store import BridgeStore, StoreError, open_store, sqlite_path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     issue.add_argument("--home", required=True)
     issue.add_argument("--agent", required=True, help="the agent's id in the home's roster")
+    db = sub.add_parser("db", help="the PostgreSQL store").add_subparsers(
+        dest="action", required=True
+    )
+    db.add_parser(
+        "migrate", help="apply the schema migrations database_url lacks", parents=[common]
+    )
     demo = sub.add_parser(
         "demo", help="a home, the bridge and an assistant reading it", parents=[common]
     )
@@ -134,7 +141,7 @@ async def _enroll(config: Config, home: str, key_hex: str) -> int:
         key = b""
     if len(key) != 32:
         raise StartupError("the home's key must be 32 bytes of hex (64 characters)")
-    store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
+    store = await _started_store(config)
     try:
         before = await store.home_key(home)
         await store.enroll_home(home, key)
@@ -154,9 +161,10 @@ async def _enroll(config: Config, home: str, key_hex: str) -> int:
 
 
 async def _agent_create(config: Config, home: str) -> int:
-    database = Path(config.state_dir) / "bridge.sqlite"
-    if database.is_file():  # a key for a home the bridge does not know would serve no one
-        store = SqliteStore(database)
+    database = sqlite_path(config.state_dir)
+    if config.database_url is not None or database.is_file():
+        # a key for a home the bridge does not know would serve no one
+        store = await _started_store(config)
         try:
             enrolled = await store.home_key(home) is not None
         finally:
@@ -178,16 +186,64 @@ async def _agent_create(config: Config, home: str) -> int:
     return 0
 
 
+async def _started_store(config: Config) -> BridgeStore:
+    """The configuration's store, started (PostgreSQL: connected and migrated).
+
+    Raises:
+        StartupError: the database cannot be reached or migrated (names `database_url`).
+    """
+    store = open_store(config.database_url, config.state_dir)
+    try:
+        await store.start()
+    except StoreError as exc:
+        store.close()
+        raise StartupError(str(exc), setting="database_url") from None
+    return store
+
+
+async def _migrate(config: Config) -> int:
+    """`ftwbridge db migrate`: apply the migrations `database_url` lacks (`store.migrate`);
+    prints one line per file applied, or that there was none to apply."""
+    if config.database_url is None:
+        raise StartupError(
+            "db migrate works on PostgreSQL and database_url is not set (the SQLite store in"
+            " state_dir makes its own schema)",
+            setting="database_url",
+        )
+    from ftwbridge.store.postgres import PgStore
+
+    store = PgStore(config.database_url)
+    try:
+        applied = await store.start()
+    except StoreError as exc:
+        raise StartupError(str(exc), setting="database_url") from None
+    finally:
+        store.close()
+    for name in applied:
+        print(f"applied {name}")
+    if not applied:
+        print(f"{store.where} is up to date; nothing to apply")
+    return 0
+
+
 async def _issue(config: Config, home: str, agent: str) -> int:
-    database = Path(config.state_dir) / "bridge.sqlite"
-    if not database.is_file():  # never leave an empty database behind a mistyped state_dir
+    database = sqlite_path(config.state_dir)
+    if config.database_url is None and not database.is_file():
+        # never leave an empty database behind a mistyped state_dir
         raise StartupError(
             f"no bridge state is in {config.state_dir} (no bridge.sqlite there): enroll a home"
             " and run the bridge with this state folder first, or point --config or state_dir"
             " at the folder the bridge uses"
         )
-    store = SqliteStore(database)
+    from ftwbridge.run import Bridge
+
+    bridge = Bridge(config)
+    store = bridge.store
     try:
+        try:
+            await store.start()
+        except StoreError as exc:
+            raise StartupError(str(exc), setting="database_url") from None
         held, key = await store.roster(home), await store.home_key(home)
         if held is None or key is None:
             raise StartupError(
@@ -201,14 +257,7 @@ async def _issue(config: Config, home: str, agent: str) -> int:
             ) from None
         for agent_key, grant in roster.agents().items():
             if grant.id == agent:
-                from ftwbridge.run import Bridge
-
-                bridge = Bridge(config)
-                try:
-                    token = await bridge.issue_token(home, agent_key, agent, grant.scopes)
-                finally:
-                    bridge.store.close()
-                print(token)
+                print(await bridge.issue_token(home, agent_key, agent, grant.scopes))
                 return 0
         raise StartupError(
             f"the roster of home {home!r} lists no agent {agent!r}: its owner approves it at home"
@@ -244,9 +293,10 @@ def _writable_state_dir(config: Config) -> None:
         ) from None
 
 
-STARTUP_ERRORS = (StartupError, StateFileError, ConfigError, sqlite3.DatabaseError)
+STARTUP_ERRORS = (StartupError, StateFileError, ConfigError, sqlite3.DatabaseError, StoreError)
 """Errors whose message is the one sentence an operator reads (exit status 2); SQLite's
-(a damaged `bridge.sqlite`) gets the file's name and what to do added (`_sentence`)."""
+(a damaged `bridge.sqlite`) gets the file's name and what to do added (`_sentence`); the
+PostgreSQL store's (`StoreError`: it went away under a running command) names the database."""
 
 
 def _startup_error(exc: BaseException) -> BaseException | None:
@@ -270,7 +320,7 @@ def _sentence(exc: BaseException, command: str, config: Config) -> str:
     text = str(exc)
     if isinstance(exc, sqlite3.DatabaseError):
         text = (
-            f"the database {Path(config.state_dir) / 'bridge.sqlite'} cannot be used ({exc});"
+            f"the database {sqlite_path(config.state_dir)} cannot be used ({exc});"
             " restore it from a backup, or move it aside to start with no homes, rosters or"
             " tokens"
         )
@@ -308,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         ("home", "enroll"): lambda: _enroll(config, args.home, args.key),
         ("agent", "create"): lambda: _agent_create(config, args.home),
         ("token", "issue"): lambda: _issue(config, args.home, args.agent),
+        ("db", "migrate"): lambda: _migrate(config),
     }
     if args.command == "demo":
         from ftwbridge.demo import run_demo

@@ -88,6 +88,10 @@ class Config(BaseModel):
     state_dir: Path = Path("state")
     """Where SQLite and the keys part's key file live; relative in a config file means
     relative to that file's folder (`load_config`)."""
+    database_url: str | None = None
+    """PostgreSQL to keep the state in, a libpq URL (`postgresql://user:password@host:5432/db`)
+    shared by every instance of a cluster; the schema is migrated at start (docs/operations.md,
+    "Many instances"). None keeps it in SQLite in `state_dir`, one process (the default)."""
     keys_socket: Path | None = None
     """Unix socket of a separate keys-part process; None runs the keys part in-process."""
     allowed_origins: tuple[str, ...] = ()
@@ -219,6 +223,17 @@ class Config(BaseModel):
             raise ValueError(f"must be an http:// or https:// URL (got {value!r})")
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        """A URL libpq reads as PostgreSQL's, checked at load rather than at connect; the
+        message never repeats the value, which may hold a password."""
+        if value is not None and not re.match(r"postgres(ql)?://", value.strip()):
+            raise ValueError(
+                "must be a PostgreSQL URL such as postgresql://user:password@host:5432/ftwbridge"
+            )
+        return None if value is None else value.strip()
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _level(cls, value: Any) -> Any:
@@ -243,7 +258,9 @@ class Config(BaseModel):
             )
         return self
 
-    @field_validator("admin_bind", "keys_socket", "test_anonymous_token", mode="before")
+    @field_validator(
+        "admin_bind", "keys_socket", "database_url", "test_anonymous_token", mode="before"
+    )
     @classmethod
     def _none_words(cls, value: Any) -> Any:
         """TOML has no null and the environment only text: "" or "none" turns a setting off."""
@@ -268,6 +285,8 @@ class Config(BaseModel):
     """host:port of the admin listener (/metrics, /healthz, /readyz); None turns it off."""
 
 
+SECRET_SETTINGS = ("database_url",)
+"""Settings whose value may hold a password: an error about one never repeats it."""
 PATH_KEYS = ("state_dir", "keys_socket")
 """Settings that are paths: relative in a config file means relative to the file's folder."""
 
@@ -352,7 +371,8 @@ def _one_sentence(exc: pydantic.ValidationError, origin: dict[str, str], path: P
         key = str(error["loc"][0]) if error["loc"] else ""
         msg = str(error["msg"]).removeprefix("Value error, ")
         msg = re.sub(r"^Input should be", "must be", msg)
-        got = "" if "(got " in msg or not key else f" (got {error['input']!r})"
+        shown = "(got " in msg or not key or key in SECRET_SETTINGS
+        got = "" if shown else f" (got {error['input']!r})"
         if key:
             source = origin.get(key) or (str(path) if path else "the defaults")
             parts.append(f"{key} {msg}{got} in {source}")

@@ -7,16 +7,19 @@ is known), starts the pool, then hypercorn's trio worker, and reports the `Bridg
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import socket
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.trio import serve as hypercorn_serve
+from quart import Response, request
+from quart_trio import QuartTrio
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
@@ -36,7 +39,10 @@ from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
-from ftwbridge.store import SqliteStore
+from ftwbridge.store import BridgeStore, StoreError, open_store
+
+if TYPE_CHECKING:
+    from ftwbridge.store.events import Event
 
 log = logging.getLogger("ftwbridge")
 
@@ -50,6 +56,28 @@ HTTP_STOP_S = 3.0
 def wall_ms() -> int:
     """The bridge's wall clock: ms since the Unix epoch."""
     return time.time_ns() // 1_000_000
+
+
+JSONRPC_INTERNAL_ERROR = -32603
+"""JSON-RPC 2.0's "Internal error" code (jsonrpc.org/specification, section 5.1)."""
+STORE_RETRY_AFTER_S = 5
+"""The `Retry-After` of a request refused because the database does not answer, seconds."""
+
+
+async def _store_unavailable(exc: StoreError) -> Response:
+    """A request that needed the database while it does not answer (`StoreError`): 503 with
+    `Retry-After`, in the protocol's own form: a JSON-RPC error at `/mcp`, an OAuth error
+    `temporarily_unavailable` (RFC 6749 section 4.1.2.1) elsewhere. The words name no host;
+    the log line does."""
+    log.warning("%s %s refused: %s", request.method, request.path, exc)
+    words = "the bridge's database does not answer; try again in a few seconds"
+    body: dict[str, Any] = (
+        {"jsonrpc": "2.0", "id": None, "error": {"code": JSONRPC_INTERNAL_ERROR, "message": words}}
+        if request.path == "/mcp"
+        else {"error": "temporarily_unavailable", "error_description": words}
+    )
+    headers = {"retry-after": str(STORE_RETRY_AFTER_S), "cache-control": "no-store"}
+    return Response(json.dumps(body), 503, {"content-type": "application/json", **headers})
 
 
 class _Homes:
@@ -119,7 +147,7 @@ class Bridge:
         self.config = config
         self.clock = clock
         self.site = Site(config.site_url)
-        self.store = SqliteStore(Path(config.state_dir) / "bridge.sqlite")
+        self.store: BridgeStore = open_store(config.database_url, Path(config.state_dir))
         if keys is None:
             keys = (
                 KeysService(Path(config.state_dir) / "agent-keys.json")
@@ -180,6 +208,27 @@ class Bridge:
             await self.store.withdraw_agent_tokens(home, key)
             await self.store.drop_refresh_of_agent(home, key)
 
+    async def _on_event(self, event: Event) -> None:
+        """An event another instance (or the command line) made, on PostgreSQL
+        (`ftwbridge.store.events`): a revocation drops every cached token now, an enrolment
+        has the door compare its home keys now. A database that fails meanwhile is logged."""
+        try:
+            if event.kind == "revoke":
+                self.tokens.clear()
+            elif event.kind == "enroll":
+                await self.door.check_home_keys()
+        except StoreError as exc:
+            log.warning("event %s of home %s not applied: %s", event.kind, event.home, exc)
+
+    async def _on_gap(self) -> None:
+        """Events were lost with the LISTEN connection: drop the cached tokens and compare
+        the home keys before trusting either again."""
+        self.tokens.clear()
+        try:
+            await self.door.check_home_keys()
+        except StoreError as exc:
+            log.warning("home keys not compared after the events' gap: %s", exc)
+
     async def issue_token(
         self,
         home: str,
@@ -203,6 +252,8 @@ class Bridge:
         try:
             with trio.fail_after(2):
                 await self.store.home_key("")
+        except StoreError as exc:
+            return str(exc)
         except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
             return f"the store does not answer ({type(exc).__name__})"
         try:
@@ -245,7 +296,24 @@ class Bridge:
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Run until cancelled; reports `self` once the listener accepts connections."""
+        """Run until cancelled; reports `self` once the listener accepts connections. The
+        store is started first (PostgreSQL: connected and migrated) and closed at the end.
+
+        Raises:
+            StartupError: the store cannot be started (`database_url`), or a listener
+                cannot bind.
+        """
+        try:
+            try:
+                for name in await self.store.start():
+                    log.info("database migration applied: %s", name)
+            except StoreError as exc:
+                raise StartupError(str(exc), setting="database_url") from None
+            await self._serve(task_status)
+        finally:
+            self.store.close()
+
+    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
         c = self.config
         warning = c.url_warning()
         if warning is not None:
@@ -288,6 +356,8 @@ class Bridge:
             max_body_bytes=c.max_body_bytes,
             body_timeout_s=c.body_timeout_s,
         )
+        assert isinstance(app.app, QuartTrio)  # everything but /v1/box
+        app.app.register_error_handler(StoreError, _store_unavailable)
         edge.install()  # one connection's fault ends that connection alone (ftwbridge/edge.py)
         hc = edge.EdgeConfig()
         hc.on_connection_fault = self.metrics.on_connection_fault
@@ -310,27 +380,30 @@ class Bridge:
             ahost, aport = admin_sock.getsockname()[:2]
             self.admin_url = f"http://{ahost}:{aport}"
             admin_fd = admin_sock.detach()
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                await nursery.start(self.pool.run)
-                await nursery.start(self.door.apply_rosters)
-                await nursery.start(self.door.watch_home_keys)  # `home enroll` beside it
-                await nursery.start(self._serve_http, app, hc)
-                if admin_fd is not None:
-                    ac = edge.EdgeConfig()
-                    ac.on_connection_fault = self.metrics.on_connection_fault
-                    ac.connections = self.metrics.listener("admin")
-                    ac.bind = [f"fd://{admin_fd}"]
-                    ac.accesslog = None
-                    ac.errorlog = hc.errorlog
-                    ac.graceful_timeout = 1.0
-                    admin = create_admin_app(self.metrics, self.not_ready)
-                    await nursery.start(hypercorn_serve, admin, ac)
-                log.info("bridge up at %s", self.site.public_url)
-                why = await self.not_ready()
-                if why is not None:  # serving anyway: the part may come up later
-                    log.warning("not ready: %s; calls that need it are refused until it does", why)
-                task_status.started(self)
-        finally:
-            self.store.close()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.pool.run)
+            await nursery.start(self.door.apply_rosters)
+            await nursery.start(self.door.watch_home_keys)  # `home enroll` beside it
+            if c.database_url is not None:  # other instances' revocations and enrolments
+                from ftwbridge.store.events import Events
+                from ftwbridge.store.postgres import PgStore
+
+                assert isinstance(self.store, PgStore)
+                await nursery.start(Events(self.store).serve, self._on_event, self._on_gap)
+            await nursery.start(self._serve_http, app, hc)
+            if admin_fd is not None:
+                ac = edge.EdgeConfig()
+                ac.on_connection_fault = self.metrics.on_connection_fault
+                ac.connections = self.metrics.listener("admin")
+                ac.bind = [f"fd://{admin_fd}"]
+                ac.accesslog = None
+                ac.errorlog = hc.errorlog
+                ac.graceful_timeout = 1.0
+                admin = create_admin_app(self.metrics, self.not_ready)
+                await nursery.start(hypercorn_serve, admin, ac)
+            log.info("bridge up at %s", self.site.public_url)
+            why = await self.not_ready()
+            if why is not None:  # serving anyway: the part may come up later
+                log.warning("not ready: %s; calls that need it are refused until it does", why)
+            task_status.started(self)

@@ -1,11 +1,9 @@
-"""The keys part in both modes, the SQLite store, the CLI, and the project's import rules."""
+"""The keys part in both modes, the CLI, and the project's import rules (the store: tests/store)."""
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import os
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -17,7 +15,6 @@ import trio
 from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
 from ftwbridge.keys.service import KeysError
 from ftwbridge.proto.noise import Responder, generate_static
-from ftwbridge.store import SqliteStore, TokenRecord, hash_token
 from tests.e2e.env import TOOL_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,43 +51,6 @@ async def test_keys_part(mode: str, tmp_path: Path, nursery: trio.Nursery) -> No
     assert await port.sync("h1", frozenset()) == [key]
     assert not await port.has(key)
     assert KeysService(tmp_path / "keys.json")._keys == {}  # forgotten at rest too
-
-
-async def test_sqlite_store(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "s.sqlite")
-    await store.enroll_home("h1", b"k" * 32)
-    assert await store.home_key("h1") == b"k" * 32 and await store.home_key("h2") is None
-    await store.put_roster("h1", 3, b"roster")
-    assert await store.roster("h1") == (3, b"roster")
-    rec = TokenRecord("h1", "a1", b"a" * 32, ("ftw.live.read",), "http://x/mcp", "c", 123)
-    await store.put_token(hash_token("t"), rec)
-    assert await store.token(hash_token("t")) == rec
-    assert await store.withdraw_agent_tokens("h1", b"a" * 32) == 1
-    assert await store.token(hash_token("t")) == dataclasses.replace(rec, withdrawn=True)
-    assert await store.drop_agent_tokens("h1", b"a" * 32) == 1
-    assert await store.token(hash_token("t")) is None
-    store.close()
-
-
-async def test_a_database_from_before_withdrawn_tokens_is_upgraded(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite"
-    db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TABLE tokens (hash BLOB PRIMARY KEY, home TEXT NOT NULL, agent_id TEXT NOT NULL,"
-        " agent_key BLOB NOT NULL, scopes TEXT NOT NULL, resource TEXT NOT NULL,"
-        " client TEXT NOT NULL, expires_at_ms INTEGER NOT NULL)"
-    )
-    db.execute(
-        "INSERT INTO tokens VALUES (?, 'h1', 'a1', ?, '[]', 'http://x/mcp', 'c', 5)",
-        (hash_token("old"), b"a" * 32),
-    )
-    db.commit()
-    db.close()
-    store = SqliteStore(path)
-    record = await store.token(hash_token("old"))
-    assert record is not None and not record.withdrawn
-    assert await store.withdraw_agent_tokens("h1", b"a" * 32) == 1
-    store.close()
 
 
 def _module(path: Path) -> str:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+
+class StoreError(Exception):
+    """The store cannot be used: its database cannot be reached, refuses the connection, or a
+    query failed on the way (PostgreSQL down or restarting, a wrong `database_url`). The
+    message is one sentence naming the database (never its password) and what went wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +67,54 @@ class Store(Protocol):
     async def withdraw_agent_tokens(self, home: str, agent_key: bytes) -> int:
         """Mark every token of one agent at one home withdrawn (a roster dropped the agent);
         returns how many."""
+
+
+class BridgeStore(Store, Protocol):
+    """Everything one bridge process keeps: `Store` (homes, rosters, access tokens) plus the
+    OAuth state (`ftwbridge.oauth.model.OAuthStore`: registered clients, refresh tokens), and
+    the store's own lifetime. `SqliteStore` and `PgStore` both are one."""
+
+    async def start(self) -> list[str]:
+        """Connect and bring the schema up to date; returns the names of the migrations it
+        applied (none for SQLite, whose schema is made at open).
+
+        Raises:
+            StoreError: the database cannot be reached or migrated.
+        """
+
+    def close(self) -> None:
+        """Release the database (connections, file); the store is not used after."""
+
+    async def put_client(
+        self, client_id: str, metadata: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """Keep a registered OAuth client (RFC 7591) until `expires_at_ms`."""
+
+    async def client(self, client_id: str, now_ms: int) -> dict[str, Any] | None:
+        """A registered client's metadata, or None when unknown or expired."""
+
+    async def purge_clients(self, now_ms: int) -> None:
+        """Delete expired client registrations."""
+
+    async def refresh_record(self, token_hash: bytes, now_ms: int) -> dict[str, Any] | None:
+        """A live refresh token's record, without using it."""
+
+    async def put_refresh(
+        self, token_hash: bytes, family: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """Keep a refresh token's hash in its rotation family (RFC 9700 section 4.14.2)."""
+
+    async def use_refresh(
+        self, token_hash: bytes, now_ms: int
+    ) -> tuple[str, bool, dict[str, Any]] | None:
+        """Mark a live refresh token used, atomically; returns (family, whether it was already
+        used, record), or None for an unknown or expired one."""
+
+    async def drop_family(self, family: str) -> None:
+        """Revoke a whole refresh-token family."""
+
+    async def drop_token(self, token_hash: bytes) -> int:
+        """Delete one access token by its hash; returns how many rows went (0 or 1)."""
+
+    async def drop_refresh_of_agent(self, home: str, agent_key: bytes) -> None:
+        """Revoke every refresh token of one agent at one home."""

@@ -60,6 +60,10 @@ class SqliteStore:
             self._db.execute("ALTER TABLE tokens ADD COLUMN withdrawn INTEGER NOT NULL DEFAULT 0")
         self._lock = threading.Lock()
 
+    async def start(self) -> list[str]:
+        """See `BridgeStore.start`: the schema was made at open; nothing to apply."""
+        return []
+
     def close(self) -> None:
         """Close the database."""
         self._db.close()
@@ -197,16 +201,19 @@ class SqliteStore:
     async def use_refresh(
         self, token_hash: bytes, now_ms: int
     ) -> tuple[str, bool, dict[str, Any]] | None:
-        """Mark a refresh token used; returns (family, was it already used, record) or None."""
+        """See `BridgeStore.use_refresh` (atomic across processes on the file, too)."""
 
         def work(db: sqlite3.Connection) -> tuple[str, bool, dict[str, Any]] | None:
-            row = db.execute(
-                "SELECT family, used, record FROM refresh_tokens WHERE hash = ? AND expires_at_ms > ?",
-                (token_hash, now_ms),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute("UPDATE refresh_tokens SET used = 1 WHERE hash = ?", (token_hash,))
+            # one write transaction: another process on the file cannot read it unused between
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                row = db.execute(
+                    "SELECT family, used, record FROM refresh_tokens WHERE hash = ? AND expires_at_ms > ?",
+                    (token_hash, now_ms),
+                ).fetchone()
+                if row is None:
+                    return None
+                db.execute("UPDATE refresh_tokens SET used = 1 WHERE hash = ?", (token_hash,))
             return str(row[0]), bool(row[1]), dict(json.loads(row[2]))
 
         return await self._run(work)

@@ -1,0 +1,66 @@
+"""Fixtures of the store tests: one throwaway PostgreSQL server per test session, and `store`,
+which runs a test once on SQLite and once on PostgreSQL (a fresh database for each test)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ftwbridge.store import BridgeStore, SqliteStore
+from tests.store.pgserver import PgServer, postgres_bin, running_postgres
+
+OpenSame = Callable[[], BridgeStore]
+
+NO_POSTGRES = (
+    "PostgreSQL is not installed here (no initdb/pg_ctl on PATH or in /usr/lib/postgresql):"
+    " `make postgres` installs Debian's postgresql; the PostgreSQL cases are skipped"
+)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A PostgreSQL server for the whole test session, stopped at its end."""
+    bindir = postgres_bin()
+    if bindir is None:
+        pytest.skip(NO_POSTGRES)
+    with running_postgres(bindir) as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """The URL of a new, empty database of its own for one test."""
+    return pg_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_same(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenSame]:
+    """Opens stores on one database (as two bridge processes would): SQLite in `tmp_path`, or
+    PostgreSQL in a database of this test's own. Every store it made is closed at the end."""
+    opened: list[BridgeStore] = []
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+
+    def open_one() -> BridgeStore:
+        if request.param == "sqlite":
+            made: BridgeStore = SqliteStore(tmp_path / "bridge.sqlite")
+        else:
+            from ftwbridge.store.postgres import PgStore
+
+            made = PgStore(url)
+        opened.append(made)
+        return made
+
+    yield open_one
+    for made in opened:
+        made.close()
+
+
+@pytest.fixture
+async def store(open_same: OpenSame) -> BridgeStore:
+    """A started, empty store, once on SQLite and once on PostgreSQL."""
+    made = open_same()
+    await made.start()
+    return made

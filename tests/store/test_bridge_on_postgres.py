@@ -1,0 +1,218 @@
+"""The whole bridge on PostgreSQL, as an operator runs it: `ftwbridge db migrate`, `home
+enroll`, `serve`, `agent create` and `token issue` as processes sharing one
+`database_url`, a stub home dialing the door, and the official `mcp` client reading `status`.
+The command line's refusals about the database are one sentence each, with no password.
+Every wait is bounded (`BOUND_S`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal, overload
+
+import trio
+
+from ftwbridge.demo import console, start_stub
+from ftwbridge.store.migrate import bundled
+from ftwbridge.store.postgres import PgStore
+from tests.test_cli import _free_port, ftwbridge, refused
+
+BOUND_S = 60.0
+"""Bound on the whole scenario and on each process's first line, seconds (a loaded machine)."""
+HOME = "pg-home"
+
+
+def _env(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
+    env.update({"FTWBRIDGE_" + k.upper(): v for k, v in settings.items()})
+    return env
+
+
+async def _command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """`python -m ftwbridge ARGS` to its end, without blocking trio."""
+    return await trio.run_process(
+        [sys.executable, "-m", "ftwbridge", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+async def _started(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> str:
+    """Start `argv` (its standard input a pipe it watches); returns its first line."""
+    proc: trio.Process = await nursery.start(
+        functools.partial(
+            trio.run_process, argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+    )
+    assert proc.stdout is not None
+    buf = b""
+    while b"\n" not in buf:
+        chunk = await proc.stdout.receive_some(4096)
+        assert chunk, f"{argv[3:5]} exited before it started"
+        buf += chunk
+    return buf.split(b"\n", 1)[0].decode()
+
+
+def test_the_command_line_says_in_one_sentence_what_is_wrong_with_the_database(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()  # nothing listens there
+    env = _env(database_url=f"postgresql://ftw:hunter2@127.0.0.1:{port}/ftw", admin_bind="none")
+    sentence = refused(
+        ftwbridge("serve", cwd=tmp_path, env=env),
+        f"PostgreSQL database ftw at 127.0.0.1:{port} does not answer",
+        "change database_url",
+    )
+    assert "hunter2" not in sentence
+    refused(
+        ftwbridge("db", "migrate", cwd=tmp_path, env=_env()),
+        "database_url is not set",
+        "FTWBRIDGE_DATABASE_URL",
+    )
+
+
+async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    port = _free_port()  # `token issue` binds its token to the resource the bridge serves
+    env = _env(
+        database_url=pg_url,
+        state_dir=str(tmp_path / "state"),
+        bind=f"127.0.0.1:{port}",
+        public_url=f"http://127.0.0.1:{port}",
+        admin_bind="none",
+    )
+    with trio.fail_after(BOUND_S):
+        key_line = await trio.run_process(
+            [sys.executable, "-m", "stubbox", "--home", HOME, "--seed", HOME, "--print-key"],
+            capture_stdout=True,
+        )
+        home_key = json.loads(key_line.stdout)["homeKey"]
+        migrated = await _command("db", "migrate", env=env)
+        names = [m.name for m in bundled()]
+        assert migrated.stdout.decode().splitlines() == [f"applied {n}" for n in names], migrated
+        enrolled = await _command("home", "enroll", "--home", HOME, "--key", home_key, env=env)
+        assert enrolled.stdout == f"enrolled {HOME}\n".encode(), enrolled
+        async with trio.open_nursery() as nursery:
+            me = [sys.executable, "-m", "ftwbridge"]
+            line = await _started(nursery, [*me, "serve", "--exit-with-parent"], env)
+            url = line.removeprefix("ftwbridge serving ")
+            door = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+            _stub, stub_line = await start_stub(nursery, door, home=HOME)
+            # the key file in state_dir, which the bridge's in-process keys part picks up
+            created = await _command("agent", "create", "--home", HOME, env=env)
+            assert created.returncode == 0, created
+            agent_key = created.stdout.decode().strip()
+            await console(
+                stub_line["console"],
+                {
+                    "op": "put_agent",
+                    "key": agent_key,
+                    "id": "agent-pg",
+                    "client": "test",
+                    "name": "Test assistant",
+                    "scopes": ["ftw.live.read"],
+                    "ops": [],
+                    "caps": {},
+                    "expiresAtMs": 10**13,
+                },
+            )
+            # `token issue` reads the roster from PostgreSQL, where the bridge's roster applier
+            # puts it soon after the box sent it; nothing outside the bridge announces that
+            # moment, so the command is run again (each run takes a process start) until then.
+            while True:
+                issued = await _command(
+                    "token", "issue", "--home", HOME, "--agent", "agent-pg", env=env
+                )
+                if issued.returncode == 0 or b"lists no agent" not in issued.stderr:
+                    break
+            assert issued.returncode == 0, issued
+            token = issued.stdout.decode().strip()
+            result = await _status(url, token)
+            assert not result.is_error, result
+            assert result.structured_content is not None and "pv_w" in json.dumps(
+                result.structured_content
+            )
+            # another instance revokes the agent: this one drops its cached token at once
+            # (the event), where its cache alone would keep honouring it for 30 s
+            assert await _raw_call(url, token) != 401
+            other = PgStore(pg_url)
+            await other.start()
+            try:
+                assert await other.drop_agent_tokens(HOME, bytes.fromhex(agent_key)) == 1
+            finally:
+                other.close()
+            for _attempt in range(100):
+                if await _raw_call(url, token) == 401:
+                    break
+                await trio.sleep(0.05)
+            else:
+                raise AssertionError("the revoked token was still honoured after 5 s")
+            # the database goes away: what needs it is refused in words, the bridge lives on
+            await trio.to_thread.run_sync(_allow_connections, pg_url, False)
+            status, body = await _raw_call(url, token, body=True)
+            assert status == 503, body
+            assert body["error"]["code"] == -32603
+            assert "database does not answer" in body["error"]["message"]
+            await trio.to_thread.run_sync(_allow_connections, pg_url, True)
+            for _attempt in range(150):  # the pool makes its connections again
+                if (status := await _raw_call(url, token)) != 503:
+                    break
+                await trio.sleep(0.2)
+            assert status == 401
+            nursery.cancel_scope.cancel()
+
+
+def _allow_connections(url: str, allowed: bool) -> None:
+    """Let no one connect to `url`'s database and end its sessions (an outage), or undo it."""
+    import psycopg
+
+    admin, name = url.rsplit("/", 1)
+    with psycopg.connect(admin + "/postgres", autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS {str(allowed).lower()}")
+        if not allowed:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+
+
+@overload
+async def _raw_call(url: str, token: str) -> int: ...
+@overload
+async def _raw_call(url: str, token: str, *, body: Literal[True]) -> tuple[int, Any]: ...
+async def _raw_call(url: str, token: str, *, body: bool = False) -> int | tuple[int, Any]:
+    """The HTTP status (and with `body`, the JSON answer) of one `tools/list` POST, sent
+    raw."""
+    import httpx2
+
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+        response = await http.post(
+            url,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        )
+        status = int(response.status_code)
+        return (status, response.json()) if body else status
+
+
+async def _status(url: str, token: str) -> object:
+    """One `status` call by the official `mcp` client, 2026-07-28 era."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0)
+    )
+    async with http, Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as c:
+        return await c.call_tool("status", {})
