@@ -71,7 +71,8 @@ class Store(Protocol):
 
 class BridgeStore(Store, Protocol):
     """Everything one bridge process keeps: `Store` (homes, rosters, access tokens) plus the
-    OAuth state (`ftwbridge.oauth.model.OAuthStore`: registered clients, refresh tokens), and
+    OAuth state (`ftwbridge.oauth.model.OAuthStore`: registered clients, refresh tokens, sign-in
+    state), and
     the store's own lifetime. `SqliteStore` and `PgStore` both are one."""
 
     async def start(self) -> list[str]:
@@ -118,3 +119,16 @@ class BridgeStore(Store, Protocol):
 
     async def drop_refresh_of_agent(self, home: str, agent_key: bytes) -> None:
         """Revoke every refresh token of one agent at one home."""
+
+    async def put_oauth_state(
+        self, kind: str, key: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """Keep one item of sign-in state that must survive a restart (a pending consent, an
+        authorization code, a claim offer: `kind`) until `expires_at_ms` (issue 14 item 5)."""
+
+    async def drop_oauth_state(self, kind: str, key: str) -> None:
+        """Forget one item of sign-in state; nothing happens when it is unknown."""
+
+    async def oauth_states(self, kind: str, now_ms: int) -> list[tuple[str, dict[str, Any], int]]:
+        """Every item of `kind` live at `now_ms` as (key, record, expires_at_ms), after deleting
+        the expired ones of that kind (expiry on load)."""

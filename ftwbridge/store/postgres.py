@@ -330,6 +330,35 @@ class PgStore:
         """See `BridgeStore.purge_clients`."""
         await self._exec("DELETE FROM oauth_clients WHERE expires_at_ms <= %s", (now_ms,))
 
+    async def put_oauth_state(
+        self, kind: str, key: str, record: dict[str, Any], expires_at_ms: int
+    ) -> None:
+        """See `OAuthStore.put_oauth_state` (ftwbridge/oauth/model.py)."""
+        await self._exec(
+            "INSERT INTO oauth_state VALUES (%s, %s, %s, %s) ON CONFLICT (kind, key)"
+            " DO UPDATE SET record = EXCLUDED.record, expires_at_ms = EXCLUDED.expires_at_ms",
+            (kind, key, Jsonb(record), expires_at_ms),
+        )
+
+    async def drop_oauth_state(self, kind: str, key: str) -> None:
+        """See `OAuthStore.drop_oauth_state`."""
+        await self._exec("DELETE FROM oauth_state WHERE kind = %s AND key = %s", (kind, key))
+
+    async def oauth_states(self, kind: str, now_ms: int) -> list[tuple[str, dict[str, Any], int]]:
+        """See `OAuthStore.oauth_states`."""
+
+        def work(db: Conn) -> list[tuple[str, dict[str, Any], int]]:
+            db.execute(
+                "DELETE FROM oauth_state WHERE kind = %s AND expires_at_ms <= %s", (kind, now_ms)
+            )
+            rows = db.execute(
+                "SELECT key, record, expires_at_ms FROM oauth_state WHERE kind = %s ORDER BY key",
+                (kind,),
+            ).fetchall()
+            return [(str(k), dict(r), int(e)) for k, r, e in rows]
+
+        return await self.query(work)
+
     async def refresh_record(self, token_hash: bytes, now_ms: int) -> dict[str, Any] | None:
         """See `BridgeStore.refresh_record`."""
         row = await self._one(

@@ -73,6 +73,23 @@ async def test_oauth_clients_expire(store: BridgeStore) -> None:
     assert await store.client("c1", now_ms=0) is not None
 
 
+async def test_sign_in_state_outlives_a_restart_and_expires_on_load(
+    store: BridgeStore,
+) -> None:
+    """Pending consents, codes and claim offers (issue 14 item 5) on both engines."""
+    await store.put_oauth_state("code", "k1", {"home": "h1", "n": 1}, expires_at_ms=1000)
+    await store.put_oauth_state("code", "k2", {"home": "h2"}, expires_at_ms=10)
+    await store.put_oauth_state("consent", "k1", {"other": True}, expires_at_ms=1000)
+    await store.put_oauth_state("code", "k1", {"home": "h1", "n": 2}, expires_at_ms=2000)
+    assert await store.oauth_states("code", now_ms=500) == [("k1", {"home": "h1", "n": 2}, 2000)]
+    assert await store.oauth_states("code", now_ms=0) == [("k1", {"home": "h1", "n": 2}, 2000)]
+    await store.drop_oauth_state("code", "k1")
+    await store.drop_oauth_state("code", "never")
+    assert await store.oauth_states("code", now_ms=0) == []
+    assert await store.oauth_states("consent", now_ms=999) == [("k1", {"other": True}, 1000)]
+    assert await store.oauth_states("consent", now_ms=1000) == []
+
+
 async def test_refresh_tokens_rotate_and_are_revoked(store: BridgeStore) -> None:
     record = {"home": "h1", "agentKey": KEY.hex(), "scopes": ["ftw.live.read"]}
     other = {"home": "h1", "agentKey": (b"b" * 32).hex()}

@@ -1,0 +1,9 @@
+-- Sign-in state that must survive a restart of any instance (issue 14 item 5, issue 13 item 1):
+-- pending consents, authorization codes and claim offers, expired on load.
+CREATE TABLE oauth_state (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    record JSONB NOT NULL,
+    expires_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (kind, key)
+);
