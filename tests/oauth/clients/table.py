@@ -96,6 +96,7 @@ ROWS: tuple[ClientRow, ...] = (
                 "http://localhost:33418/",
             ],
             "token_endpoint_auth_method": "none",
+            "application_type": "native",  # OpenID registration's; unknown here, ignored
         },
         authorize_redirect="http://127.0.0.1:53124/",
         authorize_extra={"scope": ""},
