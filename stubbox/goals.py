@@ -30,7 +30,6 @@ from ftwbridge.proto.roster import AgentGrant
 
 from .charger import CARS
 from .problem import Problem
-from .reads import cap_value
 
 WAIT_MS: Final = 86_400_000
 """How long a goal request waits for the owner before it expires (24 h, part E)."""
@@ -113,7 +112,7 @@ class GoalBook:
             if asked.args.by_ms <= now_ms:
                 raise Problem(Code.E_UNKNOWN_OP, arg="args.byMs")
         self.expire(now_ms)
-        top = cap_value(grant, Cap.PENDING_REQUESTS)
+        top = grant.cap(Cap.PENDING_REQUESTS)
         waiting = sum(
             e.key == key and e.record.state is RequestState.PENDING for e in self._entries.values()
         )

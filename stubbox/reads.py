@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
 from ftwbridge.proto.names import Answer, Cap, Code, Read, Resolution, Role
-from ftwbridge.proto.registry import CAPS, LIMITS, limit
+from ftwbridge.proto.registry import LIMITS, limit
 from ftwbridge.proto.roster import AgentGrant
 
 from .history import build_tiles
@@ -74,12 +74,6 @@ def _bounded(name: str, asked: int) -> int:
     if asked > top:
         raise _problem(Code.E_CAP_EXCEEDED, cap=name, max=top, asked=asked)
     return asked
-
-
-def cap_value(grant: AgentGrant, cap: Cap) -> int:
-    """The grant's value for `cap`, or the cap's default, never above its ceiling."""
-    info = CAPS[cap]
-    return min(grant.caps.get(cap.value, info.default), info.ceiling)
 
 
 def hello_ok(box: BoxView, grant: AgentGrant, now_ms: int, uptime_ms: int) -> dict[str, Any]:
@@ -195,7 +189,7 @@ def _history(home: Any, grant: AgentGrant, b: dict[str, Any], now_ms: int) -> li
     from_ms, to_ms = _int(b, "fromMs"), _int(b, "toMs")
     if from_ms < 0 or to_ms <= from_ms or from_ms >= now_ms:
         raise _problem(Code.E_UNKNOWN_OP, t=Read.HIST_QUERY.value)
-    days = cap_value(grant, Cap.HISTORY_DAYS)
+    days = grant.cap(Cap.HISTORY_DAYS)
     if from_ms < now_ms - days * DAY_MS - CLOCK_SLACK_MS:
         asked = -(-(now_ms - from_ms) // DAY_MS)
         raise _problem(Code.E_CAP_EXCEEDED, cap=Cap.HISTORY_DAYS.value, max=days, asked=asked)

@@ -29,8 +29,6 @@ import trio
 from ftwbridge.proto.control import CmdAck, CmdResult, CmdState
 from ftwbridge.proto.names import Cap, Code, Read
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.proto.registry import CAPS
-from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import AgentSession
 
 from .session import session_clock_ms
@@ -51,14 +49,6 @@ class CommandOutcome:
     cmd_id: str
     ack: CmdAck | None
     result: CmdResult
-
-
-def cap_of(grant: AgentGrant, cap: Cap) -> int:
-    """A cap of `grant`, its default when the grant names none, never past its ceiling
-    (agents.yaml `caps`)."""
-    info = CAPS[cap]
-    value = grant.caps.get(cap.value, info.default)
-    return min(value, info.ceiling) if isinstance(value, int) else info.default
 
 
 class CommandBudget:
@@ -129,7 +119,7 @@ async def send_command(
     key = (home, agent_key)
     counted = "clear" not in args  # a release is never limited: an assistant can always stop
     async with pool.hold(home, agent_key, command=True) as (s, grant):
-        cap = cap_of(grant, Cap.CMDS_PER_HOUR)
+        cap = grant.cap(Cap.CMDS_PER_HOUR)
         wait_ms = budget.retry_after_ms(key, cap, trio.current_time()) if counted else None
         if wait_ms is not None:
             raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": wait_ms}, wait_ms)
