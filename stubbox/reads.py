@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
 from ftwbridge.proto.names import Answer, Cap, Code, Read, Resolution, Role
-from ftwbridge.proto.registry import LIMITS, limit
+from ftwbridge.proto.registry import LIMITS, OP_SCOPE, limit
 from ftwbridge.proto.roster import AgentGrant
 
 from .history import build_tiles
@@ -80,13 +80,17 @@ def hello_ok(box: BoxView, grant: AgentGrant, now_ms: int, uptime_ms: int) -> di
     """The `hello_ok` body for an agent: upstream fields plus part B's agent fields.
 
     Upstream `caps` already names the box's capabilities, so the grant's caps travel as
-    `grantCaps` (our reading of an ambiguity in part B; docs/protocol.md).
+    `grantCaps` (our reading of an ambiguity in part B; docs/protocol.md). `mode` is
+    upstream's (`full` or `readonly` of the web app's `BoxMode`): `full` when the grant lets
+    the agent command at least one op (the op in `ops` and its scope, registry.yaml `ops`, in
+    `scopes`: what part E's checks let through), else `readonly`.
     """
+    commands = any(OP_SCOPE.get(op) in grant.scopes for op in grant.ops)
     caps = ["status.core", "history.5m", "history.1h", "plan.dispatch", "price.spot"]
     digest = hashlib.sha256(b"".join(c.encode() + b"\0" for c in sorted(caps))).hexdigest()
     return {
         "proto": 1,
-        "mode": "readonly",
+        "mode": "full" if commands else "readonly",
         "box": {"id": box.box_id, "build": BOX_BUILD, "tz": "UTC"},
         "clock": {
             "source": box.clock_source,

@@ -437,3 +437,21 @@ def test_a_frozen_home_holds_at_its_own_time() -> None:
     ack, _result = p.command(HOLD.to_args())
     assert isinstance(ack, Acked) and ack.ack.expires_at_ms == EVENING + 600_000
     assert p.lp1()["hold"] == {"power_w": 7400, "untilMs": EVENING + 600_000}
+
+
+@pytest.mark.parametrize(
+    ("scopes", "ops", "mode"),
+    [
+        (CONTROL, (Op.LOADPOINT_HOLD.value,), "full"),
+        (CONTROL, (), "readonly"),  # the owner approved reading only
+        (READ_SCOPES, (Op.LOADPOINT_HOLD.value,), "readonly"),  # an op without its scope
+    ],
+)
+def test_hello_ok_mode_says_what_the_grant_allows(
+    scopes: tuple[str, ...], ops: tuple[str, ...], mode: str
+) -> None:
+    """Upstream `hello_ok.mode` (`full` / `readonly` of the web app's `BoxMode`): an agent
+    that may command at least one op of its grant hears `full`, any other `readonly`."""
+    p = Pair(scopes=scopes, ops=ops)
+    [ev] = p.hello()
+    assert isinstance(ev, Push) and ev.body["mode"] == mode
