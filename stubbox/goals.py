@@ -177,6 +177,18 @@ class GoalBook:
             elif entry.record.state is RequestState.PENDING and entry.expires_at_ms <= now_ms:
                 self._expired.append(self._settle(entry, RequestState.EXPIRED, entry.expires_at_ms))
 
+    def next_expiry_ms(self) -> int | None:
+        """When the earliest waiting request runs out (its `expiresAtMs`, the box's wall
+        clock, ms since the epoch), or None when none waits."""
+        return min(
+            (
+                e.expires_at_ms
+                for e in self._entries.values()
+                if e.record.state is RequestState.PENDING
+            ),
+            default=None,
+        )
+
     def take_expired(self) -> list[Entry]:
         """The requests that expired since the last call (whichever call noticed it)."""
         out, self._expired = self._expired, []

@@ -95,6 +95,8 @@ class StubHome:
         self.keeper: StateKeeper | None = None
         """Writes the owner's state to its file (None: kept in memory only)."""
         self._changing = trio.Lock()
+        self._goals_changed = trio.Event()
+        """Set (and replaced) when a goal request is queued, so the expiry timer looks again."""
 
     @property
     def home(self) -> str:
@@ -338,14 +340,47 @@ class StubHome:
             await self.send(Envelope(Msg.ROSTER, None, {"roster": self.owner.signed}).encode())
         self.uplinks += 1
         self.connected.set()
+        failure: Exception | None = None
         try:
-            while True:
-                await self._handle(decode_envelope(_binary(await ws.get_message())))
+            async with trio.open_nursery() as nursery:  # the expiry timer lives with the uplink
+                nursery.start_soon(self._expire_on_time)
+                try:
+                    while True:
+                        await self._handle(decode_envelope(_binary(await ws.get_message())))
+                except Exception as exc:  # raised as itself below, not inside a group
+                    failure = exc
+                finally:
+                    nursery.cancel_scope.cancel()
         finally:
             if self.ws is ws:
                 self.ws = None
                 self.connected = trio.Event()
                 self.box.end_all()
+        if failure is not None:
+            raise failure
+
+    async def _expire_on_time(self) -> None:
+        """Expire each goal request when its 24 h run out and push `agent.decided {expired}`
+        to its agent's open sessions then, not when the box next hears a message (PROTOCOL.md
+        part E). Sleeps until the earliest waiting request's `expiresAtMs` by the box's wall
+        clock, or until a request is queued; a request decided meanwhile is simply not there
+        to expire. Runs in the uplink's nursery (`run_session`): pushes need an uplink."""
+        while True:
+            changed = self._goals_changed
+            due = self.box.goals.next_expiry_ms()
+            if due is None:
+                await changed.wait()
+                continue
+            with trio.move_on_after(max(0, due - self.wall_ms()) / 1000) as timer:
+                await changed.wait()
+            if not timer.cancelled_caught:
+                continue
+            async with self._changing:
+                before = self.box.goals.version
+                pushes = self.box.expire_goals(self.wall_ms())
+                await self._keep_goals(before)
+            for sid, message in pushes:
+                await self.send(tun(sid, message))
 
     async def _handle(self, env: Envelope) -> None:
         if env.t == Msg.TUN:
@@ -360,6 +395,9 @@ class StubHome:
             before = self.box.goals.version
             out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
             await self._keep_goals(before)  # a queued request is on disk before the agent hears
+            if self.box.goals.version != before:
+                self._goals_changed.set()
+                self._goals_changed = trio.Event()
             if out and self.box.last_delay_ms:
                 await trio.sleep(self.box.last_delay_ms / 1000)
             for message in out:
