@@ -12,13 +12,16 @@ session for the whole command, so nothing else goes to the box between its steps
    session stays BUSY through `cmd.ack` until `cmd.result`;
 4. on `E_CONFLICT` (as an `error`, or a rejected `cmd.result`) it reads `loadpoints.get` again
    and tries once more under a new `cmdId` (the box answers a `cmdId` it has seen with the same
-   answer, so the old one would only bring the conflict back).
+   answer, so the old one would only bring the conflict back). The pool remembers the new id
+   (`Renames`): a retry of the same call that was already waiting for the session goes under
+   it, so the box answers it from its table instead of acting a second time on the first id,
+   which it did not keep (a retryable refusal).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from .pool import Pool
 
 HOUR_S: Final = 3600.0
+MAX_RENAMES: Final = 10_000
+"""Agents whose latest `cmdId` change is remembered at most (`Renames`)."""
 ACTED: Final = frozenset({CmdState.APPLIED, CmdState.UNCONFIRMED})
 """`cmd.result` states of a command the box carried out (what `cmds_per_hour` counts)."""
 
@@ -83,6 +88,32 @@ class CommandBudget:
             sent.append((now_s, cmd_id))
 
 
+class Renames:
+    """The `cmdId` each agent's command went under instead of the one it was given (a retry
+    after `E_CONFLICT`), so that a retry of the same call sent before it was known goes
+    under the new id too (PROTOCOL.md part E: a client's retry acts once).
+
+    Only each agent's latest change is kept, at most `MAX_RENAMES` agents (least recent
+    forgotten first): a retry waits for the agent's one session, so it is always the next
+    command after the one that changed. No I/O.
+    """
+
+    def __init__(self) -> None:
+        self._latest: OrderedDict[tuple[str, bytes], tuple[str, str]] = OrderedDict()
+
+    def note(self, key: tuple[str, bytes], old: str, new: str) -> None:
+        """Agent `key`'s command given `old` went under `new`."""
+        self._latest[key] = (old, new)
+        self._latest.move_to_end(key)
+        while len(self._latest) > MAX_RENAMES:
+            self._latest.popitem(last=False)
+
+    def resolve(self, key: tuple[str, bytes], cmd_id: str) -> str:
+        """The id to send agent `key`'s command given `cmd_id` under."""
+        held = self._latest.get(key)
+        return held[1] if held is not None and held[0] == cmd_id else cmd_id
+
+
 def _start(op: str, args: dict[str, Any], cmd_id: str, agent: AgentSession) -> tuple[int, bytes]:
     return agent.command(op, args, cmd_id=cmd_id, now_ms=session_clock_ms())
 
@@ -108,6 +139,7 @@ async def send_command(
     cmd_id: str,
     new_cmd_id: Callable[[], str],
     budget: CommandBudget,
+    renames: Renames,
 ) -> CommandOutcome:
     """Send command `op` with `args` as agent `agent_key` at `home` (the module's steps).
 
@@ -124,6 +156,7 @@ async def send_command(
         if wait_ms is not None:
             raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": wait_ms}, wait_ms)
         assert s.agent is not None
+        cmd_id = renames.resolve(key, cmd_id)  # a retry that waited while the first went again
         if s.agent.control_rev is None:
             await pool.exchange(s, lambda agent: agent.request(Read.LOADPOINTS_GET.value))
         for attempt in (1, 2):
@@ -137,7 +170,8 @@ async def send_command(
                 outcome = exc
             if attempt == 1 and _conflict(outcome):
                 await pool.exchange(s, lambda agent: agent.request(Read.LOADPOINTS_GET.value))
-                cmd_id = new_cmd_id()
+                cmd_id, old = new_cmd_id(), cmd_id
+                renames.note(key, old, cmd_id)
                 continue
             if isinstance(outcome, Refusal):
                 raise outcome

@@ -37,7 +37,7 @@ from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.roster import AgentGrant, Roster, admit
 from ftwbridge.proto.session import AgentSession, Reply
 
-from .command import CommandBudget, CommandOutcome, send_command
+from .command import CommandBudget, CommandOutcome, Renames, send_command
 from .deadlines import DeadlineHeap
 from .homes import HomeShare, PoolObserver, PoolStats
 from .opening import open_outcome
@@ -93,6 +93,8 @@ class Pool:
         """Sessions CLOSING: their box is still to hear `tun.end`."""
         self._budget = CommandBudget()
         """`cmds_per_hour` at the bridge (pool/command.py)."""
+        self._renames = Renames()
+        """Each agent's latest `cmdId` changed after `E_CONFLICT` (pool/command.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[Pool] = trio.TASK_STATUS_IGNORED) -> None:
         """Own every opening and closing until cancelled; then end every session
@@ -234,6 +236,7 @@ class Pool:
             cmd_id=cmd_id,
             new_cmd_id=self.new_cmd_id,
             budget=self._budget,
+            renames=self._renames,
         )
 
     def new_cmd_id(self) -> str:
