@@ -9,7 +9,11 @@ session for the whole command, so nothing else goes to the box between its steps
    (`clear`) is neither limited nor counted: an assistant can always stop what it started;
 2. a session that has seen no `controlRev` reads `loadpoints.get` first (part E);
 3. `cmd` goes out on lane 0 with `expect.rev` and `notValidAfterMs` (proto/session.py); the
-   session stays BUSY through `cmd.ack` until `cmd.result`;
+   session stays BUSY through `cmd.ack` until `cmd.result`. The caller's deadline bounds the
+   wait: `RESULT_MARGIN_S` before it, a command the box acked is `unconfirmed` (upstream: the
+   box accepted it, the charger has not confirmed; the hold is running), one it did not ack
+   is `E_UNAVAILABLE {reason: timeout}`; the session the box left hanging is closed by the
+   pool's deadline heap (its box hears `tun.end`);
 4. on `E_CONFLICT` (as an `error`, or a rejected `cmd.result`) it reads `loadpoints.get` again
    and tries once more under a new `cmdId` (the box answers a `cmdId` it has seen with the same
    answer, so the old one would only bring the conflict back). The pool remembers the new id
@@ -40,6 +44,9 @@ if TYPE_CHECKING:
     from .pool import Pool
 
 HOUR_S: Final = 3600.0
+RESULT_MARGIN_S: Final = 1.0
+"""How long before the caller's deadline a command stops waiting for its `cmd.result`, so
+that what the box did (acked or not) is still told, seconds."""
 MAX_RENAMES: Final = 10_000
 """Agents whose latest `cmdId` change is remembered at most (`Renames`)."""
 ACTED: Final = frozenset({CmdState.APPLIED, CmdState.UNCONFIRMED})
@@ -163,9 +170,13 @@ async def send_command(
             ack: list[CmdAck] = []
             outcome: CmdResult | Refusal
             try:
-                reply = await pool.exchange(s, partial(_start, op, args, cmd_id), acks=ack)
-                assert isinstance(reply.body, CmdResult)
-                outcome = reply.body
+                outcome = Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})  # unless answered
+                with trio.move_on_at(trio.current_effective_deadline() - RESULT_MARGIN_S):
+                    reply = await pool.exchange(s, partial(_start, op, args, cmd_id), acks=ack)
+                    assert isinstance(reply.body, CmdResult)
+                    outcome = reply.body
+                if isinstance(outcome, Refusal) and ack:  # acked, no result in time
+                    outcome = CmdResult(cmd_id, CmdState.UNCONFIRMED)
             except Refusal as exc:
                 outcome = exc
             if attempt == 1 and _conflict(outcome):

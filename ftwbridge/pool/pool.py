@@ -374,7 +374,7 @@ class Pool:
         """Send one request on `s` (held by this task, from `hold`) and wait for its answer:
         `start(agent)` makes it (`AgentSession.request` or `.command`) and returns (id,
         message). The session stays held for a next request; `hold` releases it. A command's
-        `cmd.ack`, if one came, is appended to `acks`.
+        `cmd.ack`, if one came, is appended to `acks`, also when the wait is cancelled.
 
         Raises:
             Refusal: the box refused, the door dropped the message, or the session ended.
@@ -406,6 +406,8 @@ class Pool:
                 raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
             await waiter.done.wait()
         finally:
+            if acks is not None and waiter.ack is not None:
+                acks.append(waiter.ack)
             if not sent and not s.is_closed:  # the box never got it: nothing to wait for
                 s.agent.abandon(sent=False)
                 self.box_done(s, answered=False)
@@ -415,8 +417,6 @@ class Pool:
                     self._deadlines.schedule(s, s.sent_at + self._config.call_deadline_s)
                 else:
                     s.waiter = None
-        if acks is not None and waiter.ack is not None:
-            acks.append(waiter.ack)
         if waiter.refusal is not None:
             raise waiter.refusal
         assert waiter.reply is not None

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from ftwbridge.proto.control import CmdState
+from ftwbridge.proto.names import Code
 from ftwbridge.proto.refusal import Refusal
 from stubbox.uplink import StubHome
 from tests.harness import Rig
@@ -41,3 +42,56 @@ async def test_a_retry_racing_a_conflict_acts_once(
     assert stub.box.commands.stats.acted == acted + 1  # one hold, once
     stats = rig.pool.statistics()
     assert stats.calls_in_flight == 0 and stats.queued == 0 and stats.busy == 0
+
+
+def _box_drops_results(stub: StubHome) -> None:
+    """The box acts and acks, then never sends `cmd.result` (a driver that hangs)."""
+    real = stub.box.receive
+
+    def receive(sid: int, message: bytes, now_ms: int, uptime_ms: int) -> list[bytes]:
+        acted = stub.box.commands.stats.acted
+        out = real(sid, message, now_ms, uptime_ms)
+        return out[:1] if stub.box.commands.stats.acted > acted else out
+
+    stub.box.receive = receive  # type: ignore[method-assign]
+
+
+async def test_an_ack_without_a_result_ends_unconfirmed_by_the_deadline_and_leaks_nothing(
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
+) -> None:
+    """Upstream: `cmd.ack` and no `cmd.result` is `unconfirmed` (the box accepted it, the
+    charger has not confirmed), never a plain timeout that would tell the assistant nothing
+    happened while the car charges. The session the box left hanging is closed within the
+    call deadline (the box hears `tun.end`), its slot freed."""
+    key = await control_agent(rig, stub)
+    await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    _box_drops_results(stub)
+    deadline = rig.config.call_deadline_s
+    t0 = trio.current_time()
+    with trio.move_on_after(deadline):
+        out = await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    assert trio.current_time() - t0 < deadline
+    assert out.ack is not None and out.result.state is CmdState.UNCONFIRMED
+    await trio.sleep(deadline + 1)
+    stats = rig.pool.statistics()
+    assert stats.calls_in_flight == 0 and stats.sessions == 0 and stats.busy == 0
+    assert stats.drops.get("no_answer") == 1
+
+
+async def test_no_ack_and_no_result_is_a_timeout_in_time(
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
+) -> None:
+    key = await control_agent(rig, stub)
+    await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    stub.hold = True  # the box goes silent
+    deadline = rig.config.call_deadline_s
+    refused: list[Refusal] = []
+    with trio.move_on_after(deadline):
+        try:
+            await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+        except Refusal as exc:
+            refused.append(exc)
+    assert refused == [Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})]
+    await trio.sleep(deadline + 1)
+    stats = rig.pool.statistics()
+    assert stats.calls_in_flight == 0 and stats.sessions == 0
