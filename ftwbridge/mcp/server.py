@@ -43,11 +43,11 @@ from .control import Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .results import (
     conforms,
+    invalid_arguments,
     log_safe,
     ok_result,
     refusal_result,
     roster_behind_result,
-    text_error,
 )
 from .tools import TOOLS, TOOLS_BY_NAME, ToolContext, ToolSpec
 
@@ -365,14 +365,8 @@ class McpService:
                 else spec.args.model_validate(arguments)
             )
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                for e in exc.errors()[:5]
-            )
             seen.outcome = "invalid_arguments"
-            return self._result(
-                route, text_error(f"The arguments for {name} are not valid: {problems}.")
-            )
+            return self._result(route, invalid_arguments(name, exc))
         answered_here = isinstance(spec, ToolSpec) and spec.run is not None
         behind = None if answered_here else self._behind(token)
         if behind is not None:

@@ -1,0 +1,51 @@
+"""Raw `tools/call`s of the control tools as a careless or hostile assistant sends them: every
+refusal is words in a clean result (never a traceback, never the client's own hidden
+characters echoed), and nothing the box could not read leaves the bridge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ftwbridge.proto.clean import clean
+
+from .test_control import Homes, service
+from .test_service import call, post
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("ev_charge_now", {"charger": "lp1", "power_w": 7400, "\x1b[31m\u202eevil\u200b": 1}),
+        ("ev_stop", {"charger": "lp1", "\u2066" + "k" * 5000: 1}),
+        ("goal_request", {"goal": "\u202eev_target\x07"}),
+        ("requests_list", {"\ufeff\U000e0041": None}),
+        ("chargers_list", {"\x9b2J": 1}),
+    ],
+)
+async def test_invalid_arguments_are_told_in_clean_bounded_words(
+    tool: str, arguments: dict[str, Any]
+) -> None:
+    homes = Homes()
+    status, body = await post(service(homes, confirm_ttl_s=None), *call(tool, arguments))
+    assert status == 200 and body["result"]["isError"] is True
+    text = body["result"]["content"][0]["text"]
+    assert text.startswith(f"The arguments for {tool} are not valid")
+    assert clean(text) == text and len(text) < 1000
+    assert homes.sent == [] and homes.asked == []
+
+
+@pytest.mark.parametrize("by_ms", [2**53, 2**64, 10**30])
+async def test_a_time_past_what_json_and_cbor_carry_is_refused_before_a_byte_leaves(
+    by_ms: int,
+) -> None:
+    """A `by_ms` beyond 2**53 - 1 is not a time a JSON client can mean (RFC 8259 section 6),
+    and past 2**64 - 1 CBOR needs a bignum tag the box refuses: the request would be dropped
+    as undecodable and the call would hang until its deadline."""
+    homes = Homes()
+    goal = {"goal": "ev_target", "car": "car1", "soc_permille": 800, "by_ms": by_ms}
+    _, body = await post(service(homes), *call("goal_request", goal))
+    assert body["result"]["isError"] is True
+    assert "by_ms" in body["result"]["content"][0]["text"]
+    assert homes.asked == []
