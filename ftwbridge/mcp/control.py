@@ -206,6 +206,15 @@ class Control:
                 self._audit(token, args.charger, "declined")
                 return text_error(DECLINED)
             cmd_id = asked
+            assert route.id is not None
+            self._ids.note(  # the agent's latest call now: an older id is no retry of it
+                home=token.home,
+                agent_key=token.agent_key,
+                rid=route.id,
+                digest=digest,
+                cmd_id=cmd_id,
+                now_s=trio.current_time(),
+            )
         if cmd_id is None:
             assert route.id is not None
             cmd_id = self._ids.cmd_id(

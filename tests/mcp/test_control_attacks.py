@@ -49,3 +49,36 @@ async def test_a_time_past_what_json_and_cbor_carry_is_refused_before_a_byte_lea
     assert body["result"]["isError"] is True
     assert "by_ms" in body["result"]["content"][0]["text"]
     assert homes.asked == []
+
+
+def _with_elicitation(body: dict[str, Any]) -> dict[str, Any]:
+    body["params"]["_meta"] = {
+        **body["params"]["_meta"],
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    }
+    return body
+
+
+async def test_a_confirmed_charge_is_the_agents_latest_call_for_the_retry_rule() -> None:
+    """A stop, then a charge the person confirmed, then the client reconnects and its second
+    request (id 2 again) is a stop: that stop must go out as a new command. Were it taken for
+    a retry of the first stop, the box would answer that stop's old result and leave the
+    confirmed charge running while the assistant hears the hold is ended."""
+    homes = Homes()
+    svc = service(homes)
+    stop, headers = call("ev_stop", {"charger": "lp1"})
+    stop["id"] = 2
+    await post(svc, stop, headers)
+    charge, charge_headers = call("ev_charge_now", {"charger": "lp1", "power_w": 7400})
+    _, asked = await post(svc, _with_elicitation(charge), charge_headers)
+    charge["id"] = 3
+    charge["params"] |= {
+        "requestState": asked["result"]["requestState"],
+        "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": True}}},
+    }
+    _, done = await post(svc, charge, charge_headers)
+    assert done["result"]["structuredContent"]["state"] == "applied"
+    _, again = await post(svc, stop, headers)  # a new connection's id 2
+    [first_stop, confirmed, second_stop] = [cmd_id for _op, _args, cmd_id in homes.sent]
+    assert second_stop not in (first_stop, confirmed)
+    assert again["result"]["structuredContent"]["cmdId"] == second_stop
