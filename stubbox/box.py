@@ -328,7 +328,7 @@ class Box:
             return
         cap = sess.grant.cap(Cap.READS_PER_MIN)
         recent = self._recent.setdefault(sess.key, deque())
-        take_slot(recent, now_ms, window_ms=MINUTE_MS, most=cap)
+        take_slot(recent, now_ms, window_ms=MINUTE_MS, most=cap, cap=Cap.READS_PER_MIN.value)
 
 
 __all__ = ["MAX_ENVELOPE_BYTES", "Box", "BoxStats", "Problem", "error_body"]

@@ -199,7 +199,13 @@ class Commands:
     def _count(self, key: bytes, grant: AgentGrant, now_ms: int) -> None:
         """`cmds_per_hour` (agents.yaml `caps`) over a rolling hour, per agent key."""
         recent = self._recent.setdefault(key, deque())
-        take_slot(recent, now_ms, window_ms=HOUR_MS, most=grant.cap(Cap.CMDS_PER_HOUR))
+        take_slot(
+            recent,
+            now_ms,
+            window_ms=HOUR_MS,
+            most=grant.cap(Cap.CMDS_PER_HOUR),
+            cap=Cap.CMDS_PER_HOUR.value,
+        )
 
 
 def _error(p: Problem) -> tuple[str, Any]:

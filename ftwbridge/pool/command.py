@@ -4,7 +4,8 @@
 session for the whole command, so nothing else goes to the box between its steps:
 
 1. `cmds_per_hour` is checked at the bridge before a byte leaves (`CommandBudget`, the grant's
-   cap, default 20, ceiling 120): past it, `E_RATE_LIMITED {retryAfterMs}`. As at the box, it
+   cap, default 20, ceiling 120): past it, `E_RATE_LIMITED {retryAfterMs}`; a cap of 0 is
+   `E_CAP_EXCEEDED {cap: cmds_per_hour, max: 0, asked: 1}`, as at the box. As at the box, it
    counts commands the box carried out (acked, or `applied` / `unconfirmed`), and a release
    (`clear`) is neither limited nor counted: an assistant can always stop what it started;
 2. a session that has seen no `controlRev` reads `loadpoints.get` first (part E);
@@ -159,6 +160,10 @@ async def send_command(
     counted = "clear" not in args  # a release is never limited: an assistant can always stop
     async with pool.hold(home, agent_key, command=True) as (s, grant):
         cap = grant.cap(Cap.CMDS_PER_HOUR)
+        if counted and cap == 0:  # the owner allows none: waiting would not help
+            raise Refusal(
+                Code.E_CAP_EXCEEDED, {"cap": Cap.CMDS_PER_HOUR.value, "max": 0, "asked": 1}
+            )
         wait_ms = budget.retry_after_ms(key, cap, trio.current_time()) if counted else None
         if wait_ms is not None:
             raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": wait_ms}, wait_ms)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ftwbridge.mcp.words import sentence
 from ftwbridge.proto.clean import clean
 
 from .test_control import Homes, service
@@ -82,3 +83,9 @@ async def test_a_confirmed_charge_is_the_agents_latest_call_for_the_retry_rule()
     [first_stop, confirmed, second_stop] = [cmd_id for _op, _args, cmd_id in homes.sent]
     assert second_stop not in (first_stop, confirmed)
     assert again["result"]["structuredContent"]["cmdId"] == second_stop
+
+
+@pytest.mark.parametrize("cap", ["cmds_per_hour", "reads_per_min", "pending_requests", "hold_s"])
+def test_a_cap_of_zero_is_told_as_none_allowed(cap: str) -> None:
+    words = sentence("E_CAP_EXCEEDED", {"cap": cap, "max": 0, "asked": 1}, None)
+    assert "allows this assistant no " in words and "0" not in words

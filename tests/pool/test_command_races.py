@@ -95,3 +95,45 @@ async def test_no_ack_and_no_result_is_a_timeout_in_time(
     await trio.sleep(deadline + 1)
     stats = rig.pool.statistics()
     assert stats.calls_in_flight == 0 and stats.sessions == 0
+
+
+async def test_a_command_at_the_box_when_its_agent_is_revoked_ends_revoked_at_once(
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
+) -> None:
+    key = await control_agent(rig, stub)
+    await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    stub.hold = True  # the command reaches a box that has not answered yet
+    refused: list[Refusal] = []
+
+    async def send() -> None:
+        try:
+            await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+        except Refusal as exc:
+            refused.append(exc)
+
+    t0 = trio.current_time()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as n:
+            n.start_soon(send)
+            await trio.testing.wait_all_tasks_blocked()
+            assert rig.pool.statistics().calls_in_flight == 1
+            await stub.drop_agent(key)
+    assert refused == [Refusal(Code.E_GRANT_REVOKED)] and trio.current_time() - t0 < 1
+    stats = rig.pool.statistics()
+    assert stats.calls_in_flight == 0 and stats.sessions == 0 and stats.queued == 0
+    assert stats.drops.get("revoked") == 1
+
+
+async def test_cmds_per_hour_of_zero_is_refused_at_the_bridge_before_a_byte_leaves(
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
+) -> None:
+    key = await control_agent(rig, stub, cmds_per_hour=0)
+    await rig.pool.call("h1", key, "loadpoints.get")  # the session is open and warm
+    sent = len(rig.links[0].sent)
+    refused: list[Refusal] = []
+    try:
+        await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    except Refusal as exc:
+        refused.append(exc)
+    assert refused == [Refusal(Code.E_CAP_EXCEEDED, {"cap": "cmds_per_hour", "max": 0, "asked": 1})]
+    assert len(rig.links[0].sent) == sent
