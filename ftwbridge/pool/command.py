@@ -69,11 +69,13 @@ class CommandBudget:
     rolling hour.
 
     Times are trio seconds passed in; no I/O. A `cmdId` sent again (a retry the box answers
-    from its idempotency table) is not counted twice.
+    from its idempotency table) is not counted twice. An agent whose last command left the
+    hour is forgotten (the least recently charged go first), so the table holds only agents
+    that commanded within the hour.
     """
 
     def __init__(self) -> None:
-        self._sent: dict[tuple[str, bytes], deque[tuple[float, str]]] = {}
+        self._sent: OrderedDict[tuple[str, bytes], deque[tuple[float, str]]] = OrderedDict()
 
     def retry_after_ms(self, key: tuple[str, bytes], cap: int, now_s: float) -> int | None:
         """None when one more command fits in the rolling hour, else the ms until one does."""
@@ -94,6 +96,16 @@ class CommandBudget:
         sent = self._sent.setdefault(key, deque())
         if all(c != cmd_id for _at, c in sent):
             sent.append((now_s, cmd_id))
+        self._sent.move_to_end(key)
+        while self._sent:
+            oldest = next(iter(self._sent.values()))
+            if oldest and oldest[-1][0] > now_s - HOUR_S:
+                break
+            self._sent.popitem(last=False)
+
+    def __len__(self) -> int:
+        """Agents with a command in the table."""
+        return len(self._sent)
 
 
 class Renames:
