@@ -13,7 +13,8 @@ session for the whole command, so nothing else goes to the box between its steps
    session stays BUSY through `cmd.ack` until `cmd.result`. The caller's deadline bounds the
    wait: `RESULT_MARGIN_S` before it, a command the box acked is `unconfirmed` (upstream: the
    box accepted it, the charger has not confirmed; the hold is running), one it did not ack
-   is `E_UNAVAILABLE {reason: timeout}`; the session the box left hanging is closed by the
+   is `E_UNAVAILABLE {reason: timeout}`. An acked command whose result is unreadable or never
+   comes because the session dropped is `unconfirmed` too (`UNTOLD`); the session the box left hanging is closed by the
    pool's deadline heap (its box hears `tun.end`);
 4. on `E_CONFLICT` (as an `error`, or a rejected `cmd.result`) it reads `loadpoints.get` again
    and tries once more under a new `cmdId` (the box answers a `cmdId` it has seen with the same
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
     from .pool import Pool
 
 HOUR_S: Final = 3600.0
+UNTOLD: Final = frozenset({Code.E_UNAVAILABLE, Code.E_BAD_BODY})
+"""Refusals that, after a `cmd.ack`, only mean the result never came readable (no result in
+time, one for another `cmdId` or malformed, the session dropped): the box acted, so the
+command is `unconfirmed` (upstream), not refused. A revocation or an expired grant stays a
+refusal: the box ends that agent's holds."""
 RESULT_MARGIN_S: Final = 1.0
 """How long before the caller's deadline a command stops waiting for its `cmd.result`, so
 that what the box did (acked or not) is still told, seconds."""
@@ -192,10 +198,10 @@ async def send_command(
                     reply = await pool.exchange(s, partial(_start, op, args, cmd_id), acks=ack)
                     assert isinstance(reply.body, CmdResult)
                     outcome = reply.body
-                if isinstance(outcome, Refusal) and ack:  # acked, no result in time
-                    outcome = CmdResult(cmd_id, CmdState.UNCONFIRMED)
             except Refusal as exc:
                 outcome = exc
+            if isinstance(outcome, Refusal) and ack and outcome.code in UNTOLD:
+                outcome = CmdResult(cmd_id, CmdState.UNCONFIRMED)  # the box acted: say so
             if attempt == 1 and _conflict(outcome):
                 await pool.exchange(s, lambda agent: agent.request(Read.LOADPOINTS_GET.value))
                 cmd_id, old = new_cmd_id(), cmd_id

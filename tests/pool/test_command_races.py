@@ -5,10 +5,12 @@ racing a revocation, and what the pool's gauges show afterwards (nothing held, n
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 
-from ftwbridge.proto.control import CmdState
+from ftwbridge.proto.control import CmdResult, CmdState
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.refusal import Refusal
 from stubbox.uplink import StubHome
@@ -137,3 +139,29 @@ async def test_cmds_per_hour_of_zero_is_refused_at_the_bridge_before_a_byte_leav
         refused.append(exc)
     assert refused == [Refusal(Code.E_CAP_EXCEEDED, {"cap": "cmds_per_hour", "max": 0, "asked": 1})]
     assert len(rig.links[0].sent) == sent
+
+
+async def test_an_acked_command_whose_result_is_another_commands_ends_unconfirmed(
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
+) -> None:
+    """A box that acks our `cmdId`, then sends a `cmd.result` for another one (or one the
+    bridge cannot read): the box did act, so the assistant hears `unconfirmed` (check the
+    charger), not an error that says nothing happened. A second `cmd.ack` changes nothing."""
+    key = await control_agent(rig, stub)
+    real = stub.box.commands.handle
+    other = rig.pool.new_cmd_id()
+
+    def handle(*args: Any, **kwargs: Any) -> list[tuple[str, Any]]:
+        out = real(*args, **kwargs)
+        if len(out) != 2:
+            return out
+        (ack_t, ack), (result_t, result) = out
+        return [(ack_t, ack), (ack_t, ack), (result_t, result | {"cmdId": other})]
+
+    stub.box.commands.handle = handle  # type: ignore[method-assign]
+    cmd_id = rig.pool.new_cmd_id()
+    out = await rig.pool.command("h1", key, "loadpoint.hold", HOLD, cmd_id)
+    assert out.cmd_id == cmd_id and out.ack is not None
+    assert out.result == CmdResult(cmd_id, CmdState.UNCONFIRMED)
+    stats = rig.pool.statistics()
+    assert stats.calls_in_flight == 0 and stats.busy == 0 and stats.sessions == 1
