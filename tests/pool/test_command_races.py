@@ -11,8 +11,11 @@ import trio
 import trio.testing
 
 from ftwbridge.proto.control import CmdResult, CmdState
+from ftwbridge.proto.door import tun
+from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.refusal import Refusal
+from ftwbridge.proto.registry import Msg
 from stubbox.uplink import StubHome
 from tests.harness import Rig
 from tests.pool.test_command import HOLD, control_agent
@@ -165,3 +168,27 @@ async def test_an_acked_command_whose_result_is_another_commands_ends_unconfirme
     assert out.result == CmdResult(cmd_id, CmdState.UNCONFIRMED)
     stats = rig.pool.statistics()
     assert stats.calls_in_flight == 0 and stats.busy == 0 and stats.sessions == 1
+
+
+async def test_an_agent_decided_flood_answers_no_call_and_leaks_nothing(
+    rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
+) -> None:
+    """A box that pushes `agent.decided` (good and malformed) hundreds of times: the pushes
+    answer no call, the door's limits drop what is past them (answers too, while the flood
+    lasts: the box only hurts its own calls, which end by their deadline), and once the
+    limits refill the next read and command go through on the same session."""
+    key = await control_agent(rig, stub)
+    await rig.pool.call("h1", key, "loadpoints.get")
+    [(sid, sess)] = stub.box._sessions.items()
+    bodies: list[Any] = [{"reqId": "goal-1", "decision": "approved", "atMs": 1}, {"reqId": 5}, None]
+    with trio.fail_after(60):
+        for n in range(300):
+            push = sess.channel.wrap(Envelope(Msg.AGENT_DECIDED, None, bodies[n % 3]))
+            await stub.send(tun(sid, push))
+        await trio.sleep(10)  # the door's per-home limits refill (a flood drops what is past)
+        await rig.pool.call("h1", key, "live.get")
+        out = await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
+    assert out.result.state in (CmdState.APPLIED, CmdState.UNCONFIRMED)
+    stats = rig.pool.statistics()
+    assert stats.sessions == 1 and stats.calls_in_flight == 0 and stats.busy == 0
+    assert stats.drops == {}
