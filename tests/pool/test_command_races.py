@@ -21,6 +21,13 @@ from tests.harness import Rig
 from tests.pool.test_command import HOLD, control_agent
 
 
+def held(rig: Rig) -> tuple[int, int]:
+    """(open sessions, everything a call could leave held: calls-in-flight slots, queue
+    places, sessions BUSY); the pool's gauges."""
+    s = rig.pool.statistics()
+    return s.sessions, s.calls_in_flight + s.queued + s.busy
+
+
 async def test_a_retry_racing_a_conflict_acts_once(
     rig: Rig, stub: StubHome, autojump_clock: trio.abc.Clock
 ) -> None:
@@ -45,8 +52,7 @@ async def test_a_retry_racing_a_conflict_acts_once(
             n.start_soon(send)  # the client's retry, while the first is at the box
     assert len(outcomes) == 2 and outcomes[0] == outcomes[1] != first
     assert stub.box.commands.stats.acted == acted + 1  # one hold, once
-    stats = rig.pool.statistics()
-    assert stats.calls_in_flight == 0 and stats.queued == 0 and stats.busy == 0
+    assert held(rig) == (1, 0)
 
 
 def _box_drops_results(stub: StubHome) -> None:
@@ -78,9 +84,7 @@ async def test_an_ack_without_a_result_ends_unconfirmed_by_the_deadline_and_leak
     assert trio.current_time() - t0 < deadline
     assert out.ack is not None and out.result.state is CmdState.UNCONFIRMED
     await trio.sleep(deadline + 1)
-    stats = rig.pool.statistics()
-    assert stats.calls_in_flight == 0 and stats.sessions == 0 and stats.busy == 0
-    assert stats.drops.get("no_answer") == 1
+    assert held(rig) == (0, 0) and rig.pool.statistics().drops.get("no_answer") == 1
 
 
 async def test_no_ack_and_no_result_is_a_timeout_in_time(
@@ -98,8 +102,7 @@ async def test_no_ack_and_no_result_is_a_timeout_in_time(
             refused.append(exc)
     assert refused == [Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})]
     await trio.sleep(deadline + 1)
-    stats = rig.pool.statistics()
-    assert stats.calls_in_flight == 0 and stats.sessions == 0
+    assert held(rig) == (0, 0)
 
 
 async def test_a_command_at_the_box_when_its_agent_is_revoked_ends_revoked_at_once(
@@ -124,9 +127,7 @@ async def test_a_command_at_the_box_when_its_agent_is_revoked_ends_revoked_at_on
             assert rig.pool.statistics().calls_in_flight == 1
             await stub.drop_agent(key)
     assert refused == [Refusal(Code.E_GRANT_REVOKED)] and trio.current_time() - t0 < 1
-    stats = rig.pool.statistics()
-    assert stats.calls_in_flight == 0 and stats.sessions == 0 and stats.queued == 0
-    assert stats.drops.get("revoked") == 1
+    assert held(rig) == (0, 0) and rig.pool.statistics().drops.get("revoked") == 1
 
 
 async def test_cmds_per_hour_of_zero_is_refused_at_the_bridge_before_a_byte_leaves(
@@ -166,8 +167,7 @@ async def test_an_acked_command_whose_result_is_another_commands_ends_unconfirme
     out = await rig.pool.command("h1", key, "loadpoint.hold", HOLD, cmd_id)
     assert out.cmd_id == cmd_id and out.ack is not None
     assert out.result == CmdResult(cmd_id, CmdState.UNCONFIRMED)
-    stats = rig.pool.statistics()
-    assert stats.calls_in_flight == 0 and stats.busy == 0 and stats.sessions == 1
+    assert held(rig) == (1, 0)
 
 
 async def test_an_agent_decided_flood_answers_no_call_and_leaks_nothing(
@@ -189,6 +189,4 @@ async def test_an_agent_decided_flood_answers_no_call_and_leaks_nothing(
         await rig.pool.call("h1", key, "live.get")
         out = await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
     assert out.result.state in (CmdState.APPLIED, CmdState.UNCONFIRMED)
-    stats = rig.pool.statistics()
-    assert stats.sessions == 1 and stats.calls_in_flight == 0 and stats.busy == 0
-    assert stats.drops == {}
+    assert held(rig) == (1, 0) and rig.pool.statistics().drops == {}
