@@ -96,7 +96,7 @@ class StubHome:
         """Writes the owner's state to its file (None: kept in memory only)."""
         self._changing = trio.Lock()
         self._goals_changed = trio.Event()
-        """Set (and replaced) when a goal request is queued, so the expiry timer looks again."""
+        """Set (and replaced) by `wake_goal_timer`."""
 
     @property
     def home(self) -> str:
@@ -359,6 +359,11 @@ class StubHome:
         if failure is not None:
             raise failure
 
+    def wake_goal_timer(self) -> None:
+        """Have the expiry timer look again: a request was queued, or the wall clock moved."""
+        self._goals_changed.set()
+        self._goals_changed = trio.Event()
+
     async def _expire_on_time(self) -> None:
         """Expire each goal request when its 24 h run out and push `agent.decided {expired}`
         to its agent's open sessions then, not when the box next hears a message (PROTOCOL.md
@@ -396,8 +401,7 @@ class StubHome:
             out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
             await self._keep_goals(before)  # a queued request is on disk before the agent hears
             if self.box.goals.version != before:
-                self._goals_changed.set()
-                self._goals_changed = trio.Event()
+                self.wake_goal_timer()
             if out and self.box.last_delay_ms:
                 await trio.sleep(self.box.last_delay_ms / 1000)
             for message in out:

@@ -51,9 +51,12 @@ class Socket:
         return events
 
 
-async def test_an_undecided_request_is_pushed_expired_when_its_day_runs_out(
-    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
-) -> None:
+GOAL = {"goal": "site_mode", "args": {"mode": "idle"}}
+
+
+async def connected(nursery: trio.Nursery) -> tuple[StubHome, Socket, AgentSession]:
+    """A stub home on MockClock's time, its uplink served, and an agent's session that has
+    said hello."""
     stub = StubHome("h1", seed="h1", clock=lambda: EVENING + int(trio.current_time() * 1000))
     private, key = generate_static()
     grant = AgentGrant("a1", "c", "A", CONTROL, ("loadpoint.hold",), {}, EVENING, EVENING + 9 * DAY)
@@ -67,7 +70,14 @@ async def test_an_undecided_request_is_pushed_expired_when_its_day_runs_out(
     keys, _ = ini.read_message2(await ws.next_tun())
     s = AgentSession(keys)
     await ws.call(s, s.notify(Msg.HELLO, {}))
-    goal = {"goal": "site_mode", "args": {"mode": "idle"}}
+    return stub, ws, s
+
+
+async def test_an_undecided_request_is_pushed_expired_when_its_day_runs_out(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    stub, ws, s = await connected(nursery)
+    goal = GOAL
     asked_at = trio.current_time()
     [queued] = await ws.call(s, s.request(GoalMsg.GOAL_REQUEST.value, goal)[1])
     assert isinstance(queued.body, GoalQueued)
@@ -84,4 +94,19 @@ async def test_an_undecided_request_is_pushed_expired_when_its_day_runs_out(
     with trio.move_on_after(2 * DAY / 1000) as quiet:  # a decided request never expires
         await ws.next_tun()
     assert quiet.cancelled_caught
+    await ws.aclose()
+
+
+async def test_a_clock_moved_past_a_requests_expiry_pushes_it_at_once(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The owner's console moves the box's clock (`clock {offsetMs}`): the timer looks again."""
+    stub, ws, s = await connected(nursery)
+    [queued] = await ws.call(s, s.request(GoalMsg.GOAL_REQUEST.value, GOAL)[1])
+    t0 = trio.current_time()
+    stub.clock_offset_ms = DAY
+    stub.wake_goal_timer()
+    [pushed] = s.receive(await ws.next_tun())
+    assert isinstance(pushed, Push) and pushed.body.decision is Decision.EXPIRED
+    assert trio.current_time() == t0 and pushed.body.req_id == queued.body.req_id
     await ws.aclose()
