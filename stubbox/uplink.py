@@ -31,6 +31,7 @@ from ftwbridge.proto.roster import AgentGrant, verify_roster
 
 from .box import Box, ClockSource
 from .consent import grant_for
+from .goal_timer import GoalTimer
 from .goals import GoalBook
 from .home import Home
 from .owner import Owner
@@ -95,8 +96,8 @@ class StubHome:
         self.keeper: StateKeeper | None = None
         """Writes the owner's state to its file (None: kept in memory only)."""
         self._changing = trio.Lock()
-        self._goals_changed = trio.Event()
-        """Set (and replaced) by `wake_goal_timer`."""
+        self.goal_timer = GoalTimer(self.wall_ms)
+        """Pushes a goal request's expiry when it runs out (run by `run_session`)."""
 
     @property
     def home(self) -> str:
@@ -343,7 +344,9 @@ class StubHome:
         failure: Exception | None = None
         try:
             async with trio.open_nursery() as nursery:  # the expiry timer lives with the uplink
-                nursery.start_soon(self._expire_on_time)
+                nursery.start_soon(
+                    self.goal_timer.run, lambda: self.box.goals.next_expiry_ms(), self._expire
+                )
                 try:
                     while True:
                         await self._handle(decode_envelope(_binary(await ws.get_message())))
@@ -359,33 +362,14 @@ class StubHome:
         if failure is not None:
             raise failure
 
-    def wake_goal_timer(self) -> None:
-        """Have the expiry timer look again: a request was queued, or the wall clock moved."""
-        self._goals_changed.set()
-        self._goals_changed = trio.Event()
-
-    async def _expire_on_time(self) -> None:
-        """Expire each goal request when its 24 h run out and push `agent.decided {expired}`
-        to its agent's open sessions then, not when the box next hears a message (PROTOCOL.md
-        part E). Sleeps until the earliest waiting request's `expiresAtMs` by the box's wall
-        clock, or until a request is queued; a request decided meanwhile is simply not there
-        to expire. Runs in the uplink's nursery (`run_session`): pushes need an uplink."""
-        while True:
-            changed = self._goals_changed
-            due = self.box.goals.next_expiry_ms()
-            if due is None:
-                await changed.wait()
-                continue
-            with trio.move_on_after(max(0, due - self.wall_ms()) / 1000) as timer:
-                await changed.wait()
-            if not timer.cancelled_caught:
-                continue
-            async with self._changing:
-                before = self.box.goals.version
-                pushes = self.box.expire_goals(self.wall_ms())
-                await self._keep_goals(before)
-            for sid, message in pushes:
-                await self.send(tun(sid, message))
+    async def _expire(self) -> None:
+        """The goal timer's turn: expire what ran out, keep the book, push `agent.decided`."""
+        async with self._changing:
+            before = self.box.goals.version
+            pushes = self.box.expire_goals(self.wall_ms())
+            await self._keep_goals(before)
+        for sid, message in pushes:
+            await self.send(tun(sid, message))
 
     async def _handle(self, env: Envelope) -> None:
         if env.t == Msg.TUN:
@@ -401,7 +385,7 @@ class StubHome:
             out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
             await self._keep_goals(before)  # a queued request is on disk before the agent hears
             if self.box.goals.version != before:
-                self.wake_goal_timer()
+                self.goal_timer.wake()
             if out and self.box.last_delay_ms:
                 await trio.sleep(self.box.last_delay_ms / 1000)
             for message in out:

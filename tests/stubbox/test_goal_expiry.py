@@ -105,7 +105,7 @@ async def test_a_clock_moved_past_a_requests_expiry_pushes_it_at_once(
     [queued] = await ws.call(s, s.request(GoalMsg.GOAL_REQUEST.value, GOAL)[1])
     t0 = trio.current_time()
     stub.clock_offset_ms = DAY
-    stub.wake_goal_timer()
+    stub.goal_timer.wake()
     [pushed] = s.receive(await ws.next_tun())
     assert isinstance(pushed, Push) and pushed.body.decision is Decision.EXPIRED
     assert trio.current_time() == t0 and pushed.body.req_id == queued.body.req_id
