@@ -17,8 +17,9 @@ session for the whole command, so nothing else goes to the box between its steps
    comes because the session dropped is `unconfirmed` too (`UNTOLD`); the session the box left hanging is closed by the
    pool's deadline heap (its box hears `tun.end`);
 4. on `E_CONFLICT` (as an `error`, or a rejected `cmd.result`) it reads `loadpoints.get` again
-   and tries once more under a new `cmdId` (the box answers a `cmdId` it has seen with the same
-   answer, so the old one would only bring the conflict back). The pool remembers the new id
+   and tries once more under a new `cmdId` (a box that kept the conflict in its idempotency
+   table would answer the old one with it again; the stub box keeps no retryable refusal,
+   upstream does not say). The pool remembers the new id
    (`Renames`): a retry of the same call that was already waiting for the session goes under
    it, so the box answers it from its table instead of acting a second time on the first id,
    which it did not keep (a retryable refusal).
