@@ -4,14 +4,18 @@ characters echoed), and nothing the box could not read leaves the bridge."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
+from ftwbridge.mcp.limits import SWEEP_BUCKETS_AT
 from ftwbridge.mcp.words import sentence
 from ftwbridge.proto.clean import clean
 
-from .test_control import Homes, service
+from .test_control import TOKEN, Homes, service
 from .test_service import call, post
 
 
@@ -89,3 +93,19 @@ async def test_a_confirmed_charge_is_the_agents_latest_call_for_the_retry_rule()
 def test_a_cap_of_zero_is_told_as_none_allowed(cap: str) -> None:
     words = sentence("E_CAP_EXCEEDED", {"cap": cap, "max": 0, "asked": 1}, None)
     assert "allows this assistant no " in words and "0" not in words
+
+
+async def test_per_agent_request_buckets_are_forgotten_once_refilled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The `/mcp` request limit keeps a bucket per agent; a bucket that has refilled is the
+    same as none, so many agents that came once leave nothing behind."""
+    svc = service(Homes())
+    for n in range(3000):
+        record = dataclasses.replace(TOKEN, agent_key=n.to_bytes(32, "big"))
+        assert svc._http_limit(record, 1) is None
+    await trio.sleep(60)
+    for n in range(3000, 3000 + SWEEP_BUCKETS_AT):
+        record = dataclasses.replace(TOKEN, agent_key=n.to_bytes(32, "big"))
+        assert svc._http_limit(record, 1) is None
+    assert len(svc._requests) <= SWEEP_BUCKETS_AT
