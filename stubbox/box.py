@@ -326,10 +326,9 @@ class Box:
         """The rolling minute: at most `reads_per_min` (default and ceiling 60) per agent."""
         if not self.read_limit:
             return
-        info = CAPS[Cap.READS_PER_MIN]
-        cap = min(sess.grant.caps.get(Cap.READS_PER_MIN, info.default), info.ceiling)
+        cap = sess.grant.cap(Cap.READS_PER_MIN)
         recent = self._recent.setdefault(sess.key, deque())
-        take_slot(recent, now_ms, window_ms=MINUTE_MS, most=cap)
+        take_slot(recent, now_ms, window_ms=MINUTE_MS, most=cap, cap=Cap.READS_PER_MIN.value)
 
 
 __all__ = ["MAX_ENVELOPE_BYTES", "Box", "BoxStats", "Problem", "error_body"]

@@ -54,7 +54,6 @@ from ftwbridge.proto.roster import AgentGrant
 from . import charger
 from .home import Home
 from .problem import Problem, error_body, take_slot
-from .reads import cap_value
 
 KEEP_MS: Final = 86_400_000
 """How long the idempotency table keeps a command's answers (24 h, part E)."""
@@ -171,7 +170,7 @@ class Commands:
             return self._done(cmd, held.lease_id, home_ms, home_ms)
         if args.hold_s is None:
             raise Problem(Code.E_NEEDS_OWNER, op=cmd.op, why="durable")
-        top = cap_value(grant, Cap.HOLD_S)
+        top = grant.cap(Cap.HOLD_S)
         if args.hold_s > top:
             raise Problem(Code.E_CAP_EXCEEDED, cap=Cap.HOLD_S.value, max=top, asked=args.hold_s)
         if held is not None and held.by != me:
@@ -200,7 +199,13 @@ class Commands:
     def _count(self, key: bytes, grant: AgentGrant, now_ms: int) -> None:
         """`cmds_per_hour` (agents.yaml `caps`) over a rolling hour, per agent key."""
         recent = self._recent.setdefault(key, deque())
-        take_slot(recent, now_ms, window_ms=HOUR_MS, most=cap_value(grant, Cap.CMDS_PER_HOUR))
+        take_slot(
+            recent,
+            now_ms,
+            window_ms=HOUR_MS,
+            most=grant.cap(Cap.CMDS_PER_HOUR),
+            cap=Cap.CMDS_PER_HOUR.value,
+        )
 
 
 def _error(p: Problem) -> tuple[str, Any]:

@@ -114,6 +114,7 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
             stub.box.clock_source = cmd["source"]
         if "offsetMs" in cmd:
             stub.clock_offset_ms = int(cmd["offsetMs"])
+            stub.goal_timer.wake()  # a request may have run out by the new clock
         if "frozenMs" in cmd:
             stub.box.frozen_ms = None if cmd["frozenMs"] is None else int(cmd["frozenMs"])
         return {"nowMs": stub.wall_ms()}

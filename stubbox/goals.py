@@ -30,7 +30,6 @@ from ftwbridge.proto.roster import AgentGrant
 
 from .charger import CARS
 from .problem import Problem
-from .reads import cap_value
 
 WAIT_MS: Final = 86_400_000
 """How long a goal request waits for the owner before it expires (24 h, part E)."""
@@ -113,7 +112,7 @@ class GoalBook:
             if asked.args.by_ms <= now_ms:
                 raise Problem(Code.E_UNKNOWN_OP, arg="args.byMs")
         self.expire(now_ms)
-        top = cap_value(grant, Cap.PENDING_REQUESTS)
+        top = grant.cap(Cap.PENDING_REQUESTS)
         waiting = sum(
             e.key == key and e.record.state is RequestState.PENDING for e in self._entries.values()
         )
@@ -177,6 +176,18 @@ class GoalBook:
                 self.version += 1
             elif entry.record.state is RequestState.PENDING and entry.expires_at_ms <= now_ms:
                 self._expired.append(self._settle(entry, RequestState.EXPIRED, entry.expires_at_ms))
+
+    def next_expiry_ms(self) -> int | None:
+        """When the earliest waiting request runs out (its `expiresAtMs`, the box's wall
+        clock, ms since the epoch), or None when none waits."""
+        return min(
+            (
+                e.expires_at_ms
+                for e in self._entries.values()
+                if e.record.state is RequestState.PENDING
+            ),
+            default=None,
+        )
 
     def take_expired(self) -> list[Entry]:
         """The requests that expired since the last call (whichever call noticed it)."""

@@ -37,13 +37,18 @@ def error_body(
     return body
 
 
-def take_slot(recent: deque[int], now_ms: int, *, window_ms: int, most: int) -> None:
+def take_slot(recent: deque[int], now_ms: int, *, window_ms: int, most: int, cap: str) -> None:
     """Count one event at `now_ms` in a rolling window of `window_ms` (ms) holding at most
-    `most`; `recent` holds the window's event times, oldest first, and is updated.
+    `most` (the grant's cap named `cap`, agents.yaml `caps`); `recent` holds the window's
+    event times, oldest first, and is updated.
 
     Raises:
-        Problem: `E_RATE_LIMITED {retryAfterMs}` when the window is full (nothing counted).
+        Problem: `E_RATE_LIMITED {retryAfterMs}` when the window is full (nothing counted);
+            `E_CAP_EXCEEDED {cap, max: 0, asked: 1}` when the cap is 0, the owner allowing
+            none (waiting would not help; PROTOCOL.md part B "Refusals added by agents").
     """
+    if most <= 0:
+        raise Problem(Code.E_CAP_EXCEEDED, cap=cap, max=0, asked=1)
     while recent and recent[0] <= now_ms - window_ms:
         recent.popleft()
     if len(recent) >= most:

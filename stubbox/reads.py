@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
 from ftwbridge.proto.names import Answer, Cap, Code, Read, Resolution, Role
-from ftwbridge.proto.registry import CAPS, LIMITS, limit
+from ftwbridge.proto.registry import LIMITS, OP_SCOPE, limit
 from ftwbridge.proto.roster import AgentGrant
 
 from .history import build_tiles
@@ -76,23 +76,21 @@ def _bounded(name: str, asked: int) -> int:
     return asked
 
 
-def cap_value(grant: AgentGrant, cap: Cap) -> int:
-    """The grant's value for `cap`, or the cap's default, never above its ceiling."""
-    info = CAPS[cap]
-    return min(grant.caps.get(cap.value, info.default), info.ceiling)
-
-
 def hello_ok(box: BoxView, grant: AgentGrant, now_ms: int, uptime_ms: int) -> dict[str, Any]:
     """The `hello_ok` body for an agent: upstream fields plus part B's agent fields.
 
     Upstream `caps` already names the box's capabilities, so the grant's caps travel as
-    `grantCaps` (our reading of an ambiguity in part B; docs/protocol.md).
+    `grantCaps` (our reading of an ambiguity in part B; docs/protocol.md). `mode` is
+    upstream's (`full` or `readonly` of the web app's `BoxMode`): `full` when the grant lets
+    the agent command at least one op (the op in `ops` and its scope, registry.yaml `ops`, in
+    `scopes`: what part E's checks let through), else `readonly`.
     """
+    commands = any(OP_SCOPE.get(op) in grant.scopes for op in grant.ops)
     caps = ["status.core", "history.5m", "history.1h", "plan.dispatch", "price.spot"]
     digest = hashlib.sha256(b"".join(c.encode() + b"\0" for c in sorted(caps))).hexdigest()
     return {
         "proto": 1,
-        "mode": "readonly",
+        "mode": "full" if commands else "readonly",
         "box": {"id": box.box_id, "build": BOX_BUILD, "tz": "UTC"},
         "clock": {
             "source": box.clock_source,
@@ -195,7 +193,7 @@ def _history(home: Any, grant: AgentGrant, b: dict[str, Any], now_ms: int) -> li
     from_ms, to_ms = _int(b, "fromMs"), _int(b, "toMs")
     if from_ms < 0 or to_ms <= from_ms or from_ms >= now_ms:
         raise _problem(Code.E_UNKNOWN_OP, t=Read.HIST_QUERY.value)
-    days = cap_value(grant, Cap.HISTORY_DAYS)
+    days = grant.cap(Cap.HISTORY_DAYS)
     if from_ms < now_ms - days * DAY_MS - CLOCK_SLACK_MS:
         asked = -(-(now_ms - from_ms) // DAY_MS)
         raise _problem(Code.E_CAP_EXCEEDED, cap=Cap.HISTORY_DAYS.value, max=days, asked=asked)

@@ -31,6 +31,7 @@ from ftwbridge.proto.roster import AgentGrant, verify_roster
 
 from .box import Box, ClockSource
 from .consent import grant_for
+from .goal_timer import GoalTimer
 from .goals import GoalBook
 from .home import Home
 from .owner import Owner
@@ -95,6 +96,8 @@ class StubHome:
         self.keeper: StateKeeper | None = None
         """Writes the owner's state to its file (None: kept in memory only)."""
         self._changing = trio.Lock()
+        self.goal_timer = GoalTimer(self.wall_ms)
+        """Pushes a goal request's expiry when it runs out (run by `run_session`)."""
 
     @property
     def home(self) -> str:
@@ -338,14 +341,35 @@ class StubHome:
             await self.send(Envelope(Msg.ROSTER, None, {"roster": self.owner.signed}).encode())
         self.uplinks += 1
         self.connected.set()
+        failure: Exception | None = None
         try:
-            while True:
-                await self._handle(decode_envelope(_binary(await ws.get_message())))
+            async with trio.open_nursery() as nursery:  # the expiry timer lives with the uplink
+                nursery.start_soon(
+                    self.goal_timer.run, lambda: self.box.goals.next_expiry_ms(), self._expire
+                )
+                try:
+                    while True:
+                        await self._handle(decode_envelope(_binary(await ws.get_message())))
+                except Exception as exc:  # raised as itself below, not inside a group
+                    failure = exc
+                finally:
+                    nursery.cancel_scope.cancel()
         finally:
             if self.ws is ws:
                 self.ws = None
                 self.connected = trio.Event()
                 self.box.end_all()
+        if failure is not None:
+            raise failure
+
+    async def _expire(self) -> None:
+        """The goal timer's turn: expire what ran out, keep the book, push `agent.decided`."""
+        async with self._changing:
+            before = self.box.goals.version
+            pushes = self.box.expire_goals(self.wall_ms())
+            await self._keep_goals(before)
+        for sid, message in pushes:
+            await self.send(tun(sid, message))
 
     async def _handle(self, env: Envelope) -> None:
         if env.t == Msg.TUN:
@@ -360,6 +384,8 @@ class StubHome:
             before = self.box.goals.version
             out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
             await self._keep_goals(before)  # a queued request is on disk before the agent hears
+            if self.box.goals.version != before:
+                self.goal_timer.wake()
             if out and self.box.last_delay_ms:
                 await trio.sleep(self.box.last_delay_ms / 1000)
             for message in out:

@@ -64,11 +64,27 @@ class CommandIds:
         if held is not None and held[:2] == (call, digest) and now_s - held[3] < RETRY_WINDOW_S:
             return held[2]
         made = self._new_id()
-        self._latest[agent] = (call, digest, made, now_s)
+        self.note(home=home, agent_key=agent_key, rid=rid, digest=digest, cmd_id=made, now_s=now_s)
+        return made
+
+    def note(
+        self,
+        *,
+        home: str,
+        agent_key: bytes,
+        rid: str | int,
+        digest: str,
+        cmd_id: str,
+        now_s: float,
+    ) -> None:
+        """This call (JSON-RPC id `rid`, `digest`) is the agent's latest, sent as `cmd_id`
+        (made here, or carried by a confirmation's `requestState`): an earlier call is no
+        longer a retry, and a retry of this one within `RETRY_WINDOW_S` reuses `cmd_id`."""
+        agent = (home, agent_key)
+        self._latest[agent] = (json.dumps(rid), digest, cmd_id, now_s)
         self._latest.move_to_end(agent)
         while len(self._latest) > MAX_ENTRIES:
             self._latest.popitem(last=False)
-        return made
 
     def replace(self, old: str, new: str) -> None:
         """The call that used `old` sent `new` instead (a retry after `E_CONFLICT`, which the

@@ -32,7 +32,6 @@ from ftwbridge.proto.control import (
 )
 from ftwbridge.proto.names import Cap, Code, Goal, GoalMsg, Mode, Read
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.proto.registry import CAPS
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
@@ -125,14 +124,6 @@ def _minutes(n: int) -> str:
     return "1 minute" if n == 1 else f"{n} minutes"
 
 
-def hold_cap_s(grant: AgentGrant) -> int:
-    """The longest hold this agent may set, seconds: the grant's `hold_s` cap, its default
-    (900) when the grant names none, never past the ceiling (agents.yaml `caps`)."""
-    info = CAPS[Cap.HOLD_S]
-    value = grant.caps.get(Cap.HOLD_S.value, info.default)
-    return min(value, info.ceiling) if isinstance(value, int) else info.default
-
-
 class Control:
     """The control tools for one `/mcp` service.
 
@@ -195,7 +186,7 @@ class Control:
             raise Refusal(Code.E_OP_NOT_GRANTED, {"op": HOLD_OP.value})
         op_args: dict[str, Any]
         if isinstance(args, ChargeNowArgs):
-            hold_s, top = args.minutes * 60, hold_cap_s(grant)
+            hold_s, top = args.minutes * 60, grant.cap(Cap.HOLD_S)
             if hold_s > top:
                 raise Refusal(
                     Code.E_CAP_EXCEEDED, {"cap": Cap.HOLD_S.value, "max": top, "asked": hold_s}
@@ -215,6 +206,15 @@ class Control:
                 self._audit(token, args.charger, "declined")
                 return text_error(DECLINED)
             cmd_id = asked
+            assert route.id is not None
+            self._ids.note(  # the agent's latest call now: an older id is no retry of it
+                home=token.home,
+                agent_key=token.agent_key,
+                rid=route.id,
+                digest=digest,
+                cmd_id=cmd_id,
+                now_s=trio.current_time(),
+            )
         if cmd_id is None:
             assert route.id is not None
             cmd_id = self._ids.cmd_id(

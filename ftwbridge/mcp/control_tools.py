@@ -33,6 +33,9 @@ DEFAULT_MINUTES: Final = 15
 CHARGER_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,64}$"
 """A charger or car id as the box lists it: an identifier, never free text (so it may be
 logged in the audit line as it came)."""
+MAX_JSON_INT: Final = 2**53 - 1
+"""The largest integer every JSON client carries exactly (RFC 8259 section 6); larger ones
+would also leave CBOR's 64 bits and reach the box as a bignum it refuses (a dropped request)."""
 MAX_POWER_W: Final = 50_000
 """The most power one hold may ask, in W (above any home charger; the box bounds it too)."""
 
@@ -77,7 +80,9 @@ class EvTargetGoal(_Goal):
     soc_permille: int = Field(
         ge=1, le=1000, description="Target state of charge in permille (800 = 80%)"
     )
-    by_ms: int = Field(ge=0, description="When the car should be ready, ms since the epoch")
+    by_ms: int = Field(
+        ge=0, le=MAX_JSON_INT, description="When the car should be ready, ms since the epoch"
+    )
 
 
 class SiteModeGoal(_Goal):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.refusal import Refusal
@@ -107,3 +109,20 @@ def roster_behind_result(behind: Any) -> dict[str, Any]:
         "isError": True,
         "_meta": {ERROR_META: error},
     }
+
+
+def invalid_arguments(tool: str, exc: ValidationError) -> dict[str, Any]:
+    """The `isError` result for arguments that do not fit `tool`'s schema: where and what, for at most
+    five problems. A location can be a key the client made up and a message can quote the
+    client's value, so each is cleaned of hidden characters and cut (a key to 64 characters,
+    a message to 200; PROTOCOL.md part D: every string in a result is cleaned)."""
+
+    def short(text: str, most: int = 64) -> str:
+        text = clean(text).replace("\n", " ")
+        return text if len(text) <= most else text[: most - 1] + "\u2026"
+
+    problems = "; ".join(
+        f"{'.'.join(short(str(p)) for p in e['loc']) or 'arguments'}: {short(e['msg'], 200)}"
+        for e in exc.errors(include_url=False)[:5]
+    )
+    return text_error(f"The arguments for {tool} are not valid: {problems}.")

@@ -30,7 +30,6 @@ from pydantic import ValidationError
 from ftwbridge import __version__
 from ftwbridge.proto.clean import to_json
 from ftwbridge.proto.names import Code
-from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
@@ -41,13 +40,14 @@ from .auth import BearerAuth, Unauthorized
 from .confirm import StateRefused
 from .control import Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
+from .limits import AgentRequests
 from .results import (
     conforms,
+    invalid_arguments,
     log_safe,
     ok_result,
     refusal_result,
     roster_behind_result,
-    text_error,
 )
 from .tools import TOOLS, TOOLS_BY_NAME, ToolContext, ToolSpec
 
@@ -176,23 +176,16 @@ class McpService:
         self._deadline_s = call_deadline_s
         self._wall_ms = wall_ms
         self._tool_list = [t.definition() for t in TOOLS] + [t.definition() for t in CONTROL_TOOLS]
-        self._http_burst = http_burst
-        self._http_per_s = http_per_s
-        self._agent_buckets: dict[tuple[str, bytes], TokenBucket] = {}
+        self._requests = AgentRequests(http_burst, http_per_s)
         self._recorder = Recorder(on_call, on_request)
         self._roster_behind = roster_behind
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
         """The per-agent request limit at `/mcp` (`http_burst` in a row, then `http_per_s`):
         past it, 429 with `Retry-After` (whole seconds) and a JSON-RPC error with the id."""
-        key = (token.home, token.agent_key)
-        bucket = self._agent_buckets.get(key)
-        if bucket is None:
-            bucket = self._agent_buckets[key] = TokenBucket(self._http_burst, self._http_per_s)
-        now = trio.current_time()
-        if bucket.try_take(now):
+        wait_ms = self._requests.take((token.home, token.agent_key), trio.current_time())
+        if wait_ms is None:
             return None
-        wait_ms = math.ceil(bucket.wait_s(now) * 1000)
         rej = inbound.Rejection(
             429, RATE_LIMITED_JSONRPC, "Too many requests", rid, {"retryAfterMs": wait_ms}
         )
@@ -365,14 +358,8 @@ class McpService:
                 else spec.args.model_validate(arguments)
             )
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                for e in exc.errors()[:5]
-            )
             seen.outcome = "invalid_arguments"
-            return self._result(
-                route, text_error(f"The arguments for {name} are not valid: {problems}.")
-            )
+            return self._result(route, invalid_arguments(name, exc))
         answered_here = isinstance(spec, ToolSpec) and spec.run is not None
         behind = None if answered_here else self._behind(token)
         if behind is not None:

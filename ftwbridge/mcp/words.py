@@ -91,6 +91,14 @@ _CAPS: Final[dict[str, str]] = {
     " owner allows; try again later.",
 }
 
+_NONE: Final[dict[str, str]] = {
+    # a grant cap of 0 (a uint, PROTOCOL.md part B): the owner allows none at all
+    "cmds_per_hour": "commands",
+    "reads_per_min": "reads",
+    "pending_requests": "requests to them",
+    "hold_s": "charging holds",
+}
+
 _NOT_FOUND: Final[dict[str, str]] = {
     # diag.run `src` (agents.yaml answers: diag), loadpoint.hold `clear` (agent_ops)
     "src": "driver or device",
@@ -129,6 +137,8 @@ def _caps(args: dict[str, Any]) -> str:
     cap = _text(args.get("cap"), "a limit")
     top, asked = _text(args.get("max"), "?"), _text(args.get("asked"), "?")
     words = _CAPS.get(cap)
+    if args.get("max") == 0 and cap in _NONE:
+        return f"The owner allows this assistant no {_NONE[cap]}; only they can change that."
     if words is None:
         return f"That asks for more than the home allows ({cap}: at most {top}, asked {asked})."
     return words.format(max=top, asked=asked)

@@ -37,7 +37,7 @@ from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.roster import AgentGrant, Roster, admit
 from ftwbridge.proto.session import AgentSession, Reply
 
-from .command import CommandBudget, CommandOutcome, send_command
+from .command import CommandBudget, CommandOutcome, Renames, send_command
 from .deadlines import DeadlineHeap
 from .homes import HomeShare, PoolObserver, PoolStats
 from .opening import open_outcome
@@ -93,6 +93,8 @@ class Pool:
         """Sessions CLOSING: their box is still to hear `tun.end`."""
         self._budget = CommandBudget()
         """`cmds_per_hour` at the bridge (pool/command.py)."""
+        self._renames = Renames()
+        """Each agent's latest `cmdId` changed after `E_CONFLICT` (pool/command.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[Pool] = trio.TASK_STATUS_IGNORED) -> None:
         """Own every opening and closing until cancelled; then end every session
@@ -234,6 +236,7 @@ class Pool:
             cmd_id=cmd_id,
             new_cmd_id=self.new_cmd_id,
             budget=self._budget,
+            renames=self._renames,
         )
 
     def new_cmd_id(self) -> str:
@@ -371,7 +374,7 @@ class Pool:
         """Send one request on `s` (held by this task, from `hold`) and wait for its answer:
         `start(agent)` makes it (`AgentSession.request` or `.command`) and returns (id,
         message). The session stays held for a next request; `hold` releases it. A command's
-        `cmd.ack`, if one came, is appended to `acks`.
+        `cmd.ack`, if one came, is appended to `acks`, also when the wait is cancelled.
 
         Raises:
             Refusal: the box refused, the door dropped the message, or the session ended.
@@ -403,6 +406,8 @@ class Pool:
                 raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
             await waiter.done.wait()
         finally:
+            if acks is not None and waiter.ack is not None:
+                acks.append(waiter.ack)
             if not sent and not s.is_closed:  # the box never got it: nothing to wait for
                 s.agent.abandon(sent=False)
                 self.box_done(s, answered=False)
@@ -412,8 +417,6 @@ class Pool:
                     self._deadlines.schedule(s, s.sent_at + self._config.call_deadline_s)
                 else:
                     s.waiter = None
-        if acks is not None and waiter.ack is not None:
-            acks.append(waiter.ack)
         if waiter.refusal is not None:
             raise waiter.refusal
         assert waiter.reply is not None

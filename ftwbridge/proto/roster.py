@@ -17,9 +17,9 @@ from nacl.signing import SigningKey, VerifyKey
 
 from .envelope import dumps, loads
 from .errors import RemoteProtocolError
-from .names import Code, Role
+from .names import Cap, Code, Role
 from .refusal import Refusal
-from .registry import ROSTER_CONTEXT
+from .registry import CAPS, ROSTER_CONTEXT
 
 ROSTER_VERSION = 1
 KEY_BYTES = 32
@@ -56,6 +56,14 @@ class AgentGrant:
     caps: dict[str, int] = field(hash=False)
     granted_at_ms: int
     expires_at_ms: int
+
+    def cap(self, cap: Cap) -> int:
+        """The grant's value for `cap` (a count, or seconds, or days, as the cap's name says):
+        the value the roster names, the cap's default when it names none, never above the
+        cap's ceiling (PROTOCOL.md part B "Caps"; `contract/agents.yaml` `caps`). The one
+        place a cap's value is worked out, for the bridge and the stub box alike."""
+        info = CAPS[cap]
+        return min(self.caps.get(cap.value, info.default), info.ceiling)
 
     def to_cbor(self) -> dict[str, Any]:
         """The grant as its roster map (contract key names)."""

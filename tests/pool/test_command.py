@@ -175,3 +175,13 @@ async def test_a_revoked_agent_is_refused_at_the_box_while_the_bridge_lags(
     assert refused.value == Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
     assert rig.pool.statistics().drops.get("revoked") == 1
     assert stub.box.home.controls.hold("lp1", stub.box.frozen_ms) is None  # nothing charging
+
+
+def test_budget_forgets_an_agent_whose_hour_has_passed() -> None:
+    """Agents that stop commanding leave nothing behind: the table holds only agents with a
+    command in the rolling hour (it was kept for every agent that ever commanded)."""
+    budget = CommandBudget()
+    for n in range(100):
+        budget.charge(("h", bytes([n])), f"c{n}", float(n))
+    budget.charge(("h", b"late"), "x", HOUR_S + 100)
+    assert len(budget) == 1

@@ -8,9 +8,9 @@ import pytest
 from nacl.signing import SigningKey
 
 from ftwbridge.proto.envelope import dumps, loads
-from ftwbridge.proto.names import Code, Role
+from ftwbridge.proto.names import Cap, Code, Role
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.proto.registry import ROSTER_CONTEXT
+from ftwbridge.proto.registry import CAPS, ROSTER_CONTEXT
 from ftwbridge.proto.roster import (
     Admitted,
     AgentGrant,
@@ -115,3 +115,14 @@ def test_malformed() -> None:
     assert refusal(sign_roster(twice, KEY)) is RosterProblem.MALFORMED
     body = roster().body_cbor() | {"noise": b"short"}
     assert refusal(resign(body)) is RosterProblem.MALFORMED
+
+
+@pytest.mark.parametrize("cap", list(Cap))
+def test_a_grants_cap_is_its_value_else_the_default_never_past_the_ceiling(cap: Cap) -> None:
+    """`AgentGrant.cap` is the one place a cap's value is worked out (bridge and stub box)."""
+    info = CAPS[cap]
+    assert GRANT.cap(cap) == info.default
+    named = dataclasses.replace(GRANT, caps={cap.value: 0, "future_cap": 7})
+    assert named.cap(cap) == 0  # a cap the owner set to nothing is nothing, not the default
+    over = dataclasses.replace(GRANT, caps={cap.value: info.ceiling + 1})
+    assert over.cap(cap) == info.ceiling

@@ -437,3 +437,44 @@ def test_a_frozen_home_holds_at_its_own_time() -> None:
     ack, _result = p.command(HOLD.to_args())
     assert isinstance(ack, Acked) and ack.ack.expires_at_ms == EVENING + 600_000
     assert p.lp1()["hold"] == {"power_w": 7400, "untilMs": EVENING + 600_000}
+
+
+@pytest.mark.parametrize(
+    ("scopes", "ops", "mode"),
+    [
+        (CONTROL, (Op.LOADPOINT_HOLD.value,), "full"),
+        (CONTROL, (), "readonly"),  # the owner approved reading only
+        (READ_SCOPES, (Op.LOADPOINT_HOLD.value,), "readonly"),  # an op without its scope
+    ],
+)
+def test_hello_ok_mode_says_what_the_grant_allows(
+    scopes: tuple[str, ...], ops: tuple[str, ...], mode: str
+) -> None:
+    """Upstream `hello_ok.mode` (`full` / `readonly` of the web app's `BoxMode`): an agent
+    that may command at least one op of its grant hears `full`, any other `readonly`."""
+    p = Pair(scopes=scopes, ops=ops)
+    [ev] = p.hello()
+    assert isinstance(ev, Push) and ev.body["mode"] == mode
+
+
+def test_caps_of_zero_refuse_in_words_and_do_not_break_the_box() -> None:
+    """A grant may name a cap of 0 (a uint, PROTOCOL.md part B): the owner allows none. The
+    box refuses with `E_CAP_EXCEEDED {cap, max: 0, asked: 1}` (waiting would not help), and a
+    release is still never refused for the rate."""
+    p = Ctl(caps={"cmds_per_hour": 0, "pending_requests": 0})
+    cap = {"cap": "cmds_per_hour", "max": 0, "asked": 1}
+    assert refused(p.command(HOLD.to_args())) == (Code.E_CAP_EXCEEDED, cap)
+    goal = {"goal": "site_mode", "args": {"mode": "idle"}}
+    [ev] = p.exchange(p.session.request(GoalMsg.GOAL_REQUEST.value, goal)[1])
+    assert refusal_of(ev) == (
+        Code.E_CAP_EXCEEDED,
+        {"cap": "pending_requests", "max": 0, "asked": 1},
+    )
+    reads = Ctl(caps={"reads_per_min": 0}, start=EVENING)
+    [ev] = reads.exchange(reads.session.request(Read.LIVE_GET.value)[1])
+    assert refusal_of(ev) == (Code.E_CAP_EXCEEDED, {"cap": "reads_per_min", "max": 0, "asked": 1})
+
+
+def refusal_of(ev: Any) -> tuple[str, dict[str, Any]]:
+    assert isinstance(ev, Failed), ev
+    return ev.refusal.code, ev.refusal.details
