@@ -7,6 +7,8 @@ whose message is one sentence for the operator (issue 15).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import difflib
 import ipaddress
 import os
@@ -58,6 +60,47 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def keys_addresses(url: str) -> list[tuple[str, int]]:
+    """The (host, port) of each `tcp://host:port` in `keys_url` (comma-separated, in order).
+
+    Raises:
+        ValueError: an entry that is not `tcp://host:port`, or a port of 0.
+    """
+    found = []
+    for entry in url.split(","):
+        entry = entry.strip()
+        rest = entry.removeprefix("tcp://")
+        try:
+            if rest == entry or not rest:
+                raise ValueError
+            host, port = split_address(rest)
+        except ValueError:
+            raise ValueError(
+                f"must be tcp://host:port, several separated by commas (got {entry!r})"
+            ) from None
+        if port == 0:
+            raise ValueError(f"must name a port other than 0 (got {entry!r})")
+        found.append((host, port))
+    return found
+
+
+def decode_secret(text: str) -> bytes | None:
+    """32 bytes from 64 hex digits or base64 (standard or URL-safe, padding optional), or
+    None when `text` is neither."""
+    text = text.strip()
+    if len(text) == 64:
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            pass
+    try:  # URL-safe letters read as the standard ones; the padding may be left out
+        standard = text.replace("-", "+").replace("_", "/")
+        raw = base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
+    except (ValueError, binascii.Error):
+        return None
+    return raw if len(raw) == 32 else None
+
+
 def _is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
@@ -94,6 +137,18 @@ class Config(BaseModel):
     "Many instances"). None keeps it in SQLite in `state_dir`, one process (the default)."""
     keys_socket: Path | None = None
     """Unix socket of a separate keys-part process; None runs the keys part in-process."""
+    keys_url: str | None = None
+    """The keys services this bridge uses over TCP, `tcp://host:port`, several separated by
+    commas (tried in order); needs `mesh_key`. None: `keys_socket`, or in-process (issue 13
+    item 5; docs/operations.md, "Many instances")."""
+    mesh_key: pydantic.SecretBytes | None = None
+    """The cluster's shared secret, 32 random bytes written as 64 hex digits or in base64:
+    it authenticates the keys channel (keys/mesh.py) and instances' forwarded calls. Never
+    shown in a message or a log."""
+    kek: pydantic.SecretBytes | None = None
+    """Key-encryption key, 32 random bytes (hex or base64), read only by `ftwbridge keys`:
+    agents' private keys are kept in the store sealed under it (pynacl SecretBox). A bridge
+    (`serve`) refuses to start with it set."""
     allowed_origins: tuple[str, ...] = ()
     """Origins (scheme://host:port) allowed besides the public URL's own."""
     allowed_hosts: tuple[str, ...] = ()
@@ -219,6 +274,40 @@ class Config(BaseModel):
             )
         return None if value is None else value.strip()
 
+    @field_validator("mesh_key", "kek", mode="before")
+    @classmethod
+    def _secret_32(cls, value: Any) -> Any:
+        """32 bytes from hex or base64 text (standard or URL-safe, padding optional); the
+        message never repeats the value."""
+        if value is None or isinstance(value, bytes | pydantic.SecretBytes):
+            return value
+        decoded = decode_secret(str(value))
+        if decoded is None:
+            raise ValueError(
+                "must be 32 random bytes as 64 hex digits or in base64 (`openssl rand -hex 32`"
+                " makes one)"
+            )
+        return decoded
+
+    @field_validator("keys_url")
+    @classmethod
+    def _tcp_urls(cls, value: str | None) -> str | None:
+        if value is not None:
+            keys_addresses(value)
+        return value
+
+    @model_validator(mode="after")
+    def _keys_settings(self) -> Config:
+        """One way to the keys part, and the channel's secret where it goes over TCP."""
+        if self.keys_url is not None and self.keys_socket is not None:
+            raise ValueError("keys_url and keys_socket are both set; set only one of them")
+        if self.keys_url is not None and self.mesh_key is None:
+            raise ValueError(
+                "keys_url is set but mesh_key is not: the keys channel is authenticated with"
+                " the cluster's mesh key"
+            )
+        return self
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _level(cls, value: Any) -> Any:
@@ -244,7 +333,14 @@ class Config(BaseModel):
         return self
 
     @field_validator(
-        "admin_bind", "keys_socket", "database_url", "test_anonymous_token", mode="before"
+        "admin_bind",
+        "keys_socket",
+        "keys_url",
+        "mesh_key",
+        "kek",
+        "database_url",
+        "test_anonymous_token",
+        mode="before",
     )
     @classmethod
     def _none_words(cls, value: Any) -> Any:
@@ -264,7 +360,7 @@ class Config(BaseModel):
     """host:port of the admin listener (/metrics, /healthz, /readyz); None turns it off."""
 
 
-SECRET_SETTINGS = ("database_url",)
+SECRET_SETTINGS = ("database_url", "mesh_key", "kek")
 """Settings whose value may hold a password: an error about one never repeats it."""
 PATH_KEYS = ("state_dir", "keys_socket")
 """Settings that are paths: relative in a config file means relative to the file's folder."""
