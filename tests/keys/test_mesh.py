@@ -52,7 +52,10 @@ def test_a_handshake_and_messages_both_ways_however_the_bytes_are_cut(step: int 
     client.send_message({"op": "has", "key": b"k" * 32})
     client.send_message({"op": "create", "home": "h1"})
     _, got = pump(client, server, step=step)
-    assert got == [Message({"op": "has", "key": b"k" * 32}), Message({"op": "create", "home": "h1"})]
+    assert got == [
+        Message({"op": "has", "key": b"k" * 32}),
+        Message({"op": "create", "home": "h1"}),
+    ]
     server.send_message({"ok": True})
     got, _ = pump(client, server, step=step)
     assert got == [Message({"ok": True})]
