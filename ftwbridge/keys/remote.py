@@ -43,6 +43,11 @@ def url_of(address: tuple[str, int]) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
+class ChannelRefused(KeysError):
+    """The keys service refused this bridge's channel (another mesh key), or failed it: a
+    setting to fix, said in one sentence naming the service."""
+
+
 class _Unreachable(Exception):
     """This service could not be asked (connect, hang-up, deadline): try the next one."""
 
@@ -103,11 +108,13 @@ class RemoteKeys:
             raise
         return conn
 
-    def _refused(self, index: int, event: Refused) -> KeysError:
+    def _refused(self, index: int, event: Refused) -> ChannelRefused:
         where = url_of(self._addresses[index])
         if event.ours:
-            return KeysError(f"the keys service at {where} failed the channel: {event.sentence}")
-        return KeysError(f"the keys service at {where} refused this bridge: {event.sentence}")
+            return ChannelRefused(
+                f"the keys service at {where} failed the channel: {event.sentence}"
+            )
+        return ChannelRefused(f"the keys service at {where} refused this bridge: {event.sentence}")
 
     async def _receive(self, conn: _Conn) -> list[Established | Message | Refused]:
         try:
