@@ -11,6 +11,7 @@ notices after TCP keepalives). `holder` counts only present instances.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -30,6 +31,8 @@ LOCK_SPACE = int.from_bytes(b"ftwb", "big")
 """The first key of every presence advisory lock (the second is the instance's `lock_id`)."""
 LEASE_S = 10.0
 """How long a renewal keeps an instance present, seconds."""
+LEAVE_S = 2.0
+"""The most a stopping instance waits to tell the database it left, seconds."""
 RENEW_S = 3.0
 """How often an instance renews its lease (and asks which of its homes were taken), seconds."""
 
@@ -121,8 +124,9 @@ class PgDirectory:
         self, on_lost: OnLost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """See `Directory.serve`: become present, then every `renew_s` seconds `renew` and
-        call `on_lost` for each home taken over. The presence connection closes on exit,
-        which drops this instance from every lookup at once.
+        call `on_lost` for each home taken over. On exit (a stop) it ends its lease and
+        frees its claims, which drops it from every lookup at once, then closes the presence
+        connection.
 
         Raises:
             StoreError: (before started) the database does not answer, or another running
@@ -136,9 +140,29 @@ class PgDirectory:
                 for home in await self.renew():
                     await on_lost(home)
         finally:
+            with trio.move_on_after(LEAVE_S, shield=True):
+                await self._leave()
             if self._presence is not None:
                 self._presence.close()
                 self._presence = None
+
+    async def _leave(self) -> None:
+        """A stop: end the lease and free every claim now, so lookups stop naming this
+        instance at once (the presence lock goes only when PostgreSQL's backend has exited,
+        a moment after the connection closes). Said nowhere when the database is gone."""
+        presence, me = self._presence, self.instance_id
+        if presence is None or presence.closed:
+            return
+
+        def work() -> None:
+            presence.execute(
+                "UPDATE instances SET lease_until_ms = 0 WHERE instance_id = %s", (me,)
+            )
+            presence.execute("UPDATE uplinks SET instance_id = NULL WHERE instance_id = %s", (me,))
+
+        with contextlib.suppress(StoreError, psycopg.Error):
+            await self._thread(work)
+        self._held.clear()
 
     async def renew(self) -> list[str]:
         """Renew this instance's lease (one UPDATE for all its homes), making its presence

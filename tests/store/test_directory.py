@@ -140,7 +140,7 @@ async def test_a_dead_process_drops_out_at_once_and_a_silent_one_with_its_lease(
             assert await b.holder("h1") is None
             await a.renew()
             assert (await b.holder("h1")) is not None
-        assert await b.holder("h1") is None  # a stopped: its connection closed
+        assert await b.holder("h1") is None  # a stopped: it left at once
 
 
 async def test_an_instance_id_in_use_is_refused_and_a_restart_frees_old_claims(
