@@ -28,7 +28,12 @@ from .service import KeysError
 log = logging.getLogger("ftwbridge.keys")
 
 CALL_S: Final = 10.0
-"""The longest one request may take, connecting and the handshake included, seconds."""
+"""The longest one request may take at one service, connecting and the handshake included,
+seconds."""
+CONNECT_S: Final = 2.0
+"""The longest a new connection and its handshake may take before the next service listed is
+tried, seconds: under the pool's 5 s for a session's handshake (`handshake_s`), so a service
+whose host is gone without a word still leaves time for the next."""
 KEEP_IDLE_S: Final = 60.0
 """A pooled connection idle longer than this is closed rather than used (the service closes
 its side after 300 s), seconds."""
@@ -91,22 +96,24 @@ class RemoteKeys:
 
     async def _connect(self, index: int) -> _Conn:
         host, port = self._addresses[index]
-        try:
-            stream = await trio.open_tcp_stream(host, port)
-        except OSError as exc:
-            raise _Unreachable(exc.strerror or type(exc).__name__) from None
-        conn = _Conn(stream, MeshChannel(self._mesh_key, client=True))
-        try:
-            while not conn.channel.is_open:
-                await stream.send_all(conn.channel.data_to_send())
-                for event in await self._receive(conn):
-                    if isinstance(event, Refused):
-                        raise self._refused(index, event)
-            await stream.send_all(conn.channel.data_to_send())
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
-        return conn
+        with trio.move_on_after(CONNECT_S):
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError as exc:
+                raise _Unreachable(exc.strerror or type(exc).__name__) from None
+            conn = _Conn(stream, MeshChannel(self._mesh_key, client=True))
+            try:
+                while not conn.channel.is_open:
+                    await self._send(conn)
+                    for event in await self._receive(conn):
+                        if isinstance(event, Refused):
+                            raise self._refused(index, event)
+                await self._send(conn)
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            return conn
+        raise _Unreachable(f"no channel within {CONNECT_S:g} s")
 
     def _refused(self, index: int, event: Refused) -> ChannelRefused:
         where = url_of(self._addresses[index])
@@ -115,6 +122,12 @@ class RemoteKeys:
                 f"the keys service at {where} failed the channel: {event.sentence}"
             )
         return ChannelRefused(f"the keys service at {where} refused this bridge: {event.sentence}")
+
+    async def _send(self, conn: _Conn) -> None:
+        try:
+            await conn.stream.send_all(conn.channel.data_to_send())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise _Unreachable("the connection broke") from None
 
     async def _receive(self, conn: _Conn) -> list[Established | Message | Refused]:
         try:
@@ -144,10 +157,7 @@ class RemoteKeys:
         done = False
         try:
             conn.channel.send_message(req)
-            try:
-                await conn.stream.send_all(conn.channel.data_to_send())
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise _Unreachable("the connection broke") from None
+            await self._send(conn)
             while True:
                 for event in await self._receive(conn):
                     if isinstance(event, Refused):

@@ -202,6 +202,23 @@ async def test_the_next_keys_service_answers_when_the_first_is_down(
     await both.aclose()
 
 
+async def test_a_service_that_accepts_and_stays_silent_is_passed_over(
+    nursery: trio.Nursery,
+) -> None:
+    service = KeysService(None)
+    address = await _service(nursery, service)
+    with socket.socket() as silent:  # the kernel accepts; nothing ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        keys = RemoteKeys([silent.getsockname(), address], KEY)
+        with trio.fail_after(WAIT_S):
+            key = await keys.create("h1")  # after `CONNECT_S` at the silent one
+        assert await service.has(key)
+        with trio.fail_after(WAIT_S):
+            assert await keys.has(key)
+    await keys.aclose()
+
+
 async def test_a_pooled_connection_the_service_closed_is_replaced() -> None:
     service = KeysService(None)
     async with trio.open_nursery() as nursery:
