@@ -32,8 +32,9 @@ REQUEST_S: Final = 10.0
 """The longest one request may take to serve (the store included), seconds."""
 FLUSH_S: Final = 1.0
 """The longest a refusal sentence may take to be written before the connection closes, s."""
-MAX_CONNECTIONS: Final = 256
-"""Connections served at once; one more is refused in words and closed."""
+MAX_CONNECTIONS: Final = 1024
+"""Connections served at once; one more is refused in words and closed. Each bridge opens at
+most `remote.MAX_CONNECTIONS` to a keys service, so this serves 32 instances at their busiest."""
 RECEIVE_BYTES: Final = 65536
 
 
@@ -74,12 +75,14 @@ async def serve_keys_tcp(
 
 
 def _peer(stream: trio.abc.Stream) -> str:
-    try:
-        assert isinstance(stream, trio.SocketStream)
-        host, port = stream.socket.getpeername()[:2]
-        return f"{host}:{port}"
-    except (AssertionError, OSError):
+    """The peer's `host:port` for the log, or "a peer" (a memory stream, a socket gone)."""
+    if not isinstance(stream, trio.SocketStream):
         return "a peer"
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "a peer"
+    return f"{host}:{port}"
 
 
 async def _flush(stream: trio.abc.Stream, channel: MeshChannel) -> None:

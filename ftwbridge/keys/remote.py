@@ -39,6 +39,9 @@ KEEP_IDLE_S: Final = 60.0
 its side after 300 s), seconds."""
 MAX_IDLE: Final = 8
 """Idle connections kept per keys service."""
+MAX_CONNECTIONS: Final = 32
+"""Connections open at once to one keys service (requests past it wait for one, within
+`CALL_S`), so a burst of session openings cannot exhaust the service's connections."""
 RECEIVE_BYTES: Final = 65536
 
 
@@ -79,6 +82,7 @@ class RemoteKeys:
         self._addresses = list(addresses)
         self._mesh_key = mesh_key
         self._idle: dict[int, list[_Conn]] = {i: [] for i in range(len(addresses))}
+        self._slots = [trio.CapacityLimiter(MAX_CONNECTIONS) for _ in addresses]
         self._preferred = 0
         self._handles: dict[int, tuple[int, int]] = {}
         self._ids = itertools.count(1)
@@ -184,7 +188,8 @@ class RemoteKeys:
         for index in order:
             try:
                 with trio.fail_after(CALL_S):
-                    reply = await self._ask(index, req)
+                    async with self._slots[index]:
+                        reply = await self._ask(index, req)
             except _Unreachable as exc:
                 missed.append(f"{url_of(self._addresses[index])} ({exc})")
                 continue

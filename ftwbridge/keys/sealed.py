@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import nacl.exceptions
 import nacl.secret
+import trio
 from nacl.public import PrivateKey
 
 from ftwbridge.proto.noise import TransportKeys, generate_static
@@ -100,7 +101,7 @@ class SealedKeysService:
         except KeysError as exc:
             log.error("agent key %s of home %s: %s", agent_key.hex()[:16], row.home, exc)
             raise
-        return self._handshakes.begin(private, box_noise_key)
+        return self._handshakes.begin(private, box_noise_key, now=trio.current_time())
 
     async def finish(self, handle: int, message2: bytes) -> TransportKeys:
         """See `KeysPort.finish`."""
