@@ -34,8 +34,10 @@ from ftwbridge.config import (
     ENV_PREFIX,
     Config,
     ConfigError,
+    kek_bytes,
     keys_addresses,
     load_config,
+    mesh_key_bytes,
     split_address,
 )
 from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
@@ -134,7 +136,7 @@ async def _keys(config: Config, socket: Path | None, listen: str | None) -> int:
     from ftwbridge.keys.listen import KeysListenError, serve_keys_tcp
     from ftwbridge.keys.wire import KeysSocketError
 
-    mesh_key = config.mesh_key.get_secret_value() if config.mesh_key is not None else None
+    mesh_key = mesh_key_bytes(config.mesh_key) if config.mesh_key is not None else None
     if listen is not None:
         if mesh_key is None:
             raise StartupError(
@@ -151,7 +153,7 @@ async def _keys(config: Config, socket: Path | None, listen: str | None) -> int:
         service: KeysPort
         if config.kek is not None:
             store = await _started_store(config)
-            service = await _sealed_keys(store, config.kek.get_secret_value())
+            service = await _sealed_keys(store, kek_bytes(config.kek))
         elif config.database_url is not None:
             raise StartupError(
                 "a keys service on database_url keeps agents' keys in the database, sealed"
@@ -247,13 +249,13 @@ async def _agent_create(config: Config, home: str) -> int:
     keys: KeysPort | None = None
     try:
         if config.keys_url is not None and config.mesh_key is not None:
-            mesh_key = config.mesh_key.get_secret_value()
+            mesh_key = mesh_key_bytes(config.mesh_key)
             keys = RemoteKeys(keys_addresses(config.keys_url), mesh_key)
         elif config.keys_socket is not None:
             keys = KeysClient(config.keys_socket)
         elif config.kek is not None:  # the keys part's own store, as a keys service keeps it
             store = await _started_store(config)
-            keys = await _sealed_keys(store, config.kek.get_secret_value())
+            keys = await _sealed_keys(store, kek_bytes(config.kek))
         else:
             keys = KeysService(Path(config.state_dir) / "agent-keys.json")
         print((await keys.create(home)).hex())

@@ -8,7 +8,6 @@ whose message is one sentence for the operator (issue 15).
 from __future__ import annotations
 
 import base64
-import binascii
 import difflib
 import ipaddress
 import os
@@ -44,6 +43,40 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message is one sentence naming where the
     setting came from (the file, or the `FTWBRIDGE_*` variable) and what to change."""
+
+
+MESH_KEY_BYTES = 32
+"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
+
+
+def mesh_key_bytes(text: str) -> bytes:
+    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
+
+    Raises:
+        ValueError: neither, or not 32 bytes; the message never repeats the value.
+    """
+    text = text.strip()
+    try:
+        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
+        if raw is None:
+            raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        raw = b""
+    if len(raw) != MESH_KEY_BYTES:
+        raise ValueError(
+            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
+            " `openssl rand -hex 32`)"
+        )
+    return raw
+
+
+def kek_bytes(text: str) -> bytes:
+    """The 32 bytes of a `kek`, written as `mesh_key` is (`mesh_key_bytes`).
+
+    Raises:
+        ValueError: not 32 bytes as hex or base64; the message never repeats the value.
+    """
+    return mesh_key_bytes(text)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -82,23 +115,6 @@ def keys_addresses(url: str) -> list[tuple[str, int]]:
             raise ValueError(f"must name a port other than 0 (got {entry!r})")
         found.append((host, port))
     return found
-
-
-def decode_secret(text: str) -> bytes | None:
-    """32 bytes from 64 hex digits or base64 (standard or URL-safe, padding optional), or
-    None when `text` is neither."""
-    text = text.strip()
-    if len(text) == 64:
-        try:
-            return bytes.fromhex(text)
-        except ValueError:
-            pass
-    try:  # URL-safe letters read as the standard ones; the padding may be left out
-        standard = text.replace("-", "+").replace("_", "/")
-        raw = base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
-    except (ValueError, binascii.Error):
-        return None
-    return raw if len(raw) == 32 else None
 
 
 def _is_loopback(host: str) -> bool:
@@ -141,11 +157,12 @@ class Config(BaseModel):
     """The keys services this bridge uses over TCP, `tcp://host:port`, several separated by
     commas (tried in order); needs `mesh_key`. None: `keys_socket`, or in-process (issue 13
     item 5; docs/operations.md, "Many instances")."""
-    mesh_key: pydantic.SecretBytes | None = None
-    """The cluster's shared secret, 32 random bytes written as 64 hex digits or in base64:
-    it authenticates the keys channel (keys/mesh.py) and instances' forwarded calls. Never
-    shown in a message or a log."""
-    kek: pydantic.SecretBytes | None = None
+    mesh_key: str | None = Field(default=None, repr=False)
+    """The key every instance of a cluster shares: 32 random bytes as 64 hex digits or as
+    base64 (`openssl rand -hex 32`; `mesh_key_bytes`). It authenticates the keys channel
+    (keys/mesh.py) and instances' forwarded calls. A secret: never logged, never repeated in
+    an error."""
+    kek: str | None = Field(default=None, repr=False)
     """Key-encryption key, 32 random bytes (hex or base64), read only by `ftwbridge keys`:
     agents' private keys are kept in the store sealed under it (pynacl SecretBox). A bridge
     (`serve`) refuses to start with it set."""
@@ -274,20 +291,12 @@ class Config(BaseModel):
             )
         return None if value is None else value.strip()
 
-    @field_validator("mesh_key", "kek", mode="before")
+    @field_validator("mesh_key", "kek")
     @classmethod
-    def _secret_32(cls, value: Any) -> Any:
-        """32 bytes from hex or base64 text (standard or URL-safe, padding optional); the
-        message never repeats the value."""
-        if value is None or isinstance(value, bytes | pydantic.SecretBytes):
-            return value
-        decoded = decode_secret(str(value))
-        if decoded is None:
-            raise ValueError(
-                "must be 32 random bytes as 64 hex digits or in base64 (`openssl rand -hex 32`"
-                " makes one)"
-            )
-        return decoded
+    def _secret_32(cls, value: str | None) -> str | None:
+        if value is not None:
+            mesh_key_bytes(value)  # raises ValueError in words that never repeat the key
+        return value
 
     @field_validator("keys_url")
     @classmethod

@@ -23,7 +23,7 @@ from quart_trio import QuartTrio
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
-from ftwbridge.config import Config, keys_addresses, split_address
+from ftwbridge.config import Config, keys_addresses, mesh_key_bytes, split_address
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
 from ftwbridge.keys.remote import RemoteKeys
@@ -139,7 +139,7 @@ def keys_part(config: Config) -> KeysPort:
         )
     if config.keys_url is not None and config.mesh_key is not None:
         addresses = keys_addresses(config.keys_url)
-        return RemoteKeys(addresses, config.mesh_key.get_secret_value())
+        return RemoteKeys(addresses, mesh_key_bytes(config.mesh_key))
     if config.keys_socket is not None:
         return KeysClient(config.keys_socket)
     return KeysService(Path(config.state_dir) / "agent-keys.json")
