@@ -36,6 +36,32 @@ MAX_CONNECTIONS: Final = 1024
 """Connections served at once; one more is refused in words and closed. Each bridge opens at
 most `remote.MAX_CONNECTIONS` to a keys service, so this serves 32 instances at their busiest."""
 RECEIVE_BYTES: Final = 65536
+LOG_REFUSALS: Final = 10
+"""Refused connections logged a minute, one line each; the rest are counted, and the first
+line of a later minute says how many were held back (a flood cannot fill the disk)."""
+
+
+class RefusalLog:
+    """Warning lines about refused peers, at most `LOG_REFUSALS` in any minute from the first
+    of them; `now` is monotonic seconds (trio's clock)."""
+
+    def __init__(self) -> None:
+        self._since = -60.0
+        self._said = 0
+        self._held = 0
+
+    def warn(self, now: float, message: str, *args: object) -> bool:
+        """Log `message % args` unless this minute's lines are used up; whether it was."""
+        if now - self._since >= 60.0:
+            if self._held:
+                log.warning("keys service: %d more refused connections were not logged", self._held)
+            self._since, self._said, self._held = now, 0, 0
+        if self._said >= LOG_REFUSALS:
+            self._held += 1
+            return False
+        self._said += 1
+        log.warning(message, *args)
+        return True
 
 
 class KeysListenError(Exception):
@@ -65,9 +91,10 @@ async def serve_keys_tcp(
         ) from None
     bound = listeners[0].socket.getsockname()
     limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
+    refusals = RefusalLog()
 
     async def handler(stream: trio.SocketStream) -> None:
-        await serve_connection(stream, service, mesh_key, limiter=limiter)
+        await serve_connection(stream, service, mesh_key, limiter=limiter, refusals=refusals)
 
     async with trio.open_nursery() as nursery:
         task_status.started((str(bound[0]), int(bound[1])))
@@ -97,9 +124,12 @@ async def serve_connection(
     mesh_key: bytes,
     *,
     limiter: trio.CapacityLimiter,
+    refusals: RefusalLog | None = None,
 ) -> None:
     """One peer's connection, from its handshake to its end; closes `stream`. A peer that
-    breaks the connection ends only it; nothing it sends raises out of here."""
+    breaks the connection ends only it; nothing it sends raises out of here. Refusals are
+    logged through `refusals` (a fresh `RefusalLog` when None)."""
+    refusals = RefusalLog() if refusals is None else refusals
     peer = _peer(stream)
     channel = MeshChannel(mesh_key, client=False)
     async with stream:
@@ -109,13 +139,20 @@ async def serve_connection(
             channel.refuse("the keys service has too many connections; try again shortly")
             with trio.move_on_after(FLUSH_S):
                 await _flush(stream, channel)
-            log.warning("keys service refused %s: %d connections already", peer, MAX_CONNECTIONS)
+            refusals.warn(
+                trio.current_time(),
+                "keys service refused %s: %d connections already",
+                peer,
+                MAX_CONNECTIONS,
+            )
             return
         try:
             refused = await _converse(stream, channel, service)
             if refused is not None:
                 how = "refused" if refused.ours else "was refused by"
-                log.warning("keys service %s %s: %s", how, peer, refused.sentence)
+                refusals.warn(
+                    trio.current_time(), "keys service %s %s: %s", how, peer, refused.sentence
+                )
                 with trio.move_on_after(FLUSH_S):
                     await _flush(stream, channel)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -18,8 +18,10 @@ from ftwbridge.keys import KeysService
 from ftwbridge.keys.listen import (
     HANDSHAKE_S,
     IDLE_S,
+    LOG_REFUSALS,
     MAX_CONNECTIONS,
     KeysListenError,
+    RefusalLog,
     serve_connection,
     serve_keys_tcp,
 )
@@ -292,3 +294,16 @@ async def test_connections_past_the_limit_are_refused_in_words(
         while chunk := await ours.receive_some():
             out += chunk
         assert "too many connections" in _refusal(out)
+
+
+def test_refusal_lines_are_bounded_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    refusals = RefusalLog()
+    said = [refusals.warn(0.5 * i, "refused %s", i) for i in range(100)]  # 50 s of a flood
+    assert said == [True] * LOG_REFUSALS + [False] * (100 - LOG_REFUSALS)
+    assert refusals.warn(61.0, "refused %s", "later")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[:LOG_REFUSALS] == [f"refused {i}" for i in range(LOG_REFUSALS)]
+    assert lines[LOG_REFUSALS:] == [
+        f"keys service: {100 - LOG_REFUSALS} more refused connections were not logged",
+        "refused later",
+    ]
