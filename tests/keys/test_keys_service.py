@@ -184,6 +184,21 @@ async def test_a_bridge_with_another_mesh_key_is_refused_in_one_sentence(
             )
             said = await _stderr_until(service, WRONG_KEY)
             assert "keys service refused 127.0.0.1:" in said and "Traceback" not in said
+            # a bridge that serves with it says so at start, and is not ready
+            serving = wrong | {"FTWBRIDGE_BIND": "127.0.0.1:0", "FTWBRIDGE_ADMIN_BIND": "none"}
+            bridge: trio.Process = await nursery.start(
+                functools.partial(
+                    trio.run_process,
+                    [*ME, "serve", "--exit-with-parent"],
+                    env=serving,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+            )
+            logged = await _stderr_until(bridge, WRONG_KEY)
+            assert "not ready: the keys part does not answer (the keys service at" in logged
+            assert "refused this bridge" in logged and "Traceback" not in logged
             nursery.cancel_scope.cancel()
 
 
