@@ -157,6 +157,8 @@ async def serve_connection(
                     await _flush(stream, channel)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("keys connection from %s broke", peer)
+        except Exception:  # a fault of ours in one request: it ends this connection alone
+            log.exception("keys connection from %s ended by a fault; the service goes on", peer)
         finally:
             limiter.release()
 

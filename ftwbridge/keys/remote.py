@@ -22,7 +22,7 @@ import trio
 from ftwbridge.proto.noise import TransportKeys
 
 from .mesh import Established, MeshChannel, Message, Refused
-from .ops import result, transport_keys
+from .ops import as_bytes, as_list, result, transport_keys
 from .service import KeysError
 
 log = logging.getLogger("ftwbridge.keys")
@@ -205,13 +205,13 @@ class RemoteKeys:
     async def create(self, home: str) -> bytes:
         """See `KeysPort.create`."""
         _at, value = await self._call({"op": "create", "home": home})
-        return bytes(value)
+        return as_bytes(value)
 
     async def begin(self, agent_key: bytes, box_noise_key: bytes) -> tuple[int, bytes]:
         """See `KeysPort.begin`; the handle is this client's, mapped to the service's."""
         at, r = await self._call({"op": "begin", "key": agent_key, "noise": box_noise_key})
         try:
-            theirs, m1 = int(r["handle"]), bytes(r["m1"])
+            theirs, m1 = int(r["handle"]), as_bytes(r["m1"])
         except (KeyError, TypeError, ValueError) as exc:
             raise KeysError("the keys part answered nonsense") from exc
         handle = next(self._ids)
@@ -235,7 +235,7 @@ class RemoteKeys:
     async def sync(self, home: str, listed: frozenset[bytes]) -> list[bytes]:
         """See `KeysPort.sync`."""
         _at, value = await self._call({"op": "sync", "home": home, "listed": list(listed)})
-        return [bytes(k) for k in value]
+        return as_list(value)
 
     async def has(self, agent_key: bytes) -> bool:
         """See `KeysPort.has`."""

@@ -104,7 +104,8 @@ class Handshakes:
         seconds); returns (handle, m1).
 
         Raises:
-            KeysError: too many unfinished handshakes, none older than `PENDING_TTL_S`.
+            KeysError: too many unfinished handshakes, none older than `PENDING_TTL_S`; a
+                box key that is not 32 bytes.
         """
         if len(self._pending) >= MAX_PENDING_HANDSHAKES:
             stale = [h for h, (_i, t) in self._pending.items() if now - t >= PENDING_TTL_S]
@@ -112,8 +113,11 @@ class Handshakes:
                 del self._pending[handle]
             if not stale:
                 raise KeysError("too many handshakes in progress")
-        initiator = Initiator(our_static=private, their_static=box_noise_key)
-        message1 = initiator.write_message1()
+        try:
+            initiator = Initiator(our_static=private, their_static=box_noise_key)
+            message1 = initiator.write_message1()
+        except ProtocolError as exc:  # a box key of the wrong size
+            raise KeysError(str(exc)) from exc
         handle = next(self._ids)
         self._pending[handle] = (initiator, now)
         return handle, message1
