@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ftwbridge.keys.mesh import (
     MAX_FRAME_BYTES,
@@ -185,3 +187,22 @@ def test_a_message_over_the_frame_cap_is_not_sent() -> None:
     client, _server = opened()
     with pytest.raises(ValueError):
         client.send_message(b"x" * MAX_FRAME_BYTES)
+
+
+@given(data=st.binary(max_size=300), cuts=st.lists(st.integers(1, 40), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_no_bytes_make_the_channel_raise(data: bytes, cuts: list[int]) -> None:
+    """Whatever arrives, however cut, before or after the handshake: events, never an
+    exception, and once refused nothing more is read."""
+    for start_open in (False, True):
+        if start_open:
+            _client, server = opened()
+        else:
+            server = MeshChannel(KEY, client=False)
+        rest, events = data, []
+        for n in [*cuts, len(data)]:
+            events += server.receive_data(rest[:n])
+            rest = rest[n:]
+        refusals = [e for e in events if isinstance(e, Refused)]
+        assert len(refusals) <= 1 and (not refusals or events[-1] is refusals[0])
+        assert all(not isinstance(e, Message) for e in events)  # nothing forged gets through
