@@ -12,6 +12,7 @@ one).
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from typing import Final
 
 import trio
@@ -137,14 +138,14 @@ async def serve_connection(
             limiter.acquire_nowait()
         except trio.WouldBlock:
             channel.refuse("the keys service has too many connections; try again shortly")
-            with trio.move_on_after(FLUSH_S):
-                await _flush(stream, channel)
             refusals.warn(
                 trio.current_time(),
                 "keys service refused %s: %d connections already",
                 peer,
                 MAX_CONNECTIONS,
             )
+            with trio.move_on_after(FLUSH_S), suppress(trio.BrokenResourceError):
+                await _flush(stream, channel)
             return
         try:
             refused = await _converse(stream, channel, service)

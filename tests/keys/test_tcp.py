@@ -307,3 +307,16 @@ def test_refusal_lines_are_bounded_a_minute(caplog: pytest.LogCaptureFixture) ->
         f"keys service: {100 - LOG_REFUSALS} more refused connections were not logged",
         "refused later",
     ]
+
+
+async def test_a_peer_gone_before_its_refusal_is_written_ends_quietly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = trio.CapacityLimiter(1)
+    await limiter.acquire_on_behalf_of(object())
+    ours, theirs = trio.testing.memory_stream_pair()
+    await ours.aclose()
+    await serve_connection(theirs, KeysService(None), KEY, limiter=limiter)  # raises nothing
+    ours, theirs = trio.testing.memory_stream_pair()
+    await ours.aclose()
+    await serve_connection(theirs, KeysService(None), KEY, limiter=trio.CapacityLimiter(1))
