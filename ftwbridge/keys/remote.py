@@ -160,7 +160,10 @@ class RemoteKeys:
     async def _exchange(self, index: int, conn: _Conn, req: dict[str, Any]) -> Any:
         done = False
         try:
-            conn.channel.send_message(req)
+            try:
+                conn.channel.send_message(req)
+            except ValueError as exc:  # a request over the frame cap: never sent
+                raise KeysError(f"a keys request too large to send ({exc})") from None
             await self._send(conn)
             while True:
                 for event in await self._receive(conn):
