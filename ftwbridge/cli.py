@@ -3,6 +3,7 @@
   ftwbridge serve [--config FILE] [--exit-with-parent]
                                                  run the bridge (SIGTERM drains, a second exits)
   ftwbridge keys --socket PATH [--config FILE]   run the keys part as its own process
+  ftwbridge keys --listen HOST:PORT              ... as a keys service on TCP (mesh_key)
   ftwbridge home enroll --home H --key HEX       enroll a home's Ed25519 public key
   ftwbridge agent create --home H                have the keys part make a new agent key
   ftwbridge token issue --home H --agent A       mint a development token for a listed agent
@@ -29,9 +30,19 @@ from typing import Any
 
 import trio
 
-from ftwbridge.config import ENV_PREFIX, Config, ConfigError, load_config
+from ftwbridge.config import (
+    ENV_PREFIX,
+    Config,
+    ConfigError,
+    kek_bytes,
+    keys_addresses,
+    load_config,
+    mesh_key_bytes,
+    split_address,
+)
 from ftwbridge.keys import KeysClient, KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
+from ftwbridge.keys.remote import ChannelRefused, RemoteKeys, url_of
 from ftwbridge.keys.service import KeysError
 from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
 from ftwbridge.logs import configure_logging
@@ -53,8 +64,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="drain and exit when standard input closes (a parent passes a pipe it never writes)",
     )
-    keys = sub.add_parser("keys", help="run the keys part on a Unix socket", parents=[common])
-    keys.add_argument("--socket", type=Path, required=True)
+    keys = sub.add_parser(
+        "keys", help="run the keys part on a Unix socket or on TCP", parents=[common]
+    )
+    where = keys.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", type=Path, help="serve on this Unix socket (mode 0600)")
+    where.add_argument(
+        "--listen", metavar="HOST:PORT", help="serve bridge instances on TCP (needs mesh_key)"
+    )
     home = sub.add_parser("home", help="homes").add_subparsers(dest="action", required=True)
     enroll = home.add_parser("enroll", help="enroll a home's Ed25519 public key", parents=[common])
     enroll.add_argument("--home", required=True)
@@ -110,28 +127,82 @@ async def _serve(config: Config, *, exit_with_parent: bool = False) -> int:
     return await until_signalled(run, drain=bridge.drain)
 
 
-async def _keys(config: Config, socket: Path) -> int:
-    """`ftwbridge keys`: serve the keys part on `socket` until signalled. A socket another keys
-    part is serving is refused in one sentence with status 2 (`serve_keys`)."""
+async def _keys(config: Config, socket: Path | None, listen: str | None) -> int:
+    """`ftwbridge keys`: serve the keys part on the Unix `socket`, or on TCP at `listen` to
+    bridge instances that prove `mesh_key`, until signalled. With `kek` the agents' keys are
+    kept sealed in the store (PostgreSQL with `database_url`, else SQLite in `state_dir`),
+    else in the key file in `state_dir`. A socket another keys part serves, or an address
+    that cannot be bound, is refused in one sentence with status 2."""
+    from ftwbridge.keys.listen import KeysListenError, serve_keys_tcp
     from ftwbridge.keys.wire import KeysSocketError
 
-    service = KeysService(Path(config.state_dir) / "agent-keys.json")
-    refused: list[KeysSocketError] = []
-
-    async def run(nursery: trio.Nursery) -> None:
+    mesh_key = mesh_key_bytes(config.mesh_key) if config.mesh_key is not None else None
+    if listen is not None:
+        if mesh_key is None:
+            raise StartupError(
+                "keys --listen serves bridge instances over TCP, which prove the cluster's"
+                " mesh_key, and mesh_key is not set",
+                setting="mesh_key",
+            )
         try:
-            await nursery.start(serve_keys, socket, service)
-        except KeysSocketError as exc:  # raised before it serves: nothing is left running
-            refused.append(exc)
-            return
-        print(f"keys part on {socket}", flush=True)
-        await trio.sleep_forever()
+            split_address(listen)
+        except ValueError as exc:
+            raise StartupError(f"--listen {exc}") from None
+    store: BridgeStore | None = None
+    try:
+        service: KeysPort
+        if config.kek is not None:
+            store = await _started_store(config)
+            service = await _sealed_keys(store, kek_bytes(config.kek))
+        elif config.database_url is not None:
+            raise StartupError(
+                "a keys service on database_url keeps agents' keys in the database, sealed"
+                " under kek, and kek is not set (`openssl rand -hex 32` makes one; give every"
+                " keys service the same)",
+                setting="kek",
+            )
+        else:
+            service = KeysService(Path(config.state_dir) / "agent-keys.json")
+        refused: list[Exception] = []
 
-    status = await until_signalled(run)
+        async def run(nursery: trio.Nursery) -> None:
+            try:
+                if listen is not None and mesh_key is not None:
+                    host, port = await nursery.start(serve_keys_tcp, listen, service, mesh_key)
+                    print(f"keys service on {url_of((host, port))}", flush=True)
+                elif socket is not None:
+                    await nursery.start(serve_keys, socket, service)
+                    print(f"keys part on {socket}", flush=True)
+            except (KeysSocketError, KeysListenError) as exc:  # raised before it serves
+                refused.append(exc)
+                return
+            await trio.sleep_forever()
+
+        status = await until_signalled(run)
+    finally:
+        if store is not None:
+            store.close()
     if refused:
         print(f"ftwbridge: {refused[0]}", file=sys.stderr)
         return 2
     return status
+
+
+async def _sealed_keys(store: BridgeStore, kek: bytes) -> KeysPort:
+    """The keys part on `store`'s sealed keys, its `kek` checked against a stored key.
+
+    Raises:
+        StartupError: `kek` does not open the keys already stored (names `kek`).
+    """
+    from ftwbridge.keys.sealed import KekError, SealedKeysService
+    from ftwbridge.store.sealed import sealed_keys
+
+    service = SealedKeysService(sealed_keys(store), kek)
+    try:
+        await service.check_kek()
+    except KekError as exc:
+        raise StartupError(str(exc), setting="kek") from None
+    return service
 
 
 async def _enroll(config: Config, home: str, key_hex: str) -> int:
@@ -164,25 +235,41 @@ async def _agent_create(config: Config, home: str) -> int:
     database = sqlite_path(config.state_dir)
     if config.database_url is not None or database.is_file():
         # a key for a home the bridge does not know would serve no one
-        store = await _started_store(config)
+        homes = await _started_store(config)
         try:
-            enrolled = await store.home_key(home) is not None
+            enrolled = await homes.home_key(home) is not None
         finally:
-            store.close()
+            homes.close()
         if not enrolled:
             raise StartupError(
                 f"home {home!r} is not enrolled here: run `ftwbridge home enroll --home {home}"
                 " --key <its key>` first"
             )
-    keys: KeysPort = (
-        KeysService(Path(config.state_dir) / "agent-keys.json")
-        if config.keys_socket is None
-        else KeysClient(config.keys_socket)
-    )
+    store: BridgeStore | None = None
+    keys: KeysPort | None = None
     try:
+        if config.keys_url is not None and config.mesh_key is not None:
+            mesh_key = mesh_key_bytes(config.mesh_key)
+            keys = RemoteKeys(keys_addresses(config.keys_url), mesh_key)
+        elif config.keys_socket is not None:
+            keys = KeysClient(config.keys_socket)
+        elif config.kek is not None:  # the keys part's own store, as a keys service keeps it
+            store = await _started_store(config)
+            keys = await _sealed_keys(store, kek_bytes(config.kek))
+        else:
+            keys = KeysService(Path(config.state_dir) / "agent-keys.json")
         print((await keys.create(home)).hex())
-    except KeysError as exc:  # the keys part's socket answers nobody
+    except ChannelRefused as exc:  # another mesh key
+        raise StartupError(str(exc), setting="mesh_key") from None
+    except KeysError as exc:  # the keys part answers nobody
+        if config.keys_url is not None:
+            raise StartupError(str(exc), setting="keys_url") from None
         raise StartupError(f"{exc} at {config.keys_socket}", setting="keys_socket") from None
+    finally:
+        if isinstance(keys, RemoteKeys):
+            await keys.aclose()
+        if store is not None:
+            store.close()
     return 0
 
 
@@ -354,7 +441,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(level, config.log_format)
     jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
         ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
-        ("keys", None): lambda: _keys(config, args.socket),
+        ("keys", None): lambda: _keys(config, args.socket, args.listen),
         ("home", "enroll"): lambda: _enroll(config, args.home, args.key),
         ("agent", "create"): lambda: _agent_create(config, args.home),
         ("token", "issue"): lambda: _issue(config, args.home, args.agent),
@@ -368,7 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     job = jobs[(args.command, action)]
     try:
         if (args.command, action) in WRITES_STATE and not (
-            action == "create" and config.keys_socket is not None
+            action == "create" and (config.keys_socket or config.keys_url) is not None
         ):
             _writable_state_dir(config)
         status = trio.run(job)

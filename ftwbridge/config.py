@@ -7,6 +7,7 @@ whose message is one sentence for the operator (issue 15).
 
 from __future__ import annotations
 
+import base64
 import difflib
 import ipaddress
 import os
@@ -44,6 +45,40 @@ class ConfigError(ValueError):
     setting came from (the file, or the `FTWBRIDGE_*` variable) and what to change."""
 
 
+MESH_KEY_BYTES = 32
+"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
+
+
+def mesh_key_bytes(text: str) -> bytes:
+    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
+
+    Raises:
+        ValueError: neither, or not 32 bytes; the message never repeats the value.
+    """
+    text = text.strip()
+    try:
+        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
+        if raw is None:
+            raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        raw = b""
+    if len(raw) != MESH_KEY_BYTES:
+        raise ValueError(
+            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
+            " `openssl rand -hex 32`)"
+        )
+    return raw
+
+
+def kek_bytes(text: str) -> bytes:
+    """The 32 bytes of a `kek`, written as `mesh_key` is (`mesh_key_bytes`).
+
+    Raises:
+        ValueError: not 32 bytes as hex or base64; the message never repeats the value.
+    """
+    return mesh_key_bytes(text)
+
+
 def split_address(address: str) -> tuple[str, int]:
     """Split `host:port` (IPv6 in brackets: `[::1]:8780`) into host and port.
 
@@ -56,6 +91,30 @@ def split_address(address: str) -> tuple[str, int]:
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"must be host:port, such as 127.0.0.1:8780 (got {address!r})")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def keys_addresses(url: str) -> list[tuple[str, int]]:
+    """The (host, port) of each `tcp://host:port` in `keys_url` (comma-separated, in order).
+
+    Raises:
+        ValueError: an entry that is not `tcp://host:port`, or a port of 0.
+    """
+    found = []
+    for entry in url.split(","):
+        entry = entry.strip()
+        rest = entry.removeprefix("tcp://")
+        try:
+            if rest == entry or not rest:
+                raise ValueError
+            host, port = split_address(rest)
+        except ValueError:
+            raise ValueError(
+                f"must be tcp://host:port, several separated by commas (got {entry!r})"
+            ) from None
+        if port == 0:
+            raise ValueError(f"must name a port other than 0 (got {entry!r})")
+        found.append((host, port))
+    return found
 
 
 def _is_loopback(host: str) -> bool:
@@ -94,6 +153,19 @@ class Config(BaseModel):
     "Many instances"). None keeps it in SQLite in `state_dir`, one process (the default)."""
     keys_socket: Path | None = None
     """Unix socket of a separate keys-part process; None runs the keys part in-process."""
+    keys_url: str | None = None
+    """The keys services this bridge uses over TCP, `tcp://host:port`, several separated by
+    commas (tried in order); needs `mesh_key`. None: `keys_socket`, or in-process (issue 13
+    item 5; docs/operations.md, "Many instances")."""
+    mesh_key: str | None = Field(default=None, repr=False)
+    """The key every instance of a cluster shares: 32 random bytes as 64 hex digits or as
+    base64 (`openssl rand -hex 32`; `mesh_key_bytes`). It authenticates the keys channel
+    (keys/mesh.py) and instances' forwarded calls. A secret: never logged, never repeated in
+    an error."""
+    kek: str | None = Field(default=None, repr=False)
+    """Key-encryption key, 32 random bytes (hex or base64), read only by `ftwbridge keys`:
+    agents' private keys are kept in the store sealed under it (pynacl SecretBox). A bridge
+    (`serve`) refuses to start with it set."""
     allowed_origins: tuple[str, ...] = ()
     """Origins (scheme://host:port) allowed besides the public URL's own."""
     allowed_hosts: tuple[str, ...] = ()
@@ -234,6 +306,32 @@ class Config(BaseModel):
             )
         return None if value is None else value.strip()
 
+    @field_validator("mesh_key", "kek")
+    @classmethod
+    def _secret_32(cls, value: str | None) -> str | None:
+        if value is not None:
+            mesh_key_bytes(value)  # raises ValueError in words that never repeat the key
+        return value
+
+    @field_validator("keys_url")
+    @classmethod
+    def _tcp_urls(cls, value: str | None) -> str | None:
+        if value is not None:
+            keys_addresses(value)
+        return value
+
+    @model_validator(mode="after")
+    def _keys_settings(self) -> Config:
+        """One way to the keys part, and the channel's secret where it goes over TCP."""
+        if self.keys_url is not None and self.keys_socket is not None:
+            raise ValueError("keys_url and keys_socket are both set; set only one of them")
+        if self.keys_url is not None and self.mesh_key is None:
+            raise ValueError(
+                "keys_url is set but mesh_key is not: the keys channel is authenticated with"
+                " the cluster's mesh key"
+            )
+        return self
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _level(cls, value: Any) -> Any:
@@ -259,7 +357,14 @@ class Config(BaseModel):
         return self
 
     @field_validator(
-        "admin_bind", "keys_socket", "database_url", "test_anonymous_token", mode="before"
+        "admin_bind",
+        "keys_socket",
+        "keys_url",
+        "mesh_key",
+        "kek",
+        "database_url",
+        "test_anonymous_token",
+        mode="before",
     )
     @classmethod
     def _none_words(cls, value: Any) -> Any:
@@ -285,7 +390,7 @@ class Config(BaseModel):
     """host:port of the admin listener (/metrics, /healthz, /readyz); None turns it off."""
 
 
-SECRET_SETTINGS = ("database_url",)
+SECRET_SETTINGS = ("database_url", "mesh_key", "kek")
 """Settings whose value may hold a password: an error about one never repeats it."""
 PATH_KEYS = ("state_dir", "keys_socket")
 """Settings that are paths: relative in a config file means relative to the file's folder."""

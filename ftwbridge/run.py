@@ -23,9 +23,10 @@ from quart_trio import QuartTrio
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
-from ftwbridge.config import Config, split_address
+from ftwbridge.config import Config, keys_addresses, mesh_key_bytes, split_address
 from ftwbridge.door import Door
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
+from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import KeysError, forget_dropped
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
@@ -131,6 +132,28 @@ def _bind(address: str, listener: str, setting: str) -> socket.socket:
     return sock
 
 
+def keys_part(config: Config) -> KeysPort:
+    """The keys part a bridge uses: keys services over TCP (`keys_url`, proving `mesh_key`),
+    a keys process on a Unix socket (`keys_socket`), or in this process on the key file in
+    `state_dir`. Issue 13 item 5: a bridge never holds the `kek`.
+
+    Raises:
+        StartupError: `kek` is set in the bridge's configuration.
+    """
+    if config.kek is not None:
+        raise StartupError(
+            "kek is set, but only keys services (`ftwbridge keys`) may hold it, never a bridge;"
+            " remove it from this bridge's configuration",
+            setting="kek",
+        )
+    if config.keys_url is not None and config.mesh_key is not None:
+        addresses = keys_addresses(config.keys_url)
+        return RemoteKeys(addresses, mesh_key_bytes(config.mesh_key))
+    if config.keys_socket is not None:
+        return KeysClient(config.keys_socket)
+    return KeysService(Path(config.state_dir) / "agent-keys.json")
+
+
 class Bridge:
     """One bridge process's parts. After `serve` reports started: `site`, `store`, `keys`,
     `door`, `pool` are live, and `issue_token` mints development tokens.
@@ -139,6 +162,9 @@ class Bridge:
         config: the validated configuration.
         clock: the wall clock in ms since the epoch (tests inject one).
         keys: a keys part to use instead of the one `config` names (benchmarks).
+
+    Raises:
+        StartupError: `kek` is set (`keys_part`).
     """
 
     def __init__(
@@ -148,13 +174,7 @@ class Bridge:
         self.clock = clock
         self.site = Site(config.site_url)
         self.store: BridgeStore = open_store(config.database_url, Path(config.state_dir))
-        if keys is None:
-            keys = (
-                KeysService(Path(config.state_dir) / "agent-keys.json")
-                if config.keys_socket is None
-                else KeysClient(config.keys_socket)
-            )
-        self.keys: KeysPort = keys
+        self.keys: KeysPort = keys if keys is not None else keys_part(config)
         self.tokens = TokenCache(self.store.token)
         self.minter = TokenMinter(
             put=self.store.put_token,
@@ -312,6 +332,9 @@ class Bridge:
             await self._serve(task_status)
         finally:
             self.store.close()
+            if isinstance(self.keys, RemoteKeys):  # its pooled connections
+                with trio.CancelScope(shield=True):
+                    await self.keys.aclose()
 
     async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
         c = self.config

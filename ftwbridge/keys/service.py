@@ -22,6 +22,10 @@ from .keyfile import StateFileError, read_json, update_json
 
 log = logging.getLogger("ftwbridge.keys")
 MAX_PENDING_HANDSHAKES = 4096
+PENDING_TTL_S = 60.0
+"""A handshake begun this long ago and neither finished nor aborted is dropped when room is
+needed, seconds: a caller cancelled after its `begin` was sent (over a socket or TCP) never
+aborts it, and a session's handshake lasts at most `handshake_s` (5 s)."""
 
 
 class KeysError(Exception):
@@ -79,6 +83,65 @@ async def forget_dropped(
     return dropped | gone
 
 
+class Handshakes:
+    """Noise IK handshakes begun as an agent and not yet finished or aborted (PROTOCOL.md part
+    B: the bridge is the initiator): the one place a private key meets a box's key.
+
+    Handles are this process's own counter (1, 2, ...); at most `MAX_PENDING_HANDSHAKES` wait
+    at once, so a caller that never finishes cannot grow memory, and those older than
+    `PENDING_TTL_S` make room for new ones.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[int, tuple[Initiator, float]] = {}
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def begin(self, private: bytes, box_noise_key: bytes, *, now: float) -> tuple[int, bytes]:
+        """Write message 1 as `private` (32 bytes) to `box_noise_key` at `now` (monotonic
+        seconds); returns (handle, m1).
+
+        Raises:
+            KeysError: too many unfinished handshakes, none older than `PENDING_TTL_S`; a
+                box key that is not 32 bytes.
+        """
+        if len(self._pending) >= MAX_PENDING_HANDSHAKES:
+            stale = [h for h, (_i, t) in self._pending.items() if now - t >= PENDING_TTL_S]
+            for handle in stale:
+                del self._pending[handle]
+            if not stale:
+                raise KeysError("too many handshakes in progress")
+        try:
+            initiator = Initiator(our_static=private, their_static=box_noise_key)
+            message1 = initiator.write_message1()
+        except ProtocolError as exc:  # a box key of the wrong size
+            raise KeysError(str(exc)) from exc
+        handle = next(self._ids)
+        self._pending[handle] = (initiator, now)
+        return handle, message1
+
+    def finish(self, handle: int, message2: bytes) -> TransportKeys:
+        """Read message 2 of `handle` (forgotten whatever the outcome).
+
+        Raises:
+            KeysError: unknown handle, or a message 2 that fails the handshake (`bad_message`).
+        """
+        pending = self._pending.pop(handle, None)
+        if pending is None:
+            raise KeysError("no such handshake")
+        try:
+            keys, _payload = pending[0].read_message2(message2)
+        except ProtocolError as exc:
+            raise KeysError(str(exc), bad_message=True) from exc
+        return keys
+
+    def abort(self, handle: int) -> None:
+        """Forget an unfinished handshake (nothing if unknown)."""
+        self._pending.pop(handle, None)
+
+
 @dataclass(slots=True)
 class _Key:
     home: str
@@ -103,8 +166,7 @@ class KeysService:
     def __init__(self, path: Path | None) -> None:
         self._path = path
         self._keys: dict[bytes, _Key] = {}
-        self._pending: dict[int, Initiator] = {}
-        self._ids = itertools.count(1)
+        self._handshakes = Handshakes()
         self._forgotten: set[bytes] = set()
         self._lock = trio.Lock()
         self._unsaved: tuple[dict[bytes, _Key], set[bytes]] = ({}, set())
@@ -154,7 +216,7 @@ class KeysService:
     @property
     def pending_handshakes(self) -> int:
         """Handshakes begun and neither finished nor aborted."""
-        return len(self._pending)
+        return len(self._handshakes)
 
     async def create(self, home: str) -> bytes:
         """See `KeysPort.create`."""
@@ -172,13 +234,7 @@ class KeysService:
         key = self._keys.get(agent_key) or await self._reload(agent_key)
         if key is None:
             raise KeysError("the keys part holds no such agent key", unknown_key=True)
-        if len(self._pending) >= MAX_PENDING_HANDSHAKES:
-            raise KeysError("too many handshakes in progress")
-        initiator = Initiator(our_static=key.private, their_static=box_noise_key)
-        message1 = initiator.write_message1()
-        handle = next(self._ids)
-        self._pending[handle] = initiator
-        return handle, message1
+        return self._handshakes.begin(key.private, box_noise_key, now=trio.current_time())
 
     async def finish(self, handle: int, message2: bytes) -> TransportKeys:
         """See `KeysPort.finish`.
@@ -186,18 +242,11 @@ class KeysService:
         Raises:
             KeysError: unknown handle, or a message 2 that fails the handshake.
         """
-        initiator = self._pending.pop(handle, None)
-        if initiator is None:
-            raise KeysError("no such handshake")
-        try:
-            keys, _payload = initiator.read_message2(message2)
-        except ProtocolError as exc:
-            raise KeysError(str(exc), bad_message=True) from exc
-        return keys
+        return self._handshakes.finish(handle, message2)
 
     async def abort(self, handle: int) -> None:
         """See `KeysPort.abort`."""
-        self._pending.pop(handle, None)
+        self._handshakes.abort(handle)
 
     async def sync(self, home: str, listed: frozenset[bytes]) -> list[bytes]:
         """See `KeysPort.sync`: keys listed now are marked; keys listed before and not now go."""

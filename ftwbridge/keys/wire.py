@@ -1,9 +1,7 @@
 """The keys part as its own process: a Unix-socket server and the matching client.
 
 Each request is one connection carrying one CBOR map, length-prefixed (u32 big-endian), and
-one answer back: `{"ok": value}` or `{"err": text}`. Requests: `create {home}`, `begin
-{key, noise}`, `finish {handle, m2}`, `abort {handle}`, `sync {home, listed}`, `has {key}`,
-`drop {key}`.
+one answer back (`keys/ops.py` has the requests and answers).
 
 One keys part serves a socket path at a time. The server holds an advisory lock
 (`fcntl.flock` on `<socket>.lock`) for as long as it serves: a second server on the same path
@@ -27,7 +25,8 @@ from ftwbridge.proto.envelope import dumps, loads
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.noise import TransportKeys
 
-from .service import KeysError, KeysService
+from .ops import answer, result, transport_keys
+from .service import KeysError, KeysPort
 
 MAX_REQUEST_BYTES = 64 * 1024
 REQUEST_TIMEOUT_S = 5.0
@@ -58,49 +57,17 @@ async def _write_frame(stream: trio.abc.SendStream, value: Any) -> None:
     await stream.send_all(len(data).to_bytes(4, "big") + data)
 
 
-async def _dispatch(service: KeysService, req: Any) -> Any:
-    if not isinstance(req, dict):
-        raise KeysError("request is not a map")
-    op = req.get("op")
-    if op == "create":
-        return await service.create(str(req["home"]))
-    if op == "begin":
-        handle, m1 = await service.begin(bytes(req["key"]), bytes(req["noise"]))
-        return {"handle": handle, "m1": m1}
-    if op == "finish":
-        k = await service.finish(int(req["handle"]), bytes(req["m2"]))
-        return {"send": k.send_key, "recv": k.recv_key, "hash": k.handshake_hash}
-    if op == "abort":
-        await service.abort(int(req["handle"]))
-        return None
-    if op == "sync":
-        return await service.sync(str(req["home"]), frozenset(map(bytes, req["listed"])))
-    if op == "drop":
-        await service.drop(bytes(req["key"]))
-        return None
-    if op == "has":
-        return await service.has(bytes(req["key"]))
-    raise KeysError(f"unknown op {op!r}")
-
-
-async def _handle(service: KeysService, stream: trio.abc.Stream) -> None:
+async def _handle(service: KeysPort, stream: trio.abc.Stream) -> None:
     async with stream:
         with trio.move_on_after(REQUEST_TIMEOUT_S):
             try:
-                req = await _read_frame(stream)
-                answer: Any = {"ok": await _dispatch(service, req)}
+                reply = await answer(service, await _read_frame(stream))
             except KeysError as exc:
-                answer = {
-                    "err": str(exc),
-                    "unknownKey": exc.unknown_key,
-                    "badMessage": exc.bad_message,
-                }
-            except (KeyError, TypeError, ValueError) as exc:
-                answer = {"err": str(exc) or type(exc).__name__}
+                reply = {"err": str(exc), "unknownKey": False, "badMessage": False}
             except trio.BrokenResourceError:
                 return
             try:
-                await _write_frame(stream, answer)
+                await _write_frame(stream, reply)
             except trio.BrokenResourceError:
                 return
 
@@ -161,7 +128,7 @@ def _release_socket(path: Path, bound: os.stat_result | None, lock_fd: int) -> N
 
 async def serve_keys(
     socket_path: Path,
-    service: KeysService,
+    service: KeysPort,
     *,
     task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -232,18 +199,10 @@ class KeysClient:
         async with stream:
             try:
                 await _write_frame(stream, req)
-                answer = await _read_frame(stream)
+                reply = await _read_frame(stream)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise KeysError("the keys part hung up") from exc
-        if not isinstance(answer, dict) or "err" in answer:
-            if not isinstance(answer, dict):
-                raise KeysError("the keys part answered nonsense")
-            raise KeysError(
-                str(answer["err"]),
-                unknown_key=answer.get("unknownKey") is True,
-                bad_message=answer.get("badMessage") is True,
-            )
-        return answer.get("ok")
+        return result(reply)
 
     async def create(self, home: str) -> bytes:
         """See `KeysPort.create`."""
@@ -260,7 +219,7 @@ class KeysClient:
         """See `KeysPort.finish`."""
         self._begun.discard(handle)  # the keys part forgets it whatever the answer
         r = await self._call({"op": "finish", "handle": handle, "m2": message2})
-        return TransportKeys(bytes(r["send"]), bytes(r["recv"]), bytes(r["hash"]))
+        return transport_keys(r)
 
     async def abort(self, handle: int) -> None:
         """See `KeysPort.abort`."""

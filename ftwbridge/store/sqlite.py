@@ -34,6 +34,10 @@ CREATE TABLE IF NOT EXISTS oauth_state (
     kind TEXT NOT NULL, key TEXT NOT NULL, record TEXT NOT NULL, expires_at_ms INTEGER NOT NULL,
     PRIMARY KEY (kind, key)
 );
+CREATE TABLE IF NOT EXISTS agent_keys (
+    public_key BLOB PRIMARY KEY, home TEXT NOT NULL, sealed BLOB NOT NULL, listed INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS agent_keys_home ON agent_keys (home);
 """
 
 
@@ -67,6 +71,10 @@ class SqliteStore:
     def close(self) -> None:
         """Close the database."""
         self._db.close()
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn` on the connection in a worker thread, alone (for `store.sealed`)."""
+        return await self._run(fn)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def work() -> T:
