@@ -88,6 +88,7 @@ class Cluster:
     instances: dict[str, Instance] = field(default_factory=dict)
     homes: dict[str, Home] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
+    agent_keys: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def ftwbridge(self, *args: str) -> str:
@@ -180,7 +181,7 @@ def console(port: int, command: dict[str, Any]) -> Any:
 def grant(cluster: Cluster, home: str, agent: str) -> None:
     """Make an agent key for `home`, have its owner list it, and mint its token (the CLI
     reads the roster from PostgreSQL, which the holder writes soon after the box sent it)."""
-    key = cluster.ftwbridge("agent", "create", "--home", home).strip()
+    key = cluster.agent_keys[agent] = cluster.ftwbridge("agent", "create", "--home", home).strip()
     row = {
         "op": "put_agent",
         "key": key,
