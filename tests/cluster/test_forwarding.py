@@ -284,3 +284,74 @@ async def _refused(url: str, token: str) -> bool:
         return False
     assert "withdrawn" in answer.headers["www-authenticate"], answer.headers
     return True
+
+
+CALL = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"status","arguments":{}}}'
+
+
+async def _holder(cluster: Cluster, home: str) -> str:
+    import psycopg
+
+    def read() -> str:
+        with psycopg.connect(cluster.db_url) as db:
+            row = db.execute("SELECT instance_id FROM uplinks WHERE home = %s", (home,)).fetchone()
+            assert row is not None and row[0] is not None
+            return str(row[0])
+
+    return await trio.to_thread.run_sync(read)
+
+
+async def _call_ok(url: str, token: str) -> bool:
+    answer = await raw(url, token=token, body=CALL)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["result"].get("isError") is not True
+
+
+async def test_calls_at_a_holder_killed_end_in_words_and_the_box_redials(
+    cluster: Cluster,
+) -> None:
+    """Last in the module: it kills an instance."""
+    from .conftest import console
+
+    token = cluster.tokens["a1"]
+    h1 = cluster.homes["h1"].console
+    holder = cluster.instances[await _holder(cluster, "h1")]
+    entry = next(i for i in cluster.instances.values() if i is not holder)
+    answers: list[tuple[float, httpx2.Response]] = []
+    killed_at = 0.0
+
+    async def one_call() -> None:
+        answers.append((0.0, await raw(entry.mcp, token=token, body=CALL)))
+        answers[-1] = (trio.current_time() - killed_at, answers[-1][1])
+
+    await trio.to_thread.run_sync(console, h1, {"op": "hold", "on": True})
+    try:
+        with trio.fail_after(BOUND_S):
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(one_call)
+                line = "ftwbridge_calls_in_flight"
+                await _until("a call in flight", lambda: _metric_is(cluster, holder.name, line, 1))
+                assert holder.proc is not None
+                holder.proc.kill()  # SIGKILL
+                killed_at = trio.current_time()
+    finally:
+        await trio.to_thread.run_sync(console, h1, {"op": "hold", "on": False})
+    assert len(answers) == 3
+    for after_s, answer in answers:
+        # in words, as a tool result, well before the call's 25 s deadline would have ended it
+        assert answer.status_code == 200, answer.text
+        result = answer.json()["result"]
+        assert result["isError"] is True, result
+        words = result["content"][0]["text"]
+        assert words.startswith("E_UNAVAILABLE: "), words
+        assert after_s < 20, (after_s, words)
+    assert any(
+        "stopped while answering" in a.json()["result"]["content"][0]["text"] for _, a in answers
+    )
+    # the box redials the next door of its list; calls succeed again, wherever they enter
+    await _until("calls succeed again", functools.partial(_call_ok, entry.mcp, token))
+    for inst in cluster.instances.values():
+        if inst is not holder:
+            assert await _call_ok(inst.mcp, token), inst.name
+            assert await _metric_is(cluster, inst.name, "ftwbridge_calls_in_flight", 0, exact=True)
