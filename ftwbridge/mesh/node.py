@@ -6,6 +6,7 @@ set, the forwarder and the internal listener.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +77,31 @@ class Node:
                 http_burst=config.http_burst,
                 http_per_s=config.http_per_s,
             )
+
+    @classmethod
+    def bound(
+        cls,
+        *,
+        config: Config,
+        store: PgStore,
+        door: Door,
+        wall_ms: Callable[[], int],
+        port: int,
+        bind: Callable[[str], socket.socket],
+    ) -> Node:
+        """A `Node` whose internal listener, when `internal_bind` is set, is bound now with
+        `bind(address)` (which raises `StartupError` in words); its URL is `internal_url`, or
+        one made from the address bound."""
+        internal = None
+        if config.internal_bind is not None:
+            sock = bind(config.internal_bind)
+            url = config.internal_site_url or ""
+            if url.endswith(":0"):
+                url = url[:-2] + f":{sock.getsockname()[1]}"
+            internal = (sock.detach(), url)
+        return cls(
+            config=config, store=store, door=door, wall_ms=wall_ms, port=port, internal=internal
+        )
 
     @property
     def instance_id(self) -> str:
