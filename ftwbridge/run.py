@@ -219,6 +219,8 @@ class Bridge:
         """Events were lost with the LISTEN connection: drop the cached tokens and compare
         the home keys before trusting either again."""
         self.tokens.clear()
+        if self.node is not None:
+            self.node.gap()
         try:
             await self.door.check_home_keys()
         except StoreError as exc:

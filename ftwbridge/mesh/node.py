@@ -62,6 +62,7 @@ class Node:
             url="" if internal is None else internal[1],
             wall_ms=wall_ms,
         )
+        self._door = door
         self.holdings = Holdings(self.directory, door)
         door.on_up = self.holdings.up
         door.on_down = self.holdings.down
@@ -110,10 +111,17 @@ class Node:
 
     async def hear(self, event: Event) -> None:
         """An event of the database: a `takeover` of a home held here closes its uplink
-        (4409) at once."""
+        (4409) at once; a `roster` of a home held elsewhere drops the one the door keeps in
+        memory (the entry's token check reads the newest from the store)."""
         home = self.directory.hear(event)
         if home is not None:
             await self.holdings.lost(home)
+        if event.kind == "roster":
+            self._door.forget_roster(event.home)
+
+    def gap(self) -> None:
+        """Events were lost: drop every roster held in memory for homes held elsewhere."""
+        self._door.forget_roster()
 
     async def serve(
         self,

@@ -286,6 +286,18 @@ async def _refused(url: str, token: str) -> bool:
     return True
 
 
+async def test_an_agent_approved_later_is_served_wherever_it_enters(cluster: Cluster) -> None:
+    """Every entry has read the home's roster by now; the owner's newer one (another
+    instance took it from the box) reaches their token checks through its event."""
+    from .conftest import grant
+
+    await trio.to_thread.run_sync(grant, cluster, "h1", "a3")
+    with trio.fail_after(BOUND_S):
+        for inst in cluster.instances.values():
+            result = await call_status(inst.mcp, cluster.tokens["a3"], "2026-07-28")
+            assert not result.is_error, (inst.name, result)
+
+
 CALL = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"status","arguments":{}}}'
 
 
