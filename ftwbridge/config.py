@@ -7,17 +7,19 @@ whose message is one sentence for the operator (issue 15).
 
 from __future__ import annotations
 
-import base64
 import difflib
 import ipaddress
 import os
 import re
+import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ftwbridge.mesh.signing import mesh_key_bytes as mesh_key_bytes
 
 ENV_PREFIX = "FTWBRIDGE_"
 CALL_SLACK_S = 2.0
@@ -43,31 +45,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message is one sentence naming where the
     setting came from (the file, or the `FTWBRIDGE_*` variable) and what to change."""
-
-
-MESH_KEY_BYTES = 32
-"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
-
-
-def mesh_key_bytes(text: str) -> bytes:
-    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
-
-    Raises:
-        ValueError: neither, or not 32 bytes; the message never repeats the value.
-    """
-    text = text.strip()
-    try:
-        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
-        if raw is None:
-            raw = base64.b64decode(text, validate=True)
-    except ValueError:
-        raw = b""
-    if len(raw) != MESH_KEY_BYTES:
-        raise ValueError(
-            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
-            " `openssl rand -hex 32`)"
-        )
-    return raw
 
 
 def kek_bytes(text: str) -> bytes:
@@ -280,7 +257,7 @@ class Config(BaseModel):
             " OAuth metadata, the 401 challenge); set public_url to the address they use"
         )
 
-    @field_validator("bind", "admin_bind")
+    @field_validator("bind", "admin_bind", "internal_bind")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         """host:port that `split_address` reads, checked at load rather than at bind."""
@@ -364,6 +341,9 @@ class Config(BaseModel):
         "kek",
         "database_url",
         "test_anonymous_token",
+        "instance_id",
+        "internal_bind",
+        "internal_url",
         mode="before",
     )
     @classmethod
@@ -388,6 +368,68 @@ class Config(BaseModel):
     """How long calls in flight may finish after SIGTERM before sessions are closed."""
     admin_bind: str | None = "127.0.0.1:8781"
     """host:port of the admin listener (/metrics, /healthz, /readyz); None turns it off."""
+
+    instance_id: str | None = None
+    """This instance's name among the instances on one `database_url` (letters, digits, `.`,
+    `_`, `-`; at most 64), unique among running instances. None: the machine's host name and
+    the main listener's port (`instance_name`)."""
+    internal_bind: str | None = None
+    """host:port of the internal listener that takes `/mcp` calls forwarded by the other
+    instances (issue 13 item 4); None (the default) turns forwarding off. Needs
+    `database_url` and `mesh_key`."""
+    internal_url: str | None = None
+    """The URL other instances reach the internal listener at; None follows `internal_bind`
+    (a wildcard host read as this machine's loopback, as for `public_url`)."""
+
+    @field_validator("instance_id")
+    @classmethod
+    def _instance_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
+            raise ValueError(
+                "must be 1 to 64 letters, digits, '.', '_' or '-' (such as bridge-1)"
+                f" (got {value!r})"
+            )
+        return value
+
+    @field_validator("internal_url")
+    @classmethod
+    def _internal_http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"https?://[^/\s]+/?$", value):
+            raise ValueError(f"must be http://host:port or https://host:port (got {value!r})")
+        return None if value is None else value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _forwarding_needs(self) -> Config:
+        """Forwarding (`internal_bind`) works only on a shared database with a shared key."""
+        if self.internal_bind is not None:
+            missing = [name for name in ("database_url", "mesh_key") if getattr(self, name) is None]
+            if missing:
+                raise ValueError(
+                    f"internal_bind needs {' and '.join(missing)}: instances forward calls to"
+                    " each other only on one shared database, signed with one shared key"
+                )
+        return self
+
+    def instance_name(self, port: int) -> str:
+        """`instance_id`, or the machine's host name and `port` (the main listener's) when
+        it is unset."""
+        if self.instance_id is not None:
+            return self.instance_id
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:50] or "bridge"
+        return f"{host}-{port}"
+
+    @property
+    def internal_site_url(self) -> str | None:
+        """The internal URL in effect: `internal_url`, else one built from `internal_bind`
+        (port 0 stays 0 here; the bridge puts in the port it bound), or None when off."""
+        if self.internal_url is not None or self.internal_bind is None:
+            return self.internal_url
+        host, port = split_address(self.internal_bind)
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return f"http://{_url_host(host)}:{port}"
 
 
 SECRET_SETTINGS = ("database_url", "mesh_key", "kek")

@@ -43,6 +43,7 @@ from ftwbridge.proto.session import Reply
 from ftwbridge.store import BridgeStore, StoreError, open_store
 
 if TYPE_CHECKING:
+    from ftwbridge.mesh.node import Node
     from ftwbridge.store.events import Event
 
 log = logging.getLogger("ftwbridge")
@@ -205,6 +206,8 @@ class Bridge:
             else None,
         )
         self.admin_url: str | None = None
+        self.node: Node | None = None
+        """This instance's part in a cluster (on PostgreSQL), once `serve` has started."""
         self._nursery: trio.Nursery | None = None
         self._stop_http = trio.Event()
         self._http_done = trio.Event()
@@ -233,6 +236,8 @@ class Bridge:
         (`ftwbridge.store.events`): a revocation drops every cached token now, an enrolment
         has the door compare its home keys now. A database that fails meanwhile is logged."""
         try:
+            if self.node is not None:
+                await self.node.hear(event)
             if event.kind == "revoke":
                 self.tokens.clear()
             elif event.kind == "enroll":
@@ -244,6 +249,8 @@ class Bridge:
         """Events were lost with the LISTEN connection: drop the cached tokens and compare
         the home keys before trusting either again."""
         self.tokens.clear()
+        if self.node is not None:
+            self.node.gap()
         try:
             await self.door.check_home_keys()
         except StoreError as exc:
@@ -313,6 +320,26 @@ class Bridge:
         finally:
             self._http_done.set()
 
+    def _node(self, port: int, main_fd: int) -> Node:
+        """This instance's part in the cluster (`ftwbridge.mesh.node`), its internal listener
+        bound when `internal_bind` is set (`main_fd`, not yet hypercorn's, closed if not)."""
+        from ftwbridge.mesh.node import Node
+        from ftwbridge.store.postgres import PgStore
+
+        assert isinstance(self.store, PgStore)
+        try:
+            return Node.bound(
+                config=self.config,
+                store=self.store,
+                door=self.door,
+                wall_ms=self.clock,
+                port=port,
+                bind=lambda address: _bind(address, "internal", "internal_bind"),
+            )
+        except StartupError:
+            socket.close(main_fd)
+            raise
+
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -355,6 +382,8 @@ class Bridge:
         self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
         self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
         self.site.trusted_proxies = trusted_networks(c.trusted_proxies)
+        if c.database_url is not None:
+            self.node = self._node(port, fd)
         service = McpService(
             homes=_Homes(self.pool, self.door),
             verify_token=self.tokens.verify,
@@ -370,6 +399,7 @@ class Bridge:
             roster_behind=self.door.roster_behind,
             anonymous_token=c.test_anonymous_token,
             confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands else None,
+            mesh=None if self.node is None else self.node.forwarder,
         )
         app = create_app(
             oauth=self.oauth,
@@ -414,6 +444,8 @@ class Bridge:
 
                 assert isinstance(self.store, PgStore)
                 await nursery.start(Events(self.store).serve, self._on_event, self._on_gap)
+            if self.node is not None:
+                await nursery.start(self.node.serve, service, self.metrics)
             await nursery.start(self._serve_http, app, hc)
             if admin_fd is not None:
                 ac = edge.EdgeConfig()

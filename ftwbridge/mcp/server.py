@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from mcp_types import jsonrpc
@@ -65,6 +65,25 @@ HomePort = ControlPort
 commands (`mcp/control.py`)."""
 
 
+MESH_MOVED = "ftw-mesh-moved"
+"""The header of the 421 a holder answers a forwarding instance when it no longer holds the
+home at the epoch named (issue 13 item 4); a client never sees it."""
+
+
+class MeshPort(Protocol):
+    """What `/mcp` needs of the mesh between instances (`ftwbridge.mesh`, issue 13 item 4)."""
+
+    async def holds(self, home: str, epoch: int) -> bool:
+        """Whether this instance holds `home`'s uplink at the claim `epoch` now (a claim
+        under way is waited for briefly)."""
+
+    async def forward(
+        self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
+    ) -> HttpResponse | Refusal | None:
+        """Send the request to `home`'s holder if that is another instance: its answer, a
+        `Refusal` when the holder failed, or None to answer here."""
+
+
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
     """One HTTP request: method, headers (lower-case name -> every value), declared length,
@@ -74,6 +93,11 @@ class HttpRequest:
     headers: dict[str, list[str]]
     read_body: Callable[[], Awaitable[bytes]]
     content_length: int | None = None
+    remote: str = ""
+    """The client's address (the entry's coarse guard), or the forwarding instance's id."""
+    mesh_epoch: int | None = None
+    """Set on a request another instance forwarded (`ftwbridge.mesh`): the epoch at which
+    the sender believed this instance holds the token's home."""
 
 
 class BodyTooLarge(Exception):
@@ -137,6 +161,7 @@ class McpService:
         anonymous_token: the test profile's token for requests without one (never in production).
         confirm_ttl_s: how long a person has to confirm a charge where the client can ask
             (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
+        mesh: forwarding to the instance that holds a token's home, if this is one of many.
     """
 
     def __init__(
@@ -156,8 +181,10 @@ class McpService:
         roster_behind: Callable[[str, bytes], Any] | None = None,
         anonymous_token: str | None = None,
         confirm_ttl_s: float | None = 120.0,
+        mesh: MeshPort | None = None,
     ) -> None:
         self._homes = homes
+        self._mesh = mesh
         self._control = Control(
             homes=homes,
             wall_ms=wall_ms,
@@ -244,6 +271,11 @@ class McpService:
             seen.outcome = "unauthorized"
             return _json(401, token.body, token.headers)
         seen.token = token
+        if req.mesh_epoch is not None and (
+            self._mesh is None or not await self._mesh.holds(token.home, req.mesh_epoch)
+        ):
+            seen.outcome = "moved"
+            return HttpResponse(421, {MESH_MOVED: "1"})
         try:
             body = await req.read_body()
         except BodyTooLarge:
@@ -255,6 +287,19 @@ class McpService:
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
             seen.method = method_label(route.method)
+        if req.mesh_epoch is None and self._mesh is not None:
+            rid = None if isinstance(route, inbound.Rejection) else route.id
+            sent = await self._mesh.forward(token.home, req, body, rid)
+            if isinstance(sent, HttpResponse):
+                seen.outcome = "forwarded"
+                return sent
+            if (
+                sent is not None
+                and isinstance(route, inbound.Route)
+                and route.method == "tools/call"
+            ):
+                seen.outcome = sent.code
+                return self._result(route, refusal_result(sent))
         limited = self._http_limit(
             token, None if isinstance(route, inbound.Rejection) else route.id
         )
