@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import trio
 
@@ -152,6 +153,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.state is not None and args.state.exists() and not args.state.is_dir():
         print(
             f"stubbox: --state {args.state} is not a folder; name a folder (made if missing)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    doors = [u.strip() for u in args.bridge.split(",") if u.strip()]
+    wrong = [u for u in doors if urlsplit(u).scheme not in ("ws", "wss") or not urlsplit(u).netloc]
+    if not doors or wrong:
+        print(
+            f"stubbox: --bridge {wrong[0] if wrong else repr(args.bridge)} is not a door URL;"
+            " give ws://host:port/v1/box (or wss://), several separated by commas",
             file=sys.stderr,
         )
         sys.exit(2)

@@ -151,8 +151,25 @@ async def _serve_one(stubs: dict[str, StubHome], stream: trio.SocketStream) -> N
                 try:
                     answer: Any = {"ok": await _command(stubs, json.loads(line))}
                 except (ValueError, KeyError, TypeError, StateError) as exc:
-                    answer = {"error": f"{type(exc).__name__}: {exc}"}
+                    answer = {"error": refusal_words(exc)}
                 await stream.send_all(json.dumps(answer).encode() + b"\n")
+
+
+def refusal_words(exc: Exception) -> str:
+    """One sentence for a console command that could not be carried out: a missing field is
+    named, a line that is not JSON says so, and a state file that cannot be written keeps its
+    `StateError:` prefix (the file is damaged or its folder gone)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"the line is not a JSON object ({exc.msg} at character {exc.pos})"
+    if isinstance(exc, KeyError):
+        what = repr(exc.args[0]) if exc.args else "?"
+        return (
+            f"nothing answers to {what}: the command lacks that field, or names something this"
+            " home does not have (`requests` lists what waits for the owner, `status` the rest)"
+        )
+    if isinstance(exc, StateError):
+        return f"StateError: {exc}"
+    return f"the command cannot be carried out: {exc}"
 
 
 async def serve_console(

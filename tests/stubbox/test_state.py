@@ -203,3 +203,16 @@ async def test_the_process_says_one_sentence_and_exits_2(tmp_path: Path) -> None
     assert done.returncode == 2, err
     assert err.startswith(f"stubbox: the state file {state_path(tmp_path, 'h1')} is not usable")
     assert err.count("\n") == 1 and "Traceback" not in err and done.stdout == b""
+
+
+@pytest.mark.parametrize("door", ["http://127.0.0.1:9/v1/box", "ws://h:9/v1/box,127.0.0.1:9", ""])
+async def test_a_door_url_that_is_no_websocket_url_is_one_sentence(door: str) -> None:
+    argv = [sys.executable, "-m", "stubbox", "--home", "h1", "--seed", "h1", "--bridge", door]
+    with trio.fail_after(WAIT_S):
+        done = await trio.run_process(
+            argv, stdin=subprocess.DEVNULL, capture_stdout=True, capture_stderr=True, check=False
+        )
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert err.startswith("stubbox: --bridge ") and "is not a door URL; give ws://" in err
+    assert err.count("\n") == 1 and "Traceback" not in err and done.stdout == b""
