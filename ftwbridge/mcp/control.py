@@ -70,6 +70,12 @@ UNCONFIRMED = (
 )
 
 
+class ArgumentsRefused(ValueError):
+    """A control tool's arguments that fit its schema but not the moment (a `by_ms` already
+    past): the message is the words the assistant reads in an `isError` result, and the
+    request's audit outcome is `invalid_arguments`, as for a schema failure."""
+
+
 class Outcome(Protocol):
     """A command's outcome as the pool gives it (`pool.command.CommandOutcome`)."""
 
@@ -301,7 +307,7 @@ class Control:
         goal = args.root
         if isinstance(goal, EvTargetGoal):
             if goal.by_ms <= self._wall_ms():
-                return text_error(
+                raise ArgumentsRefused(
                     "The arguments for goal_request are not valid: by_ms is in the past; give"
                     " when the car should be ready, in ms since the epoch."
                 )

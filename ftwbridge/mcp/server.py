@@ -38,7 +38,7 @@ from . import inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
 from .confirm import StateRefused
-from .control import Control, ControlPort, InputRequired
+from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .limits import AgentRequests
 from .results import (
@@ -48,6 +48,7 @@ from .results import (
     ok_result,
     refusal_result,
     roster_behind_result,
+    text_error,
 )
 from .tools import TOOLS, TOOLS_BY_NAME, ToolContext, ToolSpec
 
@@ -419,6 +420,9 @@ class McpService:
                 result = out
             else:
                 result = await self._run(spec, args, token)
+        except ArgumentsRefused as exc:
+            seen.outcome = "invalid_arguments"
+            return self._result(route, text_error(str(exc)))
         except StateRefused as exc:
             seen.outcome = "invalid_params"
             return self._error(route, jsonrpc.INVALID_PARAMS, f"Invalid params: {exc}")

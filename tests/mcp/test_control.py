@@ -462,3 +462,19 @@ async def test_raw_confirmation_rounds_as_an_attacker_sends_them() -> None:
     body["params"] |= {"requestState": state}
     _, out = await post(svc, body, headers)
     assert out["result"]["structuredContent"]["state"] == "applied" and len(homes.sent) == 1
+
+
+async def test_a_goal_by_a_time_already_past_is_audited_as_invalid_arguments(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What the assistant reads (an isError result) and the audit line agree (README walk)."""
+    homes = Homes()
+    svc = service(homes, confirm_ttl_s=None)
+    past = {"goal": "ev_target", "car": "car1", "soc_permille": 800, "by_ms": 1000}
+    with caplog.at_level("INFO", logger="ftwbridge.audit"):
+        _, body = await post(svc, *call("goal_request", past))
+    assert body["result"]["isError"]
+    assert "by_ms is in the past" in body["result"]["content"][0]["text"]
+    said = [r.getMessage() for r in caplog.records if "goal_request" in r.getMessage()]
+    assert said and all("status=invalid_arguments" in line for line in said), said
+    assert homes.sent == []
