@@ -42,3 +42,41 @@ async def test_a_websocket_error_of_one_connection_means_redial(
     with trio.move_on_after(5):  # the backoff: 0.5 s doubling, jittered
         await run_uplink(stub, "ws://127.0.0.1:9/v1/box")
     assert len(dials) >= 3  # the stub lived on and dialled again each time
+
+
+async def test_a_door_it_cannot_reach_is_said_once_then_every_tenth_try(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stub dialling a port where nothing listens says so (README walk: it was silent)."""
+    stub = StubHome("h1", seed="h1")
+    with caplog.at_level("INFO", logger="stubbox"), trio.move_on_after(600):
+        await run_uplink(stub, "ws://127.0.0.1:9/v1/box")  # port 9: nothing listens
+    tries = [r for r in caplog.records if "uplink for h1 lost" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(tries) >= 11
+    assert len(said) == 1 + (len(tries) - 1) // 10, (len(tries), said)
+    assert said[0].startswith("home h1 cannot reach the door at ws://127.0.0.1:9/v1/box (")
+    assert "retrying with backoff" in said[0]
+
+
+async def test_a_door_that_refuses_the_home_is_said_in_words(
+    monkeypatch: pytest.MonkeyPatch,
+    autojump_clock: trio.abc.Clock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from trio_websocket import CloseReason, ConnectionClosed
+
+    @asynccontextmanager
+    async def dial(url: str, **_options: Any) -> AsyncIterator[Any]:
+        raise ConnectionClosed(CloseReason(4403, "unknown home"))
+        yield
+
+    monkeypatch.setattr(stubbox.dial, "open_websocket_url", dial)
+    stub = StubHome("h1", seed="h1")
+    with caplog.at_level("WARNING", logger="stubbox"), trio.move_on_after(5):
+        await run_uplink(stub, "ws://door.example/v1/box")
+    said = [r.getMessage() for r in caplog.records]
+    assert said and said[0] == (
+        "the door at ws://door.example/v1/box refused home h1: the bridge does not know this"
+        " home; enroll it (`ftwbridge home enroll`)"
+    )
