@@ -144,8 +144,7 @@ def keys_part(config: Config) -> KeysPort:
     if config.kek is not None:
         raise StartupError(
             "kek is set, but only keys services (`ftwbridge keys`) may hold it, never a bridge;"
-            " remove it from this bridge's configuration",
-            setting="kek",
+            " remove it from this bridge's configuration file and environment (FTWBRIDGE_KEK)"
         )
     if config.keys_url is not None and config.mesh_key is not None:
         addresses = keys_addresses(config.keys_url)

@@ -88,7 +88,8 @@ async def serve_keys_tcp(
         listeners = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
         raise KeysListenError(
-            f"the keys service cannot listen on {address}: {exc.strerror or exc}"
+            f"the keys service cannot listen on {address}: {exc.strerror or exc}; give"
+            " --listen another address or port (port 0 picks a free one)"
         ) from None
     bound = listeners[0].socket.getsockname()
     limiter = trio.CapacityLimiter(MAX_CONNECTIONS)

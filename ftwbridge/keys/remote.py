@@ -104,7 +104,7 @@ class RemoteKeys:
             try:
                 stream = await trio.open_tcp_stream(host, port)
             except OSError as exc:
-                raise _Unreachable(exc.strerror or type(exc).__name__) from None
+                raise _Unreachable(exc.strerror or str(exc) or type(exc).__name__) from None
             conn = _Conn(stream, MeshChannel(self._mesh_key, client=True))
             try:
                 while not conn.channel.is_open:
