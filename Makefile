@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo test lint typecheck unit peers browser postgres bench bench-profile bench-instructions soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/ftwbridge demo $(DEMO_ARGS)
+
+# Many instances on one machine (docs/operations.md, "Many instances"): a throwaway PostgreSQL,
+# three bridge instances, the keys service, HAProxy in front and stub homes spread across them.
+cluster: $(STAMP) postgres haproxy
+	$(BIN)/python -m cluster $(CLUSTER_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -42,7 +47,11 @@ browser:
 postgres:
 	command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql)
 
-unit: $(STAMP) $(PEERS) browser postgres
+# Debian's HAProxy, the load balancer in front of the instances of `make cluster` and its tests.
+haproxy:
+	command -v haproxy >/dev/null || (apt-get update -qq && apt-get install -y -qq haproxy)
+
+unit: $(STAMP) $(PEERS) browser postgres haproxy
 	$(BIN)/python -m pytest -q -W error
 
 test: lint typecheck unit

@@ -1,0 +1,346 @@
+"""`open_cluster`: the whole cluster as one async context, every process in nested nurseries.
+
+Layers, outermost first: PostgreSQL; the keys service; the bridge instances and HAProxy; the
+stub homes. Leaving the context stops the innermost layer first and each layer only after the
+one inside it is gone, so instances drain while PostgreSQL still answers; a cancellation
+stops every layer at once, each process still SIGTERMed, then SIGKILLed after a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ftwbridge.demo import console
+from ftwbridge.mcp.auth import TokenMinter
+from ftwbridge.proto.registry import READ_SCOPES
+from ftwbridge.proto.roster import verify_roster
+from ftwbridge.store.events import Event, Events
+from ftwbridge.store.pg_directory import PgDirectory
+from ftwbridge.store.postgres import PgStore
+
+from .procs import PY, CannotStart, Child, check_port_free, free_port, start_child
+from .services import (
+    Instance,
+    Postgres,
+    has_forwarding,
+    start_haproxy,
+    start_keys,
+    write_haproxy,
+)
+
+ROSTER_S = 30.0
+"""Bound on a granted agent's roster reaching the database, seconds."""
+
+
+@dataclass
+class Options:
+    """What `open_cluster` starts: HAProxy's `port` (0: a free one), how many `instances`
+    and stub `homes`, and `settings` added to every instance's configuration."""
+
+    port: int = 8790
+    instances: int = 3
+    homes: int = 3
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Home:
+    """A stub home in its own process: its `name`, owner `console` port and the `stub`;
+    once an agent is granted, the agent's `key`, `agent_id` and an access `token`."""
+
+    name: str
+    stub: Child
+    console: int
+    key: bytes = b""
+    agent_id: str = ""
+    token: str = ""
+
+
+@dataclass
+class Cluster:
+    """A running cluster (see `open_cluster`). `url` is `/mcp` through HAProxy."""
+
+    root: Path
+    port: int
+    postgres: Postgres
+    instances: list[Instance]
+    keys: Child
+    haproxy: Child
+    store: PgStore
+    homes: list[Home] = field(default_factory=list)
+    nurseries: dict[str, trio.Nursery] = field(default_factory=dict)
+    changed: dict[str, trio.Event] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.base + "/mcp"
+
+    @property
+    def door_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/box"
+
+    def instance(self, name: str) -> Instance:
+        """The instance with id `name`.
+
+        Raises:
+            KeyError: there is none.
+        """
+        for made in self.instances:
+            if made.name == name:
+                return made
+        raise KeyError(name)
+
+    async def holder(self, home: str) -> str | None:
+        """The id of the instance that holds `home`'s uplink now, per the directory (None:
+        no live instance does).
+
+        Raises:
+            StoreError: PostgreSQL does not answer.
+        """
+        lookup = PgDirectory(self.store, instance_id="cluster", url="", wall_ms=wall_ms)
+        found = await lookup.holder(home)
+        return None if found is None else found.instance
+
+    async def restart_instance(self, name: str) -> None:
+        """Start instance `name` again (after it stopped or was killed).
+
+        Raises:
+            CannotStart: it did not serve within `procs.WAIT_S`.
+        """
+        await self.instance(name).start(self.nurseries["instances"])
+
+    async def restart_postgres(self) -> None:
+        """Stop PostgreSQL (fast shutdown) and start it again on the same port and data.
+
+        Raises:
+            CannotStart: it did not come back within `procs.WAIT_S`.
+        """
+        await self.postgres.stop()
+        await self.postgres.start(self.nurseries["postgres"])
+
+    async def on_event(self, event: Event) -> None:
+        if event.kind == "roster":
+            self.changed.pop(event.home, trio.Event()).set()
+
+    async def on_gap(self) -> None:
+        for changed in self.changed.values():
+            changed.set()
+        self.changed.clear()
+
+    async def wait_listed(self, home: str, key: bytes) -> None:
+        """Return once the roster of `home` held in the database lists agent `key` (the
+        caller bounds the time)."""
+        home_key = await self.store.home_key(home)
+        assert home_key is not None
+        while True:
+            changed = self.changed.setdefault(home, trio.Event())  # before the look
+            held = await self.store.roster(home)
+            if held is not None:
+                roster = verify_roster(held[1], home_key=home_key, home=home)
+                if key in roster.agents():
+                    return
+            await changed.wait()
+
+
+def wall_ms() -> int:
+    """The wall clock, ms since the epoch."""
+    return int(time.time() * 1000)
+
+
+def instance_settings(
+    root: Path,
+    name: str,
+    ports: tuple[int, int, int],
+    public: str,
+    database_url: str,
+    shared: dict[str, Any],
+) -> dict[str, Any]:
+    """The settings of instance `name` (ports: main, admin, internal)."""
+    port, admin, internal = ports
+    settings: dict[str, Any] = {
+        "bind": f"127.0.0.1:{port}",
+        "public_url": public,
+        "admin_bind": f"127.0.0.1:{admin}",
+        "state_dir": str(root / name),
+        "database_url": database_url,
+        "drain_s": 3,
+        # the scripted session's 28 calls at one home and ~30 requests of one agent, as the demo
+        "pace_calls_burst": 40,
+        "http_burst": 60,
+    }
+    if has_forwarding():
+        settings |= {
+            "instance_id": name,
+            "internal_bind": f"127.0.0.1:{internal}",
+            "internal_url": f"http://127.0.0.1:{internal}",
+            "mesh_key": shared["mesh_key"],
+        }
+    reach: dict[str, Any] = shared.get("reach", {})
+    extra: dict[str, Any] = shared.get("extra", {})
+    return settings | reach | extra
+
+
+async def _migrate(root: Path, database_url: str) -> list[str]:
+    """`ftwbridge db migrate` on the cluster's database; returns what it printed."""
+    path = root / "migrate.toml"
+    path.write_text(f'database_url = "{database_url}"\nstate_dir = "{root / "migrate"}"\n')
+    done = await trio.run_process(
+        [PY, "-m", "ftwbridge", "db", "migrate", "--config", str(path)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise CannotStart(done.stderr.decode(errors="replace").strip() or "db migrate failed")
+    return done.stdout.decode().splitlines()
+
+
+async def _start_home(cluster: Cluster, nursery: trio.Nursery, name: str) -> Home:
+    """Enroll home `name` (its key from `stubbox --print-key`), then start its stub, which
+    dials through HAProxy."""
+    seed = ["--home", name, "--seed", name]
+    shown = await trio.run_process(
+        [PY, "-m", "stubbox", *seed, "--print-key"],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    if shown.returncode != 0:
+        raise CannotStart(f"the stub home {name} did not start: {shown.stderr.decode()[-300:]}")
+    await cluster.store.enroll_home(name, bytes.fromhex(json.loads(shown.stdout)["homeKey"]))
+    argv = [PY, "-m", "stubbox", "--bridge", cluster.door_url, *seed, "--approve-all"]
+    argv += ["--exit-with-parent", "--state", str(cluster.root / "stubs")]
+    stub = await start_child(
+        nursery, f"stub home {name}", argv, cluster.root / f"{name}.log", ready='"console"'
+    )
+    return Home(name, stub, int(json.loads(stub.line)["console"]))
+
+
+async def grant(cluster: Cluster, home: Home) -> None:
+    """Have the keys service make an agent key for `home`, its owner grant it the read
+    scopes, wait for that roster in the database, and mint a token for HAProxy's `/mcp`.
+
+    Raises:
+        CannotStart: the keys service refused, or the roster did not arrive within `ROSTER_S`.
+    """
+    config = cluster.instances[0].config_path
+    made = await trio.run_process(
+        [PY, "-m", "ftwbridge", "agent", "create", "--home", home.name, "--config", str(config)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        raise CannotStart(made.stderr.decode(errors="replace").strip())
+    home.key = bytes.fromhex(made.stdout.decode().strip())
+    home.agent_id = "agent-" + home.key[:4].hex()
+    scopes = sorted(s.value for s in READ_SCOPES)
+    row = {
+        "op": "put_agent",
+        "home": home.name,
+        "key": home.key.hex(),
+        "id": home.agent_id,
+        "client": "cluster",
+        "name": "Cluster assistant",
+        "scopes": scopes,
+        "ops": [],
+        "caps": {},
+        "expiresAtMs": wall_ms() + 86_400_000,
+    }
+    await console(home.console, row)
+    with trio.move_on_after(ROSTER_S):
+        await cluster.wait_listed(home.name, home.key)
+        minter = TokenMinter(
+            put=cluster.store.put_token, resource=lambda: cluster.url, ttl_s=3600, wall_ms=wall_ms
+        )
+        home.token = await minter.mint(home.name, home.key, home.agent_id, tuple(scopes), "cluster")
+        return
+    raise CannotStart(f"the roster of {home.name} did not reach PostgreSQL in {ROSTER_S:g} s")
+
+
+@asynccontextmanager
+async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
+    """Start the cluster of `options` in a temporary folder, every home granted one agent
+    with a token; yields it, then stops it layer by layer (module docstring) and removes the
+    folder.
+
+    Raises:
+        CannotStart: a part could not start (its one sentence), e.g. the port in use or
+            PostgreSQL or HAProxy missing.
+    """
+    port = options.port or free_port()
+    check_port_free(port, "HAProxy")
+    with tempfile.TemporaryDirectory(prefix="ftwbridge-cluster-") as tmp:
+        root = Path(tmp)
+        postgres = await Postgres.init(root, free_port())
+        async with trio.open_nursery() as pg_n:
+            await postgres.start(pg_n)
+            for line in await _migrate(root, postgres.url):
+                print(f"  db migrate: {line}", flush=True)
+            shared: dict[str, Any] = {
+                "mesh_key": secrets.token_hex(32),
+                "kek": secrets.token_hex(32),
+                "keys_port": free_port(),
+                "extra": options.settings,
+            }
+            async with trio.open_nursery() as keys_n:
+                keys, shared["reach"] = await start_keys(keys_n, root, postgres.url, shared)
+                instances = [
+                    Instance(
+                        name,
+                        root,
+                        *(ports := (free_port(), free_port(), free_port())),
+                        settings=instance_settings(
+                            root, name, ports, f"http://127.0.0.1:{port}", postgres.url, shared
+                        ),
+                    )
+                    for name in (f"b{i + 1}" for i in range(options.instances))
+                ]
+                async with trio.open_nursery() as inst_n:
+                    async with trio.open_nursery() as starting:
+                        for made in instances:
+                            made.write_config()
+                            starting.start_soon(made.start, inst_n)
+                    cfg = write_haproxy(root, port, instances, spread=has_forwarding())
+                    haproxy = await start_haproxy(inst_n, root, port, cfg)
+                    store = PgStore(postgres.url)
+                    await store.start()
+                    try:
+                        cluster = Cluster(root, port, postgres, instances, keys, haproxy, store)
+                        cluster.nurseries = {"postgres": pg_n, "keys": keys_n, "instances": inst_n}
+                        async with trio.open_nursery() as homes_n:
+                            await homes_n.start(
+                                Events(store).serve, cluster.on_event, cluster.on_gap
+                            )
+                            cluster.nurseries["homes"] = homes_n
+                            async with trio.open_nursery() as starting:
+
+                                async def one(name: str) -> None:
+                                    made = await _start_home(cluster, homes_n, name)
+                                    cluster.homes.append(made)
+                                    await grant(cluster, made)
+
+                                for i in range(options.homes):
+                                    starting.start_soon(one, f"home-{i + 1}")
+                            cluster.homes.sort(key=lambda h: h.name)
+                            yield cluster
+                            homes_n.cancel_scope.cancel()
+                    finally:
+                        store.close()
+                    inst_n.cancel_scope.cancel()
+                keys_n.cancel_scope.cancel()
+            pg_n.cancel_scope.cancel()
