@@ -237,7 +237,13 @@ def create_app(
             except RequestTimeout:
                 raise BodyTooSlow() from None
 
-        req = HttpRequest(request.method, _headers(), read_body, request.content_length)
+        req = HttpRequest(
+            request.method,
+            _headers(),
+            read_body,
+            request.content_length,
+            remote=request.remote_addr or "",
+        )
         resp = await service.handle(req)
         return Response(resp.body, resp.status, resp.headers)
 

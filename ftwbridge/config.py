@@ -7,10 +7,12 @@ whose message is one sentence for the operator (issue 15).
 
 from __future__ import annotations
 
+import base64
 import difflib
 import ipaddress
 import os
 import re
+import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -42,6 +44,31 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message is one sentence naming where the
     setting came from (the file, or the `FTWBRIDGE_*` variable) and what to change."""
+
+
+MESH_KEY_BYTES = 32
+"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
+
+
+def mesh_key_bytes(text: str) -> bytes:
+    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
+
+    Raises:
+        ValueError: neither, or not 32 bytes; the message never repeats the value.
+    """
+    text = text.strip()
+    try:
+        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
+        if raw is None:
+            raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        raw = b""
+    if len(raw) != MESH_KEY_BYTES:
+        raise ValueError(
+            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
+            " `openssl rand -hex 32`)"
+        )
+    return raw
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -244,7 +271,15 @@ class Config(BaseModel):
         return self
 
     @field_validator(
-        "admin_bind", "keys_socket", "database_url", "test_anonymous_token", mode="before"
+        "admin_bind",
+        "keys_socket",
+        "database_url",
+        "test_anonymous_token",
+        "instance_id",
+        "internal_bind",
+        "internal_url",
+        "mesh_key",
+        mode="before",
     )
     @classmethod
     def _none_words(cls, value: Any) -> Any:
@@ -263,8 +298,88 @@ class Config(BaseModel):
     admin_bind: str | None = "127.0.0.1:8781"
     """host:port of the admin listener (/metrics, /healthz, /readyz); None turns it off."""
 
+    instance_id: str | None = None
+    """This instance's name among the instances on one `database_url` (letters, digits, `.`,
+    `_`, `-`; at most 64), unique among running instances. None: the machine's host name and
+    the main listener's port (`instance_name`)."""
+    internal_bind: str | None = None
+    """host:port of the internal listener that takes `/mcp` calls forwarded by the other
+    instances (issue 13 item 4); None (the default) turns forwarding off. Needs
+    `database_url` and `mesh_key`."""
+    internal_url: str | None = None
+    """The URL other instances reach the internal listener at; None follows `internal_bind`
+    (a wildcard host read as this machine's loopback, as for `public_url`)."""
+    mesh_key: str | None = None
+    """The key every instance of a cluster shares to sign what they send each other: 32
+    random bytes as 64 hex digits or as base64 (`openssl rand -hex 32`). A secret: never
+    logged, never repeated in an error."""
 
-SECRET_SETTINGS = ("database_url",)
+    @field_validator("instance_id")
+    @classmethod
+    def _instance_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
+            raise ValueError(
+                "must be 1 to 64 letters, digits, '.', '_' or '-' (such as bridge-1)"
+                f" (got {value!r})"
+            )
+        return value
+
+    @field_validator("internal_bind")
+    @classmethod
+    def _internal_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_address(value)
+        return value
+
+    @field_validator("internal_url")
+    @classmethod
+    def _internal_http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"https?://[^/\s]+/?$", value):
+            raise ValueError(f"must be http://host:port or https://host:port (got {value!r})")
+        return None if value is None else value.rstrip("/")
+
+    @field_validator("mesh_key")
+    @classmethod
+    def _mesh_key_bytes(cls, value: str | None) -> str | None:
+        if value is not None:
+            mesh_key_bytes(value)  # raises ValueError in words that never repeat the key
+        return value
+
+    @model_validator(mode="after")
+    def _forwarding_needs(self) -> Config:
+        """Forwarding (`internal_bind`) works only on a shared database with a shared key."""
+        if self.internal_bind is not None:
+            missing = [name for name in ("database_url", "mesh_key") if getattr(self, name) is None]
+            if missing:
+                raise ValueError(
+                    f"internal_bind needs {' and '.join(missing)}: instances forward calls to"
+                    " each other only on one shared database, signed with one shared key"
+                )
+        return self
+
+    def instance_name(self, port: int) -> str:
+        """`instance_id`, or the machine's host name and `port` (the main listener's) when
+        it is unset."""
+        if self.instance_id is not None:
+            return self.instance_id
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:50] or "bridge"
+        return f"{host}-{port}"
+
+    @property
+    def internal_site_url(self) -> str | None:
+        """The internal URL in effect: `internal_url`, else one built from `internal_bind`
+        (port 0 stays 0 here; the bridge puts in the port it bound), or None when off."""
+        if self.internal_url is not None or self.internal_bind is None:
+            return self.internal_url
+        host, port = split_address(self.internal_bind)
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return f"http://{_url_host(host)}:{port}"
+
+
+SECRET_SETTINGS = ("database_url", "mesh_key")
 """Settings whose value may hold a password: an error about one never repeats it."""
 PATH_KEYS = ("state_dir", "keys_socket")
 """Settings that are paths: relative in a config file means relative to the file's folder."""

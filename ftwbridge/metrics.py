@@ -184,6 +184,18 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.mesh_refused = Counter(
+            "ftwbridge_mesh_refused",
+            "Forwarded requests the internal listener refused (reason: unsigned, forged,"
+            " misaddressed, stale, replayed, busy)",
+            ["reason"],
+            registry=self.registry,
+        )
+
+    def on_mesh_refused(self, reason: str) -> None:
+        """Count one request the internal listener refused (`ftwbridge.mesh.listener`)."""
+        self.mesh_refused.labels(reason).inc()
+
     def on_connection_fault(self, kind: str) -> None:
         """Count one connection ended by its own fault (`ftwbridge.edge`, the door's 4400)."""
         self.connection_faults.labels(kind).inc()

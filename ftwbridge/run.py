@@ -41,6 +41,7 @@ from ftwbridge.proto.session import Reply
 from ftwbridge.store import BridgeStore, StoreError, open_store
 
 if TYPE_CHECKING:
+    from ftwbridge.mesh.node import Node
     from ftwbridge.store.events import Event
 
 log = logging.getLogger("ftwbridge")
@@ -175,6 +176,8 @@ class Bridge:
             else None,
         )
         self.admin_url: str | None = None
+        self.node: Node | None = None
+        """This instance's part in a cluster (on PostgreSQL), once `serve` has started."""
         self._nursery: trio.Nursery | None = None
         self._stop_http = trio.Event()
         self._http_done = trio.Event()
@@ -203,6 +206,8 @@ class Bridge:
         (`ftwbridge.store.events`): a revocation drops every cached token now, an enrolment
         has the door compare its home keys now. A database that fails meanwhile is logged."""
         try:
+            if self.node is not None:
+                await self.node.hear(event)
             if event.kind == "revoke":
                 self.tokens.clear()
             elif event.kind == "enroll":
@@ -281,6 +286,34 @@ class Bridge:
         finally:
             self._http_done.set()
 
+    def _node(self, port: int, main_fd: int) -> Node:
+        """This instance's part in the cluster; binds the internal listener when
+        `internal_bind` is set (`main_fd`, not yet hypercorn's, is closed if it cannot)."""
+        from ftwbridge.mesh.node import Node
+        from ftwbridge.store.postgres import PgStore
+
+        c = self.config
+        assert isinstance(self.store, PgStore)
+        internal = None
+        if c.internal_bind is not None:
+            try:
+                isock = _bind(c.internal_bind, "internal", "internal_bind")
+            except StartupError:
+                socket.close(main_fd)
+                raise
+            url = c.internal_site_url or ""
+            if url.endswith(":0"):
+                url = url[:-2] + f":{isock.getsockname()[1]}"
+            internal = (isock.detach(), url)
+        return Node(
+            config=c,
+            store=self.store,
+            door=self.door,
+            wall_ms=self.clock,
+            port=port,
+            internal=internal,
+        )
+
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -316,6 +349,8 @@ class Bridge:
             self.site.allowed_hosts.add(f"{h}:{port}")
         self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
         self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
+        if c.database_url is not None:
+            self.node = self._node(port, fd)
         service = McpService(
             homes=_Homes(self.pool, self.door),
             verify_token=self.tokens.verify,
@@ -330,6 +365,7 @@ class Bridge:
             on_request=self.metrics.on_request,
             roster_behind=self.door.roster_behind,
             anonymous_token=c.test_anonymous_token,
+            mesh=None if self.node is None else self.node.forwarder,
         )
         app = create_app(
             oauth=self.oauth,
@@ -374,6 +410,8 @@ class Bridge:
 
                 assert isinstance(self.store, PgStore)
                 await nursery.start(Events(self.store).serve, self._on_event, self._on_gap)
+            if self.node is not None:
+                await nursery.start(self.node.serve, service, self.metrics)
             await nursery.start(self._serve_http, app, hc)
             if admin_fd is not None:
                 ac = edge.EdgeConfig()

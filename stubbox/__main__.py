@@ -48,7 +48,11 @@ STOP_S = 1.0
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m stubbox", description=__doc__)
-    p.add_argument("--bridge", default="ws://127.0.0.1:8780/v1/box", help="the door URL")
+    p.add_argument(
+        "--bridge",
+        default="ws://127.0.0.1:8780/v1/box",
+        help="the door URL, or several separated by commas, tried in turn",
+    )
     p.add_argument("--home", default="demo-home")
     p.add_argument("--seed", default="demo", help="text the home's keys derive from")
     p.add_argument("--sim-seed", type=int, default=1, help="seed of the simulated site")

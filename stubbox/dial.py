@@ -1,7 +1,9 @@
 """Dial a stub home's uplink and keep it up (PROTOCOL.md part C).
 
 `run_uplink(stub, url)` keeps an uplink to `url` (ws://.../v1/box) and reconnects with
-jittered exponential backoff (0.5 s doubling to 30 s) until the stub stops.
+jittered exponential backoff (0.5 s doubling to 30 s) until the stub stops. `url` may name
+several doors separated by commas (the instances of a cluster): each lost uplink moves on to
+the next, round the list.
 """
 
 from __future__ import annotations
@@ -18,9 +20,14 @@ from .uplink import StubHome, log
 
 
 async def run_uplink(stub: StubHome, url: str) -> None:
-    """Keep `stub`'s uplink to `url` up until cancelled, reconnecting with jittered backoff."""
+    """Keep `stub`'s uplink to `url` (one door URL, or several separated by commas, tried in
+    turn) up until cancelled, reconnecting with jittered backoff."""
+    urls = [u.strip() for u in url.split(",") if u.strip()] or [url]
     backoff_s = 0.5
+    turn = -1
     while not stub.stopping:
+        turn += 1
+        url = urls[turn % len(urls)]
         try:
             async with open_websocket_url(url, message_queue_size=64, max_message_size=65536) as ws:
                 backoff_s = 0.5

@@ -109,3 +109,24 @@ def test_toml_errors_are_one_sentence(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.toml", env={})
     with pytest.raises(ConfigError, match="is a folder, not a file"):
         load_config(tmp_path, env={})
+
+
+def test_forwarding_settings() -> None:
+    """Issue 13 item 4: `internal_bind` needs a shared database and key; `mesh_key` is 32
+    bytes as hex or base64 and never repeated in an error; unset, nothing is forwarded."""
+    assert Config().internal_bind is None and Config().internal_site_url is None
+    key = "ab" * 32
+    url = "postgresql://u@h/db"
+    c = Config(database_url=url, mesh_key=key, internal_bind="0.0.0.0:0", instance_id="b-1")
+    assert c.internal_site_url == "http://127.0.0.1:0" and c.instance_name(1) == "b-1"
+    assert Config().instance_name(8780).endswith("-8780")
+    with pytest.raises(pydantic.ValidationError, match="internal_bind needs database_url"):
+        Config(mesh_key=key, internal_bind="127.0.0.1:0")
+    with pytest.raises(pydantic.ValidationError, match="needs mesh_key"):
+        Config(database_url=url, internal_bind="127.0.0.1:0")
+    with pytest.raises(ConfigError, match="mesh_key must be 32 random bytes") as err:
+        load_config(env={"FTWBRIDGE_MESH_KEY": "cd" * 31})
+    assert "cd" * 31 not in str(err.value)
+    assert load_config(env={"FTWBRIDGE_MESH_KEY": "A" * 43 + "="}).mesh_key == "A" * 43 + "="
+    with pytest.raises(ConfigError, match="instance_id must be 1 to 64"):
+        load_config(env={"FTWBRIDGE_INSTANCE_ID": "a b"})

@@ -47,6 +47,8 @@ CLAIM_MAX_MS = 600_000
 """A claim offer lasts at most 10 minutes, whatever the box says (PROTOCOL.md part C)."""
 
 
+HOOK_DOWN_S = 2.0
+"""The longest an ended uplink waits for `on_down` (the directory's release), seconds."""
 HOME_KEY_CHECK_S = 1.0
 """How often `watch_home_keys` asks the store whether another process wrote it (seconds)."""
 
@@ -109,6 +111,12 @@ class Door:
     """Told (home, req) when a box answers `agent.denied {req}`."""
     on_fault: Callable[[str], None] | None = None
     """Told `door` each time an uplink is closed 4400 for a message that breaks part C."""
+    on_up: Callable[[str], Awaitable[None]] | None = None
+    """Awaited with the home once its uplink has authenticated and is the home's (the
+    directory's claim, issue 13 item 2)."""
+    on_down: Callable[[str], Awaitable[None]] | None = None
+    """Awaited (shielded, at most `HOOK_DOWN_S`) with the home once its uplink ended while it
+    was still the home's (the directory's release)."""
     _applier: RosterApplier = field(init=False)
     _behind: dict[str, RosterBehind] = field(default_factory=dict)
     """Homes whose box's roster is older than the held one (see `roster_behind`)."""
@@ -360,6 +368,15 @@ class Door:
             for uplink in list(self._uplinks.values()):
                 nursery.start_soon(close_ws, uplink.ws, code, reason)
 
+    async def supersede(self, home: str) -> None:
+        """Close `home`'s uplink with 4409 (superseded): another instance took the home over
+        (issue 13 item 2). Nothing when it has none here."""
+        uplink = self._uplinks.get(home)
+        if uplink is not None:
+            self.stats.takeovers += 1
+            uplink.end_all(TunEndReason.SUPERSEDED.value)
+            await close_ws(uplink.ws, CLOSE_SUPERSEDED, "taken over at another instance")
+
     async def serve_uplink(self, ws: WebSocketLike) -> None:
         """Run one box uplink until it closes (the `/v1/box` WebSocket handler calls this)."""
         home = await self._authenticate(ws)
@@ -376,12 +393,17 @@ class Door:
             await close_ws(older.ws, CLOSE_SUPERSEDED, "superseded")
         log.info("uplink up home=%s", home)
         try:
+            if self.on_up is not None:
+                await self.on_up(home)
             await self._read(uplink)
         finally:
             uplink.end_all(LocalEnd.UPLINK_LOST.value)
             if self._uplinks.get(home) is uplink:
                 del self._uplinks[home]
                 self._behind.pop(home, None)  # its next uplink sends its roster again
+                if self.on_down is not None:
+                    with trio.CancelScope(shield=True), trio.move_on_after(HOOK_DOWN_S):
+                        await self.on_down(home)
             log.info("uplink down home=%s", home)
 
     async def _authenticate(self, ws: WebSocketLike) -> str | None:

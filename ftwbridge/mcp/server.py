@@ -73,6 +73,8 @@ OUTCOMES = {
     "cancelled": "the client left before the answer",
     "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
     "notification": "202: a JSON-RPC notification",
+    "forwarded": "sent whole to the instance holding the home, which answered (ftwbridge.mesh)",
+    "moved": "421 to a forwarding instance: this one no longer holds the home at that epoch",
 }
 """The outcome words of `/mcp` requests other than `ok` and a box's registry codes (audit
 `status`, metric label `outcome`), and when each is given."""
@@ -107,6 +109,24 @@ class HomePort(Protocol):
         """The agent's row in the home's newest roster, or None when it is not listed."""
 
 
+MESH_MOVED = "ftw-mesh-moved"
+"""The header of the 421 a holder answers a forwarding instance when it no longer holds the
+home at the epoch named (issue 13 item 4); a client never sees it."""
+
+
+class MeshPort(Protocol):
+    """What `/mcp` needs of the mesh between instances (`ftwbridge.mesh`, issue 13 item 4)."""
+
+    def holds(self, home: str, epoch: int) -> bool:
+        """Whether this instance holds `home`'s uplink at the claim `epoch` now."""
+
+    async def forward(
+        self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
+    ) -> HttpResponse | Refusal | None:
+        """Send the request to `home`'s holder if that is another instance: its answer, a
+        `Refusal` when the holder failed, or None to answer here."""
+
+
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
     """One HTTP request: method, headers (lower-case name -> every value), declared length,
@@ -116,6 +136,11 @@ class HttpRequest:
     headers: dict[str, list[str]]
     read_body: Callable[[], Awaitable[bytes]]
     content_length: int | None = None
+    remote: str = ""
+    """The client's address (the entry's coarse guard), or the forwarding instance's id."""
+    mesh_epoch: int | None = None
+    """Set on a request another instance forwarded (`ftwbridge.mesh`): the epoch at which
+    the sender believed this instance holds the token's home."""
 
 
 class BodyTooLarge(Exception):
@@ -193,6 +218,7 @@ class McpService:
             `held_seq` when the home's box sent an older roster that does not list the agent
             (`Door.roster_behind`), else None; such a call is refused in words at once.
         anonymous_token: the test profile's token for requests without one (never in production).
+        mesh: forwarding to the instance that holds a token's home, if this is one of many.
     """
 
     def __init__(
@@ -211,8 +237,10 @@ class McpService:
         on_request: Callable[[str, str], None] | None = None,
         roster_behind: Callable[[str, bytes], Any] | None = None,
         anonymous_token: str | None = None,
+        mesh: MeshPort | None = None,
     ) -> None:
         self._homes = homes
+        self._mesh = mesh
         self._auth = BearerAuth(
             verify_token=verify_token,
             grant=homes.grant,
@@ -336,6 +364,11 @@ class McpService:
             seen.outcome = "unauthorized"
             return _json(401, token.body, token.headers)
         seen.token = token
+        if req.mesh_epoch is not None and (
+            self._mesh is None or not self._mesh.holds(token.home, req.mesh_epoch)
+        ):
+            seen.outcome = "moved"
+            return HttpResponse(421, {MESH_MOVED: "1"})
         try:
             body = await req.read_body()
         except BodyTooLarge:
@@ -347,6 +380,19 @@ class McpService:
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
             seen.method = _method_label(route.method)
+        if req.mesh_epoch is None and self._mesh is not None:
+            rid = None if isinstance(route, inbound.Rejection) else route.id
+            sent = await self._mesh.forward(token.home, req, body, rid)
+            if isinstance(sent, HttpResponse):
+                seen.outcome = "forwarded"
+                return sent
+            if (
+                sent is not None
+                and isinstance(route, inbound.Route)
+                and route.method == "tools/call"
+            ):
+                seen.outcome = sent.code
+                return self._result(route, refusal_result(sent))
         limited = self._http_limit(
             token, None if isinstance(route, inbound.Rejection) else route.id
         )

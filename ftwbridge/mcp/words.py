@@ -59,6 +59,11 @@ _UNAVAILABLE: Final[dict[str, str]] = {
     "box_shutdown": "The home's box is shutting down; try again when it is back.",
     "epoch_changed": "The home's box restarted its connections during the call; try again.",
     "busy": "The bridge is busy; try again in a moment.",
+    # ftwbridge.mesh: the instance holding the home's uplink, another than the one called
+    "holder_lost": "The bridge instance serving this home stopped while answering; the call"
+    " was not repeated. Try again in a few seconds.",
+    "holder_unreachable": "The bridge instance serving this home cannot be reached; try again"
+    " in a few seconds.",
 }
 
 

@@ -1,0 +1,6 @@
+"""The mesh between a cluster's instances (issue 13 item 4): `/mcp` calls forwarded whole to
+the instance that holds the token's home, signed with the shared `mesh_key`.
+
+`signing` is the sans-I/O part (what is signed, how a request is checked); `listener` is the
+internal listener's app; `forward` the sending side.
+"""

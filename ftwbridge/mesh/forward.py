@@ -1,0 +1,234 @@
+"""The sending side of forwarding (issue 13 item 4): a `/mcp` request whose token's home is
+held by another instance goes there whole, signed, and its answer comes back as it was.
+
+`Forwarder.forward` decides with the directory, sends with one shared `httpx2.AsyncClient`
+(bounded pool and timeouts), and keeps to the issue's rules: at most one hop; after a 421
+from the holder (it lost the home) or a holder that cannot be reached, one fresh lookup and
+one more try within the call's deadline; a holder that fails after the request went out ends
+the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx2
+import trio
+
+from ftwbridge.mcp import inbound
+from ftwbridge.mcp.server import MESH_MOVED, RATE_LIMITED_JSONRPC, HttpRequest, HttpResponse
+from ftwbridge.proto.names import Code
+from ftwbridge.proto.pacing import TokenBucket
+from ftwbridge.proto.refusal import Refusal
+from ftwbridge.store import StoreError
+from ftwbridge.store.directory import Directory
+
+from . import signing
+
+log = logging.getLogger("ftwbridge.mesh")
+
+PATH = "/mcp"
+"""The internal listener's one route."""
+MOVED = MESH_MOVED
+"""The header of a holder's 421: it no longer holds the home at the epoch the sender named."""
+CONNECT_S = 2.0
+"""The longest a forward waits to connect to the holder (or for a pooled connection), s."""
+POOL_CONNECTIONS = 64
+"""Connections to other instances at most, all holders together (keep-alive ones included)."""
+GUARD_FACTOR = 4
+"""The entry's coarse guard per client address: this many times the per-agent bucket."""
+GUARD_ADDRESSES = 10_000
+"""Client addresses the guard remembers at most (full buckets are forgotten first)."""
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "host",
+        "content-length",
+        "proxy-connection",
+        "trailer",
+    }
+)
+"""Headers of one connection (RFC 9110 section 7.6.1), never passed on either way."""
+
+
+@dataclass(slots=True)
+class ForwardStats:
+    """Counters (they only grow): requests forwarded and answered, retried after a 421 or an
+    unreachable holder, ended because the holder failed, refused by the entry's guard."""
+
+    forwarded: int = 0
+    moved: int = 0
+    unreachable: int = 0
+    holder_lost: int = 0
+    guarded: int = 0
+
+
+def new_client(deadline_s: float) -> httpx2.AsyncClient:
+    """The HTTP client forwards go through: `CONNECT_S` to connect or get a pooled
+    connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
+    redirects, no environment proxies."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(deadline_s, connect=CONNECT_S, pool=CONNECT_S),
+        limits=httpx2.Limits(
+            max_connections=POOL_CONNECTIONS, max_keepalive_connections=POOL_CONNECTIONS // 2
+        ),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+class Forwarder:
+    """Forwards `/mcp` requests to their home's holder.
+
+    Args:
+        directory: who holds which home.
+        holds: (home, epoch) -> whether this instance holds the home at that claim.
+        http: the client of `new_client`, owned by the caller.
+        key: the 32-byte `mesh_key`.
+        wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
+        http_burst, http_per_s: the per-agent limit; the coarse guard is `GUARD_FACTOR` times it.
+    """
+
+    def __init__(
+        self,
+        *,
+        directory: Directory,
+        holds: Callable[[str, int], bool],
+        http: httpx2.AsyncClient,
+        key: bytes,
+        wall_ms: Callable[[], int],
+        http_burst: float,
+        http_per_s: float,
+    ) -> None:
+        self._directory = directory
+        self.holds = holds
+        self._http = http
+        self._key = key
+        self._wall_ms = wall_ms
+        self._guard_burst = http_burst * GUARD_FACTOR
+        self._guard_per_s = http_per_s * GUARD_FACTOR
+        self._guards: dict[str, TokenBucket] = {}
+        self.stats = ForwardStats()
+
+    @property
+    def instance_id(self) -> str:
+        """This instance's id."""
+        return self._directory.instance_id
+
+    def _guard(self, remote: str, rid: str | int | None) -> HttpResponse | None:
+        """The entry's coarse guard per client address: None to go on, else the 429."""
+        now = trio.current_time()
+        bucket = self._guards.get(remote)
+        if bucket is None:
+            if len(self._guards) >= GUARD_ADDRESSES:
+                self._guards = {
+                    a: b for a, b in self._guards.items() if b.tokens(now) < self._guard_burst
+                }
+            bucket = self._guards[remote] = TokenBucket(self._guard_burst, self._guard_per_s)
+        if bucket.try_take(now):
+            return None
+        self.stats.guarded += 1
+        wait_s = max(1, math.ceil(bucket.wait_s(now)))
+        rej = inbound.Rejection(429, RATE_LIMITED_JSONRPC, "Too many requests", rid)
+        return HttpResponse(
+            429,
+            {"content-type": "application/json", "retry-after": str(wait_s)},
+            _dumps(rej.body()),
+        )
+
+    async def forward(
+        self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
+    ) -> HttpResponse | Refusal | None:
+        """Send `req` (its `body` already read) to the holder of `home`, if that is another
+        instance.
+
+        Returns:
+            None when this instance should answer it (it holds the home, nobody does, or the
+            directory does not answer); the holder's answer; a 429 of the entry's guard; or
+            a `Refusal` `E_UNAVAILABLE` when the holder failed (`holder_lost`: after the
+            request went out; `holder_unreachable`: twice not reached, or moved twice).
+        """
+        tries = 2
+        while tries:
+            tries -= 1
+            try:
+                holder = await self._directory.holder(home)
+            except StoreError as exc:
+                log.warning("forward of home %s: no lookup (%s); answered here", home, exc)
+                return None
+            if holder is None or holder.instance == self.instance_id or not holder.url:
+                return None
+            if tries == 1:  # the guard counts each request once, at its first send
+                guarded = self._guard(req.remote, rid)
+                if guarded is not None:
+                    return guarded
+            headers = [
+                (k, v)
+                for k, vs in req.headers.items()
+                for v in vs
+                if k not in HOP_BY_HOP and not k.startswith("ftw-mesh-")
+            ]
+            signed = signing.sign(
+                self._key,
+                sender=self.instance_id,
+                method=req.method,
+                path=PATH,
+                to=holder.instance,
+                epoch=holder.epoch,
+                body=body,
+                now_ms=self._wall_ms(),
+            )
+            headers += list(signed.items())
+            try:
+                resp = await self._http.request(
+                    req.method, holder.url + PATH, headers=headers, content=body
+                )
+            except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+                self.stats.unreachable += 1
+                log.warning(
+                    "forward of home %s: instance %s at %s not reached (%s)%s",
+                    home,
+                    holder.instance,
+                    holder.url,
+                    type(exc).__name__,
+                    "; looking it up again" if tries else "",
+                )
+                continue
+            except httpx2.TransportError as exc:  # sent, then the holder failed: never again
+                self.stats.holder_lost += 1
+                log.warning(
+                    "forward of home %s: instance %s failed while answering (%s); call ended",
+                    home,
+                    holder.instance,
+                    type(exc).__name__,
+                )
+                return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_lost"})
+            if resp.status_code == 421 and resp.headers.get(MOVED):
+                self.stats.moved += 1
+                log.info(
+                    "forward of home %s: %s no longer holds it at epoch %d",
+                    home,
+                    holder.instance,
+                    holder.epoch,
+                )
+                continue
+            self.stats.forwarded += 1
+            out = {
+                k: v
+                for k, v in resp.headers.items()
+                if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")
+            }
+            return HttpResponse(resp.status_code, out, resp.content)
+        return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()

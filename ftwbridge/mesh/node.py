@@ -1,0 +1,141 @@
+"""One instance's part in a cluster (issue 13 items 2 and 4), wired by `run.Bridge`: its
+place in the directory, its claims kept with the door's uplinks, and, when `internal_bind` is
+set, the forwarder and the internal listener.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from hypercorn.trio import serve as hypercorn_serve
+
+from ftwbridge import edge
+from ftwbridge.config import CALL_SLACK_S, Config, mesh_key_bytes
+from ftwbridge.door import Door
+from ftwbridge.mcp.server import McpService
+from ftwbridge.metrics import Metrics
+from ftwbridge.store.events import Event
+from ftwbridge.store.pg_directory import PgDirectory
+from ftwbridge.store.postgres import PgStore
+
+from .forward import Forwarder, new_client
+from .holdings import Holdings
+from .listener import create_internal_app
+from .signing import Checker
+
+log = logging.getLogger("ftwbridge.mesh")
+
+
+class Node:
+    """This instance among the others on one database.
+
+    Args:
+        config: the bridge's settings (`instance_id`, `internal_*`, `mesh_key`).
+        store: the started PostgreSQL store.
+        door: this instance's door; its `on_up`/`on_down` are set here.
+        wall_ms: the wall clock, ms since the Unix epoch.
+        port: the main listener's bound port (the default instance id names it).
+        internal: the internal listener's bound socket's fd and URL, or None when
+            `internal_bind` is unset (no forwarding).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        store: PgStore,
+        door: Door,
+        wall_ms: Callable[[], int],
+        port: int,
+        internal: tuple[int, str] | None,
+    ) -> None:
+        self._config = config
+        self._wall_ms = wall_ms
+        self._internal = internal
+        self.directory = PgDirectory(
+            store,
+            instance_id=config.instance_name(port),
+            url="" if internal is None else internal[1],
+            wall_ms=wall_ms,
+        )
+        self.holdings = Holdings(self.directory, door)
+        door.on_up = self.holdings.up
+        door.on_down = self.holdings.down
+        self._http = new_client(config.call_deadline_s + CALL_SLACK_S)
+        self.forwarder: Forwarder | None = None
+        if internal is not None and config.mesh_key is not None:
+            self.forwarder = Forwarder(
+                directory=self.directory,
+                holds=self.holdings.holds,
+                http=self._http,
+                key=mesh_key_bytes(config.mesh_key),
+                wall_ms=wall_ms,
+                http_burst=config.http_burst,
+                http_per_s=config.http_per_s,
+            )
+
+    @property
+    def instance_id(self) -> str:
+        """This instance's id."""
+        return self.directory.instance_id
+
+    async def hear(self, event: Event) -> None:
+        """An event of the database: a `takeover` of a home held here closes its uplink
+        (4409) at once."""
+        home = self.directory.hear(event)
+        if home is not None:
+            await self.holdings.lost(home)
+
+    async def serve(
+        self,
+        service: McpService,
+        metrics: Metrics,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Until cancelled: keep this instance present in the directory and, with forwarding,
+        serve the internal listener through the same edge guard as the others. Reports
+        started once both are up.
+
+        Raises:
+            StoreError: (before started) the database does not answer, or another running
+                instance has this `instance_id`.
+        """
+        c = self._config
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.directory.serve, self.holdings.lost)
+                if self._internal is not None and c.mesh_key is not None:
+                    fd, url = self._internal
+                    checker = Checker(mesh_key_bytes(c.mesh_key), self.instance_id)
+                    app = create_internal_app(
+                        service=service,
+                        checker=checker,
+                        wall_ms=self._wall_ms,
+                        max_body_bytes=c.max_body_bytes,
+                        body_timeout_s=c.body_timeout_s,
+                        on_refused=metrics.on_mesh_refused,
+                    )
+                    hc = edge.EdgeConfig()
+                    hc.on_connection_fault = metrics.on_connection_fault
+                    hc.connections = metrics.listener("internal")
+                    hc.bind = [f"fd://{fd}"]
+                    hc.accesslog = None
+                    hc.errorlog = logging.getLogger("hypercorn.error")
+                    hc.read_timeout = int(c.door_silence_s)
+                    hc.graceful_timeout = 1.0
+                    await nursery.start(_serve_internal, app, hc)
+                    log.info("instance %s: internal listener at %s", self.instance_id, url)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._http.aclose()
+
+
+async def _serve_internal(
+    app: Any, config: edge.EdgeConfig, *, task_status: trio.TaskStatus[Any]
+) -> None:
+    await hypercorn_serve(app, config, task_status=task_status)

@@ -1,0 +1,232 @@
+"""Signing and checking forwarded requests, sans-I/O (issue 13 item 4).
+
+The sender adds five headers to the request it forwards:
+
+- `ftw-mesh-from`: the sender's instance id;
+- `ftw-mesh-to`: `<instance>;<epoch>`, the holder the sender looked up and its claim's epoch;
+- `ftw-mesh-ts`: the sender's wall clock, ms since the Unix epoch;
+- `ftw-mesh-nonce`: 16 random bytes, hex;
+- `ftw-mesh-sig`: HMAC-SHA256 (RFC 2104) under `mesh_key` over the lines of `signed_text`,
+  hex.
+
+The receiver refuses, in that order: a request without them (`unsigned`), with a signature
+that does not match (`forged`), addressed to another instance (`misaddressed`), whose time is
+more than `WINDOW_MS` from its own (`stale`), or whose nonce it has seen within the window
+(`replayed`). Nothing here does I/O or reads a clock: times come in as arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FROM = "ftw-mesh-from"
+TO = "ftw-mesh-to"
+TS = "ftw-mesh-ts"
+NONCE = "ftw-mesh-nonce"
+SIG = "ftw-mesh-sig"
+HEADERS = (FROM, TO, TS, NONCE, SIG)
+"""The mesh's own headers: set by the sender, never passed on from a client."""
+WINDOW_MS = 30_000
+"""How far a forwarded request's time may be from the receiver's, ms (issue 13 item 4)."""
+NONCES_MAX = 100_000
+"""Nonces remembered at most; past it new requests are refused (`busy`) until old ones age
+out of the window: about 3,300 forwarded requests a second held for 30 s."""
+DOMAIN = b"ftwbridge-mesh-v1"
+"""The first line of every signed text, so a signature made for anything else never fits."""
+
+_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_NONCE = re.compile(r"[0-9a-f]{32}")
+_SIG = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """What a checked request says of itself: the `sender` instance, and the `epoch` of the
+    claim the sender believed this instance holds the home at."""
+
+    sender: str
+    epoch: int
+
+
+class MeshRefused(Exception):
+    """A forwarded request the internal listener refuses.
+
+    Attributes:
+        reason: `unsigned`, `forged`, `misaddressed`, `stale`, `replayed` or `busy` (the
+            metric's label).
+        words: one sentence for the log and the answer; it never repeats the key or a
+            signature.
+    """
+
+    def __init__(self, reason: str, words: str) -> None:
+        super().__init__(words)
+        self.reason = reason
+        self.words = words
+
+
+def signed_text(
+    *,
+    sender: str,
+    method: str,
+    path: str,
+    ts_ms: int,
+    to: str,
+    epoch: int,
+    nonce: str,
+    body: bytes,
+) -> bytes:
+    """The bytes the HMAC covers: `DOMAIN`, then one line each for the sender, the method,
+    the path, the time (ms), the target instance, its epoch, the nonce, and the body's
+    SHA-256 in hex."""
+    lines = (
+        sender,
+        method.upper(),
+        path,
+        str(ts_ms),
+        to,
+        str(epoch),
+        nonce,
+        hashlib.sha256(body).hexdigest(),
+    )
+    return DOMAIN + b"".join(b"\n" + line.encode() for line in lines)
+
+
+def sign(
+    key: bytes,
+    *,
+    sender: str,
+    method: str,
+    path: str,
+    to: str,
+    epoch: int,
+    body: bytes,
+    now_ms: int,
+) -> dict[str, str]:
+    """The mesh headers for a request from `sender` to instance `to` at `epoch`.
+
+    Args:
+        key: the 32-byte `mesh_key`.
+        now_ms: the sender's wall clock, ms since the Unix epoch.
+
+    Returns:
+        header name -> value, the five of `HEADERS`.
+    """
+    nonce = secrets.token_hex(16)
+    text = signed_text(
+        sender=sender,
+        method=method,
+        path=path,
+        ts_ms=now_ms,
+        to=to,
+        epoch=epoch,
+        nonce=nonce,
+        body=body,
+    )
+    return {
+        FROM: sender,
+        TO: f"{to};{epoch}",
+        TS: str(now_ms),
+        NONCE: nonce,
+        SIG: hmac.new(key, text, hashlib.sha256).hexdigest(),
+    }
+
+
+class Checker:
+    """The receiving side: checks forwarded requests addressed to `instance_id` and remembers
+    their nonces for `WINDOW_MS`.
+
+    Args:
+        key: the 32-byte `mesh_key`.
+        instance_id: this instance's id; a request addressed to another is refused.
+        window_ms: how far a request's time may be from `now_ms`, either way.
+        nonces_max: nonces remembered at most (`NONCES_MAX`).
+    """
+
+    def __init__(
+        self,
+        key: bytes,
+        instance_id: str,
+        *,
+        window_ms: int = WINDOW_MS,
+        nonces_max: int = NONCES_MAX,
+    ) -> None:
+        self._key = key
+        self._me = instance_id
+        self._window_ms = window_ms
+        self._max = nonces_max
+        self._seen: set[str] = set()
+        self._order: deque[tuple[int, str]] = deque()
+
+    def check(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, list[str]],
+        body: bytes,
+        now_ms: int,
+    ) -> Signed:
+        """Check one request (`headers`: lower-case name -> every value) at `now_ms`, and
+        remember its nonce.
+
+        Raises:
+            MeshRefused: unsigned, forged, misaddressed, stale, replayed or busy (see the
+                module's docstring for the order).
+        """
+        values = {}
+        for name in HEADERS:
+            got = headers.get(name, [])
+            if len(got) != 1:
+                raise MeshRefused("unsigned", f"the request has no single {name} header")
+            values[name] = got[0].strip()
+        to, _, epoch_text = values[TO].partition(";")
+        if not (
+            _ID.fullmatch(values[FROM])
+            and _ID.fullmatch(to)
+            and epoch_text.isdigit()
+            and values[TS].isdigit()
+            and _NONCE.fullmatch(values[NONCE])
+            and _SIG.fullmatch(values[SIG])
+        ):
+            raise MeshRefused("unsigned", "the request's mesh headers are not well formed")
+        ts_ms, epoch = int(values[TS]), int(epoch_text)
+        text = signed_text(
+            sender=values[FROM],
+            method=method,
+            path=path,
+            ts_ms=ts_ms,
+            to=to,
+            epoch=epoch,
+            nonce=values[NONCE],
+            body=body,
+        )
+        want = hmac.new(self._key, text, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(want, values[SIG]):
+            raise MeshRefused("forged", "the request's signature does not match (another key?)")
+        if to != self._me:
+            raise MeshRefused("misaddressed", f"the request is addressed to {to}, not here")
+        if abs(now_ms - ts_ms) > self._window_ms:
+            raise MeshRefused(
+                "stale",
+                f"the request's time is {(now_ms - ts_ms) / 1000:+.1f} s from this instance's,"
+                f" more than {self._window_ms / 1000:g} s (clocks apart, or a replay)",
+            )
+        self._forget(now_ms)
+        if values[NONCE] in self._seen:
+            raise MeshRefused("replayed", "the request was received before (a replay)")
+        if len(self._seen) >= self._max:
+            raise MeshRefused("busy", "too many forwarded requests within the window")
+        self._seen.add(values[NONCE])
+        self._order.append((max(ts_ms, now_ms) + self._window_ms, values[NONCE]))
+        return Signed(values[FROM], epoch)
+
+    def _forget(self, now_ms: int) -> None:
+        """Drop the nonces whose requests could no longer pass the window. Entries are kept
+        in arrival order; an expiry out of order only keeps a nonce a little longer."""
+        while self._order and self._order[0][0] < now_ms:
+            self._seen.discard(self._order.popleft()[1])
