@@ -31,6 +31,12 @@ STOP_S = 15.0
 drains for its `drain_s` first)."""
 
 
+def child_env() -> dict[str, str]:
+    """This process's environment without `FTWBRIDGE_*` variables: every instance takes its
+    settings from its own file alone (a variable would override them all alike)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
+
+
 class CannotStart(Exception):
     """Something the cluster needs cannot start; the message is the one sentence shown."""
 
@@ -158,7 +164,7 @@ async def _run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # the terminal's Ctrl-C reaches the cluster alone, which
-            env=env,  # then stops its children in order
+            env=child_env() if env is None else env,  # then stops its children in order
         )
     except OSError as exc:
         os.close(fd)

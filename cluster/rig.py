@@ -12,7 +12,7 @@ import json
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +25,10 @@ from ftwbridge.mcp.auth import TokenMinter
 from ftwbridge.proto.registry import READ_SCOPES
 from ftwbridge.proto.roster import verify_roster
 from ftwbridge.store.events import Event, Events
-from ftwbridge.store.pg_directory import PgDirectory
+from ftwbridge.store.pg_directory import RENEW_S, PgDirectory
 from ftwbridge.store.postgres import PgStore
 
-from .procs import PY, CannotStart, Child, check_port_free, free_port, start_child
+from .procs import PY, CannotStart, Child, check_port_free, child_env, free_port, start_child
 from .services import (
     Instance,
     Postgres,
@@ -133,13 +133,30 @@ class Cluster:
         await self.postgres.start(self.nurseries["postgres"])
 
     async def on_event(self, event: Event) -> None:
-        if event.kind == "roster":
+        """Wake those waiting on the home of a `roster` or `takeover` event."""
+        if event.kind in ("roster", "takeover"):
             self.changed.pop(event.home, trio.Event()).set()
 
     async def on_gap(self) -> None:
+        """Events were lost: wake every waiter to look again."""
         for changed in self.changed.values():
             changed.set()
         self.changed.clear()
+
+    async def wait_holder(self, home: str, accept: Callable[[str | None], bool]) -> str | None:
+        """Return the holder of `home` (as `holder`) once `accept` takes it, looking again at
+        each `takeover` event of the home (the caller bounds the time).
+
+        Raises:
+            StoreError: PostgreSQL does not answer.
+        """
+        while True:
+            changed = self.changed.setdefault(home, trio.Event())  # before the look
+            found = await self.holder(home)
+            if accept(found):
+                return found
+            with trio.move_on_after(RENEW_S):  # a lease that runs out sends no event
+                await changed.wait()
 
     async def wait_listed(self, home: str, key: bytes) -> None:
         """Return once the roster of `home` held in the database lists agent `key` (the
@@ -203,6 +220,7 @@ async def _migrate(root: Path, database_url: str) -> list[str]:
         capture_stdout=True,
         capture_stderr=True,
         check=False,
+        env=child_env(),
     )
     if done.returncode != 0:
         raise CannotStart(done.stderr.decode(errors="replace").strip() or "db migrate failed")
@@ -218,6 +236,7 @@ async def _start_home(cluster: Cluster, nursery: trio.Nursery, name: str) -> Hom
         capture_stdout=True,
         capture_stderr=True,
         check=False,
+        env=child_env(),
     )
     if shown.returncode != 0:
         raise CannotStart(f"the stub home {name} did not start: {shown.stderr.decode()[-300:]}")
@@ -243,6 +262,7 @@ async def grant(cluster: Cluster, home: Home) -> None:
         capture_stdout=True,
         capture_stderr=True,
         check=False,
+        env=child_env(),
     )
     if made.returncode != 0:
         raise CannotStart(made.stderr.decode(errors="replace").strip())
