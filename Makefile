@@ -56,8 +56,9 @@ unit: $(STAMP) $(PEERS) browser postgres haproxy
 
 test: lint typecheck unit
 
-# Speed and memory figures (docs/performance.md); needs wrk, which this installs from Debian.
-bench: $(STAMP)
+# Speed and memory figures (docs/performance.md); needs wrk, which this installs from Debian,
+# and PostgreSQL and HAProxy for the cluster case (bench/cluster_hop.py).
+bench: $(STAMP) postgres haproxy
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/run.py

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -45,12 +46,16 @@ ROSTER_S = 30.0
 @dataclass
 class Options:
     """What `open_cluster` starts: HAProxy's `port` (0: a free one), how many `instances`
-    and stub `homes`, and `settings` added to every instance's configuration."""
+    and stub `homes`, and `settings` added to every instance's configuration. For the bench:
+    `cpus` pins an instance (by id) or the stub homes (`"homes"`) to one CPU (`taskset`), and
+    `boxes_at` has every box dial that instance's door instead of HAProxy."""
 
     port: int = 8790
     instances: int = 3
     homes: int = 3
     settings: dict[str, Any] = field(default_factory=dict)
+    cpus: dict[str, int] = field(default_factory=dict)
+    boxes_at: str | None = None
 
 
 @dataclass
@@ -77,6 +82,7 @@ class Cluster:
     keys: Child
     haproxy: Child
     store: PgStore
+    options: Options = field(default_factory=Options)
     homes: list[Home] = field(default_factory=list)
     nurseries: dict[str, trio.Nursery] = field(default_factory=dict)
     changed: dict[str, trio.Event] = field(default_factory=dict)
@@ -173,6 +179,13 @@ class Cluster:
             await changed.wait()
 
 
+def pin(cpu: int | None) -> list[str]:
+    """The `taskset` prefix that keeps a program on `cpu` (none for None, or without taskset)."""
+    if cpu is None or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "-c", str(cpu)]
+
+
 def wall_ms() -> int:
     """The wall clock, ms since the epoch."""
     return int(time.time() * 1000)
@@ -241,7 +254,10 @@ async def _start_home(cluster: Cluster, nursery: trio.Nursery, name: str) -> Hom
     if shown.returncode != 0:
         raise CannotStart(f"the stub home {name} did not start: {shown.stderr.decode()[-300:]}")
     await cluster.store.enroll_home(name, bytes.fromhex(json.loads(shown.stdout)["homeKey"]))
-    argv = [PY, "-m", "stubbox", "--bridge", cluster.door_url, *seed, "--approve-all"]
+    opts = cluster.options
+    door = cluster.door_url if opts.boxes_at is None else cluster.instance(opts.boxes_at).door_url
+    argv = [*pin(opts.cpus.get("homes")), PY, "-m", "stubbox", "--bridge", door, *seed]
+    argv.append("--approve-all")
     argv += ["--exit-with-parent", "--state", str(cluster.root / "stubs")]
     stub = await start_child(
         nursery, f"stub home {name}", argv, cluster.root / f"{name}.log", ready='"console"'
@@ -327,6 +343,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
                         settings=instance_settings(
                             root, name, ports, f"http://127.0.0.1:{port}", postgres.url, shared
                         ),
+                        prefix=pin(options.cpus.get(name)),
                     )
                     for name in (f"b{i + 1}" for i in range(options.instances))
                 ]
@@ -341,6 +358,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
                     await store.start()
                     try:
                         cluster = Cluster(root, port, postgres, instances, keys, haproxy, store)
+                        cluster.options = options
                         cluster.nurseries = {"postgres": pg_n, "keys": keys_n, "instances": inst_n}
                         async with trio.open_nursery() as homes_n:
                             await homes_n.start(

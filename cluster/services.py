@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -140,12 +140,19 @@ class Instance:
     admin_port: int
     internal_port: int
     settings: dict[str, Any]
+    prefix: list[str] = field(default_factory=list)
+    """What goes before its command (`taskset -c N` in the bench)."""
     child: Child | None = None
 
     @property
     def url(self) -> str:
         """Its own `/mcp` (not through HAProxy)."""
         return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def door_url(self) -> str:
+        """Its own `/v1/box` (not through HAProxy)."""
+        return f"ws://127.0.0.1:{self.port}/v1/box"
 
     @property
     def config_path(self) -> Path:
@@ -162,7 +169,7 @@ class Instance:
         Raises:
             CannotStart: it exited or did not serve within `procs.WAIT_S`.
         """
-        argv = [PY, "-m", "ftwbridge", "serve", "--config", str(self.config_path)]
+        argv = [*self.prefix, PY, "-m", "ftwbridge", "serve", "--config", str(self.config_path)]
         self.child = await start_child(
             nursery,
             f"instance {self.name}",
