@@ -120,7 +120,7 @@ async def test_connections_ended_under_the_pool_are_replaced(pg_url: str) -> Non
         def end_backends() -> None:  # as PostgreSQL's restart or an operator would
             with psycopg.connect(pg_url, autocommit=True) as conn:
                 conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
 
@@ -156,7 +156,7 @@ def _allow_connections(url: str, allowed: bool) -> None:
         conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS {str(allowed).lower()}")
         if not allowed:
             conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = %s",
                 (name,),
             )
 
