@@ -1,0 +1,279 @@
+"""A cluster on loopback for the tests of this folder (issue 13 item 7): one throwaway
+PostgreSQL, one keys process, three `ftwbridge serve` instances on that database with their
+internal listeners and one `mesh_key`, and stub homes dialing their doors in turn.
+
+Everything is a real process started with `subprocess`, once per test module (module-scoped
+fixtures: the processes outlive one test's trio run), and stopped at the module's end. Every
+wait is bounded (`BOUND_S`); each process's output goes to a file in the module's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from tests.store.conftest import NO_POSTGRES
+from tests.store.pgserver import PgServer, postgres_bin, running_postgres
+
+BOUND_S = 60.0
+"""Bound on each process's start and each setup step, seconds (a loaded 2-core machine)."""
+FROZEN_MS = 1_800_000_000_000
+"""The stub homes' frozen clock: the same reads give the same answers, whichever way."""
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Instance:
+    """One `ftwbridge serve`: its id, main, internal and admin ports, and its process."""
+
+    name: str
+    port: int
+    internal_port: int
+    admin_port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def mcp(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def door(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/box"
+
+    @property
+    def internal(self) -> str:
+        return f"http://127.0.0.1:{self.internal_port}/mcp"
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+
+@dataclass
+class Home:
+    """A stub home: its id, console port and process."""
+
+    name: str
+    console: int
+    proc: subprocess.Popen[bytes]
+
+
+@dataclass
+class Cluster:
+    """The running cluster: `instances` by id, `homes` by id, tokens by agent id, and the
+    settings every instance shares (`env`, `mesh_key`)."""
+
+    folder: Path
+    env: dict[str, str]
+    mesh_key: bytes
+    db_url: str
+    instances: dict[str, Instance] = field(default_factory=dict)
+    homes: dict[str, Home] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def ftwbridge(self, *args: str) -> str:
+        """Run `python -m ftwbridge ARGS` to its end; its standard output (status 0 asserted)."""
+        done = subprocess.run(
+            [sys.executable, "-m", "ftwbridge", *args],
+            env=self.env,
+            capture_output=True,
+            timeout=BOUND_S,
+            check=False,
+        )
+        assert done.returncode == 0, done
+        return done.stdout.decode()
+
+    def start(self, argv: list[str], log: str, env: dict[str, str] | None = None) -> Any:
+        """Start a child with a pipe on its standard input (it exits with us) and return it
+        with its first line of output; its standard error goes to `log` in the folder."""
+        err: IO[bytes] = open(self.folder / log, "ab")  # noqa: SIM115 (the child holds it)
+        proc = subprocess.Popen(
+            argv,
+            env=env or self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+        err.close()
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), True)
+        line = _line(proc)
+        return proc, line
+
+    def start_instance(self, inst: Instance) -> None:
+        """Start (or start again) instance `inst` and wait for its banner."""
+        env = dict(self.env)
+        env.update(
+            FTWBRIDGE_INSTANCE_ID=inst.name,
+            FTWBRIDGE_BIND=f"127.0.0.1:{inst.port}",
+            FTWBRIDGE_INTERNAL_BIND=f"127.0.0.1:{inst.internal_port}",
+            FTWBRIDGE_ADMIN_BIND=f"127.0.0.1:{inst.admin_port}",
+            FTWBRIDGE_STATE_DIR=str(self.folder / inst.name),
+        )
+        argv = [sys.executable, "-m", "ftwbridge", "serve", "--exit-with-parent"]
+        inst.proc, line = self.start(argv, f"{inst.name}.log", env)
+        assert line.startswith("ftwbridge serving "), line
+
+    def start_home(self, name: str, doors: list[Instance], *extra: str) -> Home:
+        """Start a stub home dialing `doors` in turn (the first one first)."""
+        urls = ",".join(i.door for i in doors)
+        argv = [sys.executable, "-m", "stubbox", "--bridge", urls, "--home", name]
+        argv += ["--seed", name, "--frozen-ms", str(FROZEN_MS), "--exit-with-parent", *extra]
+        proc, line = self.start(argv, f"{name}.log")
+        home = self.homes[name] = Home(name, json.loads(line)["console"], proc)
+        return home
+
+
+def _line(proc: subprocess.Popen[bytes]) -> str:
+    """The child's first line of output, within `BOUND_S`."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + BOUND_S
+    buf = b""
+    while b"\n" not in buf:
+        import select
+
+        left = deadline - time.monotonic()
+        assert left > 0, "a child did not start in time"
+        ready, _, _ = select.select([proc.stdout], [], [], left)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            assert chunk, f"{proc.args} exited before it started"
+            buf += chunk
+    return buf.split(b"\n", 1)[0].decode()
+
+
+def console(port: int, command: dict[str, Any]) -> Any:
+    """One command to a stub home's owner console; its `ok` value."""
+    with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as s:
+        s.sendall(json.dumps(command).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    answer = json.loads(buf)
+    assert "error" not in answer, answer
+    return answer["ok"]
+
+
+def grant(cluster: Cluster, home: str, agent: str) -> None:
+    """Make an agent key for `home`, have its owner list it, and mint its token (the CLI
+    reads the roster from PostgreSQL, which the holder writes soon after the box sent it)."""
+    key = cluster.ftwbridge("agent", "create", "--home", home).strip()
+    row = {
+        "op": "put_agent",
+        "key": key,
+        "id": agent,
+        "client": "test",
+        "name": agent,
+        "scopes": ["ftw.live.read", "ftw.plan.read"],
+        "ops": [],
+        "caps": {},
+        "expiresAtMs": 10**13,
+    }
+    console(cluster.homes[home].console, row)
+    deadline = time.monotonic() + BOUND_S
+    while True:
+        done = subprocess.run(
+            [sys.executable, "-m", "ftwbridge", "token", "issue", "--home", home, "--agent", agent],
+            env=cluster.env,
+            capture_output=True,
+            timeout=BOUND_S,
+            check=False,
+        )
+        if done.returncode == 0:
+            cluster.tokens[agent] = done.stdout.decode().strip()
+            return
+        assert b"lists no agent" in done.stderr, done
+        assert time.monotonic() < deadline, "the roster never reached the database"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def cluster_pg() -> Iterator[PgServer]:
+    """A PostgreSQL server for the cluster tests."""
+    bindir = postgres_bin()
+    if bindir is None:
+        pytest.skip(NO_POSTGRES)
+    with running_postgres(bindir) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three instances b-1, b-2, b-3 on one new database, one keys process, and the home
+    `h1` dialing b-1 first (then b-2, b-3), with agents `a1` and `a2` granted and their
+    tokens minted."""
+    folder = tmp_path_factory.mktemp("cluster")
+    key = secrets.token_bytes(32)
+    db_url = cluster_pg.create_database()
+    ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
+    env.update(
+        FTWBRIDGE_DATABASE_URL=db_url,
+        FTWBRIDGE_MESH_KEY=key.hex(),
+        FTWBRIDGE_PUBLIC_URL=f"http://127.0.0.1:{ports[0][0]}",
+        FTWBRIDGE_KEYS_SOCKET=str(folder / "keys.sock"),
+        FTWBRIDGE_STATE_DIR=str(folder / "cli"),
+        FTWBRIDGE_LOG_LEVEL="info",
+    )
+    made = Cluster(folder, env, key, db_url)
+    try:
+        made.ftwbridge("db", "migrate")
+        keys_env = dict(env, FTWBRIDGE_STATE_DIR=str(folder / "keys"))
+        argv = [sys.executable, "-m", "ftwbridge", "keys", "--socket", str(folder / "keys.sock")]
+        _proc, line = made.start(argv, "keys.log", keys_env)
+        assert line.startswith("keys part on"), line
+        for n, (port, internal, admin) in enumerate(ports, 1):
+            made.instances[f"b-{n}"] = inst = Instance(f"b-{n}", port, internal, admin)
+            made.start_instance(inst)
+        b1, b2, b3 = made.instances.values()
+        for home in ("h1",):
+            printed = subprocess.run(
+                [sys.executable, "-m", "stubbox", "--home", home, "--seed", home, "--print-key"],
+                capture_output=True,
+                timeout=BOUND_S,
+                check=True,
+            )
+            made.ftwbridge(
+                "home", "enroll", "--home", home, "--key", json.loads(printed.stdout)["homeKey"]
+            )
+        made.start_home("h1", [b1, b2, b3])
+        grant(made, "h1", "a1")
+        grant(made, "h1", "a2")
+        yield made
+    finally:
+        for proc in reversed(made.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in made.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+            if proc.stdout is not None:
+                proc.stdout.close()

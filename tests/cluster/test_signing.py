@@ -1,0 +1,86 @@
+"""The mesh's signatures, sans-I/O (issue 13 item 4): what a forwarded request must carry,
+and each way one is refused. Times are arguments here, so no clock is needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from ftwbridge.mesh import signing
+from ftwbridge.mesh.signing import Checker, MeshRefused
+
+KEY = bytes(range(32))
+NOW = 1_800_000_000_000
+BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+
+
+def _headers(**over: str) -> dict[str, list[str]]:
+    made = signing.sign(
+        KEY, sender="b-1", method="POST", path="/mcp", to="b-2", epoch=7, body=BODY, now_ms=NOW
+    )
+    made.update(over)
+    return {k: [v] for k, v in made.items()}
+
+
+def _refused(checker: Checker, headers: dict[str, list[str]], **kw: object) -> str:
+    args: dict[str, object] = {"method": "POST", "path": "/mcp", "body": BODY, "now_ms": NOW}
+    args.update(kw)
+    with pytest.raises(MeshRefused) as err:
+        checker.check(headers=headers, **args)  # type: ignore[arg-type]
+    assert KEY.hex() not in err.value.words
+    return err.value.reason
+
+
+def test_a_signed_request_passes_once() -> None:
+    checker = Checker(KEY, "b-2")
+    headers = _headers()
+    assert checker.check("POST", "/mcp", headers, BODY, NOW + 29_000) == signing.Signed("b-1", 7)
+    assert _refused(checker, headers) == "replayed"
+
+
+def test_every_part_of_the_request_is_covered() -> None:
+    checker = Checker(KEY, "b-2")
+    assert _refused(checker, _headers(), body=BODY + b" ") == "forged"
+    assert _refused(checker, _headers(), method="GET") == "forged"
+    assert _refused(checker, _headers(), path="/mcp/x") == "forged"
+    assert _refused(checker, _headers(**{signing.TO: "b-2;8"})) == "forged"
+    assert _refused(checker, _headers(**{signing.FROM: "b-3"})) == "forged"
+    assert _refused(checker, _headers(**{signing.TS: str(NOW + 1)})) == "forged"
+    assert _refused(checker, _headers(**{signing.NONCE: "0" * 32})) == "forged"
+    assert _refused(Checker(bytes(32), "b-2"), _headers()) == "forged"
+
+
+def test_unsigned_misaddressed_and_stale_requests_are_refused() -> None:
+    checker = Checker(KEY, "b-2")
+    assert _refused(checker, {}) == "unsigned"
+    partial = _headers()
+    del partial[signing.SIG]
+    assert _refused(checker, partial) == "unsigned"
+    assert _refused(checker, _headers(**{signing.SIG: "zz"})) == "unsigned"
+    twice = _headers()
+    twice[signing.SIG] = twice[signing.SIG] * 2
+    assert _refused(checker, twice) == "unsigned"
+    assert _refused(Checker(KEY, "b-3"), _headers()) == "misaddressed"
+    assert _refused(checker, _headers(), now_ms=NOW + 30_001) == "stale"
+    assert _refused(checker, _headers(), now_ms=NOW - 30_001) == "stale"
+
+
+def test_nonces_are_forgotten_after_the_window_and_bounded() -> None:
+    checker = Checker(KEY, "b-2", nonces_max=2)
+    first = _headers()
+    checker.check("POST", "/mcp", first, BODY, NOW)
+    checker.check("POST", "/mcp", _headers(), BODY, NOW)
+    assert _refused(checker, _headers()) == "busy"
+    # a later request finds the old nonces aged out: room again, and the old one is stale
+    later = signing.sign(
+        KEY,
+        sender="b-1",
+        method="POST",
+        path="/mcp",
+        to="b-2",
+        epoch=7,
+        body=BODY,
+        now_ms=NOW + 61_000,
+    )
+    hs = {k: [v] for k, v in later.items()}
+    assert checker.check("POST", "/mcp", hs, BODY, NOW + 61_000).epoch == 7
+    assert _refused(checker, first, now_ms=NOW + 61_000) == "stale"
