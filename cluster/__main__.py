@@ -39,6 +39,8 @@ async def _status(url: str, token: str, mode: str) -> str:
 
 async def describe(cluster: Cluster) -> None:
     """Print where each part runs and who holds each home."""
+    for line in cluster.migrated:
+        print(f"ftwbridge db migrate: {line}")
     print(f"cluster in {cluster.root}:")
     print(f"  PostgreSQL     {cluster.postgres.url}")
     print(f"  keys service   pid {cluster.keys.pid}")

@@ -83,6 +83,8 @@ class Cluster:
     haproxy: Child
     store: PgStore
     options: Options = field(default_factory=Options)
+    migrated: list[str] = field(default_factory=list)
+    """What `ftwbridge db migrate` printed at the start."""
     homes: list[Home] = field(default_factory=list)
     nurseries: dict[str, trio.Nursery] = field(default_factory=dict)
     changed: dict[str, trio.Event] = field(default_factory=dict)
@@ -325,8 +327,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
         postgres = await Postgres.init(root, free_port())
         async with trio.open_nursery() as pg_n:
             await postgres.start(pg_n)
-            for line in await _migrate(root, postgres.url):
-                print(f"  db migrate: {line}", flush=True)
+            migrated = await _migrate(root, postgres.url)
             shared: dict[str, Any] = {
                 "mesh_key": secrets.token_hex(32),
                 "kek": secrets.token_hex(32),
@@ -359,6 +360,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
                     try:
                         cluster = Cluster(root, port, postgres, instances, keys, haproxy, store)
                         cluster.options = options
+                        cluster.migrated = migrated
                         cluster.nurseries = {"postgres": pg_n, "keys": keys_n, "instances": inst_n}
                         async with trio.open_nursery() as homes_n:
                             await homes_n.start(

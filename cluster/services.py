@@ -206,17 +206,15 @@ async def start_keys(
             "mesh_key": settings["mesh_key"],
             "kek": settings["kek"],
         }
-        where = ["--listen", f"127.0.0.1:{port}"]
-        reach = {"keys_url": f"tcp://127.0.0.1:{port}"}
+        where, ready = ["--listen", f"127.0.0.1:{port}"], "keys service on"
+        reach = {"keys_url": f"tcp://127.0.0.1:{port}", "mesh_key": settings["mesh_key"]}
     else:
         sock = root / "keys.sock"
-        where = ["--socket", str(sock)]
+        where, ready = ["--socket", str(sock)], "keys part on"
         reach = {"keys_socket": str(sock)}
     path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))
     argv = [PY, "-m", "ftwbridge", "keys", "--config", str(path), *where]
-    child = await start_child(
-        nursery, "the keys service", argv, root / "keys.log", ready="keys part on"
-    )
+    child = await start_child(nursery, "the keys service", argv, root / "keys.log", ready=ready)
     return child, reach
 
 

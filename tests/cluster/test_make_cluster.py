@@ -37,8 +37,9 @@ RECONNECT_S = 30.0
 seconds: the stub's first redial comes within 0.75 s, HAProxy drops a dead server within 2 s."""
 RESYNC_S = 30.0
 """Bound on the cluster's re-sync after PostgreSQL returns (presence, leases, events), s."""
-OUTAGE_S = 3.0
-"""How long PostgreSQL stays down under load, seconds."""
+OUTAGE_S = 6.0
+"""How long PostgreSQL stays down under load, seconds (a call at its holder then waits up
+to 2 s for the directory before it serves the call itself)."""
 LEAK_FDS = 12
 """Descriptors a survivor may hold beyond its count before the kill: the uplinks it took
 over and its pooled connections to the other instances, never one per call."""
