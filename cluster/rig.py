@@ -33,6 +33,7 @@ from .procs import PY, CannotStart, Child, check_port_free, child_env, free_port
 from .services import (
     Instance,
     Postgres,
+    haproxy_command,
     has_forwarding,
     start_haproxy,
     start_keys,
@@ -130,6 +131,18 @@ class Cluster:
             CannotStart: it did not serve within `procs.WAIT_S`.
         """
         await self.instance(name).start(self.nurseries["instances"])
+
+    async def set_instance_state(self, name: str, state: str) -> None:
+        """Put instance `name` in HAProxy's `state` (`maint`: no new calls nor boxes there;
+        `ready`: back in both backends), through HAProxy's runtime API.
+
+        Raises:
+            RuntimeError: HAProxy refused the command (its answer).
+        """
+        for backend in ("bridges", "boxes"):
+            said = await haproxy_command(self.root, f"set server {backend}/{name} state {state}")
+            if said:
+                raise RuntimeError(f"HAProxy answered: {said}")
 
     async def restart_postgres(self) -> None:
         """Stop PostgreSQL (fast shutdown) and start it again on the same port and data.

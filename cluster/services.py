@@ -221,6 +221,7 @@ async def start_keys(
 HAPROXY_CFG = """\
 global
     maxconn 4096
+    stats socket {root}/haproxy.sock mode 600 level admin
 
 defaults
     mode http
@@ -295,6 +296,22 @@ def write_haproxy(root: Path, port: int, instances: list[Instance], *, spread: b
     path = root / "haproxy.cfg"
     path.write_text(text)
     return path
+
+
+async def haproxy_command(root: Path, command: str) -> str:
+    """Send one command to HAProxy's runtime API (its stats socket in `root`, e.g.
+    `set server bridges/b1 state maint`); returns its answer ("" when it has none).
+
+    Raises:
+        OSError: HAProxy does not listen on its socket.
+    """
+    stream = await trio.open_unix_socket(str(root / "haproxy.sock"))
+    async with stream:
+        await stream.send_all(command.encode() + b"\n")
+        answer = b""
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+    return answer.decode(errors="replace").strip()
 
 
 async def start_haproxy(nursery: trio.Nursery, root: Path, port: int, cfg: Path) -> Child:
