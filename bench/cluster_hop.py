@@ -121,6 +121,7 @@ async def main(homes: int) -> dict[str, Any]:
         settings=dict(UNLIMITED),
         cpus={"b1": 0, "b2": 1, "homes": 1},
         boxes_at="b2",
+        stub_args=("--no-read-limit",),
     )
     async with open_cluster(options) as cluster:
         held = {h.name: await cluster.holder(h.name) for h in cluster.homes}

@@ -49,7 +49,8 @@ class Options:
     """What `open_cluster` starts: HAProxy's `port` (0: a free one), how many `instances`
     and stub `homes`, and `settings` added to every instance's configuration. For the bench:
     `cpus` pins an instance (by id) or the stub homes (`"homes"`) to one CPU (`taskset`), and
-    `boxes_at` has every box dial that instance's door instead of HAProxy."""
+    `boxes_at` has every box dial that instance's door instead of HAProxy; `stub_args` go to
+    every stub home (`--no-read-limit` for load)."""
 
     port: int = 8790
     instances: int = 3
@@ -57,6 +58,7 @@ class Options:
     settings: dict[str, Any] = field(default_factory=dict)
     cpus: dict[str, int] = field(default_factory=dict)
     boxes_at: str | None = None
+    stub_args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -272,7 +274,7 @@ async def _start_home(cluster: Cluster, nursery: trio.Nursery, name: str) -> Hom
     opts = cluster.options
     door = cluster.door_url if opts.boxes_at is None else cluster.instance(opts.boxes_at).door_url
     argv = [*pin(opts.cpus.get("homes")), PY, "-m", "stubbox", "--bridge", door, *seed]
-    argv.append("--approve-all")
+    argv += ["--approve-all", *opts.stub_args]
     argv += ["--exit-with-parent", "--state", str(cluster.root / "stubs")]
     stub = await start_child(
         nursery, f"stub home {name}", argv, cluster.root / f"{name}.log", ready='"console"'

@@ -4,7 +4,8 @@ on 127.0.0.1.
 
 `python -m cluster --once` runs the scripted session through HAProxy and leaves no process
 behind. Then, on one running cluster (`cluster.rig.open_cluster`): `kill -9` of the instance
-holding a home while calls to it run, and PostgreSQL restarted while calls run. Every wait is
+holding a home while calls to it run, PostgreSQL restarted while calls run, and a rolling
+restart of every instance while calls run. Every wait is
 bounded generously (a loaded 2-core machine); nothing asserts a speed.
 """
 
@@ -207,8 +208,9 @@ def not_in_words(outcomes: list[Outcome]) -> list[str]:
     return [o.text for o in outcomes if o.kind == "silent"]
 
 
-async def kill_the_holder(cluster: Cluster) -> None:
-    """kill -9 of the instance holding home-1 while calls to it run through HAProxy."""
+async def kill_the_holder(cluster: Cluster) -> str:
+    """kill -9 of the instance holding home-1 while calls to it run through HAProxy; returns
+    the killed instance's id."""
     home = cluster.homes[0]
     victim = await cluster.holder(home.name)
     assert victim is not None, f"no instance holds {home.name}"
@@ -243,6 +245,7 @@ async def kill_the_holder(cluster: Cluster) -> None:
             await trio.sleep(0.5)
         assert not state["in_flight"] and not state["queued"], (name, state)
         assert state["fds"] <= before[name]["fds"] + LEAK_FDS, (name, before[name], state)
+    return victim
 
 
 async def restart_postgres_under_load(cluster: Cluster) -> None:
@@ -291,9 +294,41 @@ async def restart_postgres_under_load(cluster: Cluster) -> None:
         assert outcome.kind == "ok", (home.name, outcome)
 
 
-async def test_kill_9_of_a_holder_and_postgresql_restarted_on_one_cluster() -> None:
-    async with open_cluster(Options(port=0)) as cluster:
+async def roll_a_restart(cluster: Cluster) -> None:
+    """Every instance in turn out of HAProxy (maint), stopped (SIGTERM: it drains), started
+    again and put back, while every home is called through HAProxy (docs/operations.md,
+    "Rolling a restart"): each call ends in words, and after each step every home answers."""
+    loads = {h.name: Load(cluster.url, h.token, 1) for h in cluster.homes}
+    async with trio.open_nursery() as nursery:
+        for calls in loads.values():
+            nursery.start_soon(calls.run)
+        for made in cluster.instances:
+            await cluster.set_instance_state(made.name, "maint")
+            assert made.child is not None
+            made.child.signal(signal.SIGTERM)
+            with trio.fail_after(RECONNECT_S):
+                status = await made.child.proc.wait()
+            assert status == 0, f"{made.name} exited with {status} on SIGTERM"
+            await cluster.restart_instance(made.name)
+            await cluster.set_instance_state(made.name, "ready")
+            back = trio.current_time()
+            for home, calls in loads.items():
+                with trio.move_on_after(RECONNECT_S):
+                    await calls.ok_after(back)
+                assert any(o.kind == "ok" and o.at > back for o in calls.outcomes), (
+                    f"{home} did not answer within {RECONNECT_S:g} s of {made.name}'s restart"
+                )
+        for calls in loads.values():
+            calls.stop.set()
+    for home, calls in loads.items():
+        assert not_in_words(calls.outcomes) == [], f"calls to {home} that did not end in words"
+
+
+async def test_kill_9_postgresql_restarted_and_a_rolling_restart_on_one_cluster() -> None:
+    options = Options(port=0, stub_args=("--no-read-limit",))  # the load reads 20 times a second
+    async with open_cluster(options) as cluster:
         root = str(cluster.root)
-        await kill_the_holder(cluster)
+        await cluster.restart_instance(await kill_the_holder(cluster))  # same id: claims freed
         await restart_postgres_under_load(cluster)
+        await roll_a_restart(cluster)
     assert running_with(root) == [], "processes outlived the cluster"
