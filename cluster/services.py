@@ -213,7 +213,8 @@ async def start_keys(
         where, ready = ["--socket", str(sock)], "keys part on"
         reach = {"keys_socket": str(sock)}
     path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))
-    argv = [PY, "-m", "ftwbridge", "keys", "--config", str(path), *where]
+    # `ftwbridge keys` has no --exit-with-parent: the lifeline stops it when this run ends
+    argv = _lifeline([PY, "-m", "ftwbridge", "keys", "--config", str(path), *where])
     child = await start_child(nursery, "the keys service", argv, root / "keys.log", ready=ready)
     return child, reach
 

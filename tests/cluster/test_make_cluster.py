@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from tests.store.pgserver import postgres_bin
 ROOT = Path(__file__).resolve().parents[2]
 RUN_S = 300.0
 """Bound on a whole `cluster --once` run, seconds."""
+ORPHAN_S = 60.0
+"""Bound on every child's exit once the cluster was SIGKILLed, seconds: an instance drains
+(`drain_s` 3), a lifeline gives its program 10 s before SIGKILL."""
 RECONNECT_S = 30.0
 """Bound on a killed holder's box redialing through HAProxy and its home answering again,
 seconds: the stub's first redial comes within 0.75 s, HAProxy drops a dead server within 2 s."""
@@ -104,6 +108,35 @@ async def test_cluster_once_runs_the_session_through_haproxy_and_leaves_nothing(
     assert "cluster session done" in out, out
     assert "Traceback" not in err, err
     assert running_with(marker) == [], "processes outlived `cluster --once`"
+
+
+async def test_cluster_killed_with_sigkill_takes_every_process_along() -> None:
+    marker = "ftwbridge-cluster-test-" + uuid.uuid4().hex
+    env = {**os.environ, "CLUSTER_TEST_MARK": marker}
+    argv = [sys.executable, "-m", "cluster", "--port", "0", "--homes", "1"]
+    proc = await trio.lowlevel.open_process(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    out = b""
+    with trio.fail_after(RUN_S):
+        while b"Ctrl-C stops the cluster." not in out:
+            chunk = await proc.stdout.receive_some(65536)
+            assert chunk, f"the cluster ended before it served: {out.decode()[-2000:]}"
+            out += chunk
+    folder = next(
+        ln.split(": ", 1)[1] for ln in out.decode().splitlines() if "logs and configs" in ln
+    )
+    assert len(running_with(marker)) >= 8, "the cluster's processes are not all running"
+    proc.kill()
+    await proc.wait()
+    await proc.stdout.aclose()
+    left = running_with(marker)
+    for _ in range(int(ORPHAN_S / 0.5)):  # polled: each child notices its lifeline's end
+        if not left:
+            break
+        await trio.sleep(0.5)
+        left = running_with(marker)
+    shutil.rmtree(folder, ignore_errors=True)  # SIGKILL left the run no chance to remove it
+    assert left == [], "processes outlived a SIGKILLed cluster"
 
 
 @dataclass
