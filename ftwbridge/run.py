@@ -219,6 +219,8 @@ class Bridge:
         """Events were lost with the LISTEN connection: drop the cached tokens and compare
         the home keys before trusting either again."""
         self.tokens.clear()
+        if self.node is not None:
+            self.node.gap()
         try:
             await self.door.check_home_keys()
         except StoreError as exc:
@@ -287,32 +289,24 @@ class Bridge:
             self._http_done.set()
 
     def _node(self, port: int, main_fd: int) -> Node:
-        """This instance's part in the cluster; binds the internal listener when
-        `internal_bind` is set (`main_fd`, not yet hypercorn's, is closed if it cannot)."""
+        """This instance's part in the cluster (`ftwbridge.mesh.node`), its internal listener
+        bound when `internal_bind` is set (`main_fd`, not yet hypercorn's, closed if not)."""
         from ftwbridge.mesh.node import Node
         from ftwbridge.store.postgres import PgStore
 
-        c = self.config
         assert isinstance(self.store, PgStore)
-        internal = None
-        if c.internal_bind is not None:
-            try:
-                isock = _bind(c.internal_bind, "internal", "internal_bind")
-            except StartupError:
-                socket.close(main_fd)
-                raise
-            url = c.internal_site_url or ""
-            if url.endswith(":0"):
-                url = url[:-2] + f":{isock.getsockname()[1]}"
-            internal = (isock.detach(), url)
-        return Node(
-            config=c,
-            store=self.store,
-            door=self.door,
-            wall_ms=self.clock,
-            port=port,
-            internal=internal,
-        )
+        try:
+            return Node.bound(
+                config=self.config,
+                store=self.store,
+                door=self.door,
+                wall_ms=self.clock,
+                port=port,
+                bind=lambda address: _bind(address, "internal", "internal_bind"),
+            )
+        except StartupError:
+            socket.close(main_fd)
+            raise
 
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED

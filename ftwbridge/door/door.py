@@ -212,6 +212,14 @@ class Door:
         self._rosters[home] = roster
         return roster
 
+    def forget_roster(self, home: str | None = None) -> None:
+        """Drop the roster held in memory for `home` (None: for every home) unless its uplink
+        is here: another instance took a newer one from the box, and the next look reads it
+        from the store (issue 13: a `roster` event, or events lost)."""
+        for h in [home] if home is not None else list(self._rosters):
+            if h not in self._uplinks:
+                self._rosters.pop(h, None)
+
     async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
         """Wait until `home`'s newest roster satisfies `accept`; returns it (caller bounds time)."""
         while True:

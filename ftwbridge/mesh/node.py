@@ -6,6 +6,7 @@ set, the forwarder and the internal listener.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,7 @@ class Node:
             url="" if internal is None else internal[1],
             wall_ms=wall_ms,
         )
+        self._door = door
         self.holdings = Holdings(self.directory, door)
         door.on_up = self.holdings.up
         door.on_down = self.holdings.down
@@ -77,6 +79,31 @@ class Node:
                 http_per_s=config.http_per_s,
             )
 
+    @classmethod
+    def bound(
+        cls,
+        *,
+        config: Config,
+        store: PgStore,
+        door: Door,
+        wall_ms: Callable[[], int],
+        port: int,
+        bind: Callable[[str], socket.socket],
+    ) -> Node:
+        """A `Node` whose internal listener, when `internal_bind` is set, is bound now with
+        `bind(address)` (which raises `StartupError` in words); its URL is `internal_url`, or
+        one made from the address bound."""
+        internal = None
+        if config.internal_bind is not None:
+            sock = bind(config.internal_bind)
+            url = config.internal_site_url or ""
+            if url.endswith(":0"):
+                url = url[:-2] + f":{sock.getsockname()[1]}"
+            internal = (sock.detach(), url)
+        return cls(
+            config=config, store=store, door=door, wall_ms=wall_ms, port=port, internal=internal
+        )
+
     @property
     def instance_id(self) -> str:
         """This instance's id."""
@@ -84,10 +111,17 @@ class Node:
 
     async def hear(self, event: Event) -> None:
         """An event of the database: a `takeover` of a home held here closes its uplink
-        (4409) at once."""
+        (4409) at once; a `roster` of a home held elsewhere drops the one the door keeps in
+        memory (the entry's token check reads the newest from the store)."""
         home = self.directory.hear(event)
         if home is not None:
             await self.holdings.lost(home)
+        if event.kind == "roster":
+            self._door.forget_roster(event.home)
+
+    def gap(self) -> None:
+        """Events were lost: drop every roster held in memory for homes held elsewhere."""
+        self._door.forget_roster()
 
     async def serve(
         self,

@@ -9,6 +9,7 @@ wait is bounded (`BOUND_S`); each process's output goes to a file in the module'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -88,6 +89,7 @@ class Cluster:
     instances: dict[str, Instance] = field(default_factory=dict)
     homes: dict[str, Home] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
+    agent_keys: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def ftwbridge(self, *args: str) -> str:
@@ -180,7 +182,7 @@ def console(port: int, command: dict[str, Any]) -> Any:
 def grant(cluster: Cluster, home: str, agent: str) -> None:
     """Make an agent key for `home`, have its owner list it, and mint its token (the CLI
     reads the roster from PostgreSQL, which the holder writes soon after the box sent it)."""
-    key = cluster.ftwbridge("agent", "create", "--home", home).strip()
+    key = cluster.agent_keys[agent] = cluster.ftwbridge("agent", "create", "--home", home).strip()
     row = {
         "op": "put_agent",
         "key": key,
@@ -220,14 +222,16 @@ def cluster_pg() -> Iterator[PgServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def cluster(cluster_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three instances b-1, b-2, b-3 on one new database, one keys process, and the home
-    `h1` dialing b-1 first (then b-2, b-3), with agents `a1` and `a2` granted and their
-    tokens minted."""
-    folder = tmp_path_factory.mktemp("cluster")
+@contextlib.contextmanager
+def running_cluster(
+    pg: PgServer, folder: Path, settings: dict[str, str] | None = None
+) -> Iterator[Cluster]:
+    """Three instances b-1, b-2, b-3 on one new database of `pg`, one keys process, and the
+    home `h1` dialing b-1 first (then b-2, b-3), with agents `a1` and `a2` granted and their
+    tokens minted; every process is stopped at the end (SIGTERM, then SIGKILL after 10 s).
+    `settings`: more `FTWBRIDGE_*` variables for every process (a benchmark's limits)."""
     key = secrets.token_bytes(32)
-    db_url = cluster_pg.create_database()
+    db_url = pg.create_database()
     ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
     env.update(
@@ -238,6 +242,7 @@ def cluster(cluster_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> I
         FTWBRIDGE_STATE_DIR=str(folder / "cli"),
         FTWBRIDGE_LOG_LEVEL="info",
     )
+    env.update(settings or {})
     made = Cluster(folder, env, key, db_url)
     try:
         made.ftwbridge("db", "migrate")
@@ -249,16 +254,15 @@ def cluster(cluster_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> I
             made.instances[f"b-{n}"] = inst = Instance(f"b-{n}", port, internal, admin)
             made.start_instance(inst)
         b1, b2, b3 = made.instances.values()
-        for home in ("h1",):
-            printed = subprocess.run(
-                [sys.executable, "-m", "stubbox", "--home", home, "--seed", home, "--print-key"],
-                capture_output=True,
-                timeout=BOUND_S,
-                check=True,
-            )
-            made.ftwbridge(
-                "home", "enroll", "--home", home, "--key", json.loads(printed.stdout)["homeKey"]
-            )
+        printed = subprocess.run(
+            [sys.executable, "-m", "stubbox", "--home", "h1", "--seed", "h1", "--print-key"],
+            capture_output=True,
+            timeout=BOUND_S,
+            check=True,
+        )
+        made.ftwbridge(
+            "home", "enroll", "--home", "h1", "--key", json.loads(printed.stdout)["homeKey"]
+        )
         made.start_home("h1", [b1, b2, b3])
         grant(made, "h1", "a1")
         grant(made, "h1", "a2")
@@ -277,3 +281,10 @@ def cluster(cluster_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> I
                 proc.stdin.close()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """`running_cluster` for one test module."""
+    with running_cluster(cluster_pg, tmp_path_factory.mktemp("cluster")) as made:
+        yield made

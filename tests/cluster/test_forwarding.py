@@ -5,6 +5,7 @@ holds at every instance at once. Processes: `conftest.cluster` (shared by the mo
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -173,3 +174,196 @@ async def test_the_internal_listener_refuses_what_is_not_signed_right(cluster: C
         through = await raw(cluster.instances["b-2"].mcp, token=token, headers=good, body=body)
         assert through.status_code == 200, through.text
         assert json.loads(through.text)["result"]["tools"]
+
+
+async def _until(what: str, check: Any) -> None:
+    """Wait until the awaitable-returning `check()` is true, asking every 0.1 s (another
+    process's state: nothing here can announce it), within `BOUND_S`."""
+    for _attempt in range(int(BOUND_S * 10)):
+        if await check():
+            return
+        await trio.sleep(0.1)
+    raise AssertionError(f"not within {BOUND_S:g} s: {what}")
+
+
+async def _raw_box(cluster: Cluster, door: str, home: str, *, task_status: Any) -> None:
+    """An uplink for `home` that authenticates (the stub's key, from its seed) and then only
+    listens, as a box that came back at another instance while its old uplink lingers.
+    Reports started once authenticated; returns at the Close, asserting it is 4409."""
+    from urllib.parse import urlsplit
+
+    from nacl.signing import SigningKey
+    from trio_websocket import ConnectionClosed, wrap_client_stream
+
+    from ftwbridge.proto.door import door_signature
+    from ftwbridge.proto.envelope import Envelope, decode_envelope
+    from ftwbridge.proto.registry import Msg
+    from stubbox.owner import derive_key
+
+    key = SigningKey(derive_key(home, "home"))
+    where = urlsplit(door)
+    assert where.hostname is not None and where.port is not None
+    # the stream is ours, so it is closed here whatever the WebSocket library does
+    stream = await trio.open_tcp_stream(where.hostname, where.port)
+    async with stream, trio.open_nursery() as nursery:
+        ws = await wrap_client_stream(nursery, stream, where.hostname, where.path)
+        challenge = decode_envelope(bytes(await ws.get_message()))  # type: ignore[arg-type]
+        assert isinstance(challenge.b, dict)
+        sig = door_signature(key, challenge.b["nonce"], home)
+        await ws.send_message(
+            Envelope(Msg.DOOR_HELLO, None, {"home": home, "build": "test", "sig": sig}).encode()
+        )
+        task_status.started()
+        try:
+            while True:
+                await ws.get_message()
+        except ConnectionClosed as exc:
+            assert exc.reason.code == 4409, exc.reason
+        await ws.aclose()
+
+
+async def test_a_box_that_reconnects_elsewhere_takes_its_home_over(cluster: Cluster) -> None:
+    b1, b2, b3 = cluster.instances.values()
+    token = cluster.tokens["a1"]
+    before = await _epoch(cluster, "h1")
+    taken = "ftwbridge_door_takeovers_total"
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            # the box's uplink to b-1 lingers while the box authenticates at b-2
+            await nursery.start(_raw_box, cluster, b2.door, "h1")
+            # b-1 hears the takeover and closes its uplink (4409): the stub box sees it
+            # lost and dials the next door of its list, b-2, which it then holds
+            await _until("b-1 closed", lambda: _metric_is(cluster, "b-1", taken, 1))
+            await _until(
+                "b-1 has no uplink",
+                lambda: _metric_is(cluster, "b-1", "ftwbridge_uplinks", 0, exact=True),
+            )
+        assert await _epoch(cluster, "h1") >= before + 2  # the raw uplink's claim, the stub's
+        status = await cluster_console_status(cluster)
+        assert status["uplinks"] == 2 and status["connected"]
+        for entry in (b1, b2, b3):  # reachable on the next call, wherever it enters
+            result = await call_status(entry.mcp, token, "2026-07-28")
+            assert not result.is_error, result
+        assert (
+            await metric(cluster, "b-2", 'ftwbridge_tool_calls_total{outcome="ok",tool="status"}')
+            >= 3
+        )
+
+
+async def cluster_console_status(cluster: Cluster) -> Any:
+    from .conftest import console
+
+    return await trio.to_thread.run_sync(console, cluster.homes["h1"].console, {"op": "status"})
+
+
+async def _metric_is(
+    cluster: Cluster, name: str, line: str, value: float, *, exact: bool = False
+) -> bool:
+    got = await metric(cluster, name, line)
+    return got == value if exact else got >= value
+
+
+async def test_a_revocation_holds_at_every_instance_at_once(cluster: Cluster) -> None:
+    from .conftest import console
+
+    token = cluster.tokens["a2"]
+    with trio.fail_after(BOUND_S):
+        for inst in cluster.instances.values():  # each has the token in its cache now
+            assert (await raw(inst.mcp, token=token)).status_code == 200
+        drop = {"op": "drop_agent", "key": cluster.agent_keys["a2"]}
+        await trio.to_thread.run_sync(console, cluster.homes["h1"].console, drop)
+    # the token cache would honour it for 30 s: within 10 s every instance refuses it
+    with trio.fail_after(10):
+        for inst in cluster.instances.values():
+            await _until(inst.name, functools.partial(_refused, inst.mcp, token))
+
+
+async def _refused(url: str, token: str) -> bool:
+    answer = await raw(url, token=token)
+    if answer.status_code != 401:
+        return False
+    assert "withdrawn" in answer.headers["www-authenticate"], answer.headers
+    return True
+
+
+async def test_an_agent_approved_later_is_served_wherever_it_enters(cluster: Cluster) -> None:
+    """Every entry has read the home's roster by now; the owner's newer one (another
+    instance took it from the box) reaches their token checks through its event."""
+    from .conftest import grant
+
+    await trio.to_thread.run_sync(grant, cluster, "h1", "a3")
+    with trio.fail_after(BOUND_S):
+        for inst in cluster.instances.values():
+            result = await call_status(inst.mcp, cluster.tokens["a3"], "2026-07-28")
+            assert not result.is_error, (inst.name, result)
+
+
+CALL = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"status","arguments":{}}}'
+
+
+async def _holder(cluster: Cluster, home: str) -> str:
+    import psycopg
+
+    def read() -> str:
+        with psycopg.connect(cluster.db_url) as db:
+            row = db.execute("SELECT instance_id FROM uplinks WHERE home = %s", (home,)).fetchone()
+            assert row is not None and row[0] is not None
+            return str(row[0])
+
+    return await trio.to_thread.run_sync(read)
+
+
+async def _call_ok(url: str, token: str) -> bool:
+    answer = await raw(url, token=token, body=CALL)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["result"].get("isError") is not True
+
+
+async def test_calls_at_a_holder_killed_end_in_words_and_the_box_redials(
+    cluster: Cluster,
+) -> None:
+    """Last in the module: it kills an instance."""
+    from .conftest import console
+
+    token = cluster.tokens["a1"]
+    h1 = cluster.homes["h1"].console
+    holder = cluster.instances[await _holder(cluster, "h1")]
+    entry = next(i for i in cluster.instances.values() if i is not holder)
+    answers: list[tuple[float, httpx2.Response]] = []
+    killed_at = 0.0
+
+    async def one_call() -> None:
+        answers.append((0.0, await raw(entry.mcp, token=token, body=CALL)))
+        answers[-1] = (trio.current_time() - killed_at, answers[-1][1])
+
+    await trio.to_thread.run_sync(console, h1, {"op": "hold", "on": True})
+    try:
+        with trio.fail_after(BOUND_S):
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(one_call)
+                line = "ftwbridge_calls_in_flight"
+                await _until("a call in flight", lambda: _metric_is(cluster, holder.name, line, 1))
+                assert holder.proc is not None
+                holder.proc.kill()  # SIGKILL
+                killed_at = trio.current_time()
+    finally:
+        await trio.to_thread.run_sync(console, h1, {"op": "hold", "on": False})
+    assert len(answers) == 3
+    for after_s, answer in answers:
+        # in words, as a tool result, well before the call's 25 s deadline would have ended it
+        assert answer.status_code == 200, answer.text
+        result = answer.json()["result"]
+        assert result["isError"] is True, result
+        words = result["content"][0]["text"]
+        assert words.startswith("E_UNAVAILABLE: "), words
+        assert after_s < 20, (after_s, words)
+    assert any(
+        "stopped while answering" in a.json()["result"]["content"][0]["text"] for _, a in answers
+    )
+    # the box redials the next door of its list; calls succeed again, wherever they enter
+    await _until("calls succeed again", functools.partial(_call_ok, entry.mcp, token))
+    for inst in cluster.instances.values():
+        if inst is not holder:
+            assert await _call_ok(inst.mcp, token), inst.name
+            assert await _metric_is(cluster, inst.name, "ftwbridge_calls_in_flight", 0, exact=True)

@@ -1,0 +1,165 @@
+"""The forwarder's decisions (issue 13 item 4), with a directory in memory and httpx2's
+`MockTransport` as the other instances: when it answers here, what it sends, when it looks up
+again and sends once more, and when a call ends because its holder failed. No sockets; trio's
+clock only paces the entry's guard."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx2
+import pytest
+import trio
+
+from ftwbridge.mcp.server import HttpRequest, HttpResponse
+from ftwbridge.mesh import signing
+from ftwbridge.mesh.forward import Forwarder
+from ftwbridge.proto.refusal import Refusal
+from ftwbridge.store.directory import Holder
+
+KEY = bytes(range(32))
+NOW = 1_800_000_000_000
+BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+
+
+class Directory:
+    """Answers `holder` from a list, one entry a lookup (the last repeats)."""
+
+    instance_id = "b-1"
+
+    def __init__(self, *holders: Holder | None) -> None:
+        self.holders = list(holders)
+        self.lookups = 0
+
+    async def holder(self, home: str) -> Holder | None:
+        self.lookups += 1
+        return self.holders[min(self.lookups, len(self.holders)) - 1]
+
+
+def _forwarder(
+    directory: Directory, handler: Callable[[httpx2.Request], httpx2.Response]
+) -> Forwarder:
+    return Forwarder(
+        directory=directory,  # type: ignore[arg-type]
+        holds=lambda home, epoch: False,
+        http=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+        key=KEY,
+        wall_ms=lambda: NOW,
+        http_burst=1,
+        http_per_s=1,
+    )
+
+
+def _request(**headers: str) -> HttpRequest:
+    async def body() -> bytes:
+        return BODY
+
+    sent = {"content-type": ["application/json"], "authorization": ["Bearer t"]}
+    sent.update({k: [v] for k, v in headers.items()})
+    return HttpRequest("POST", sent, body, len(BODY), remote="192.0.2.1")
+
+
+B2 = Holder("b-2", 7, "http://b2.internal:8782")
+B3 = Holder("b-3", 8, "http://b3.internal:8782")
+
+
+async def test_it_answers_here_when_this_instance_or_nobody_holds_the_home() -> None:
+    def never(request: httpx2.Request) -> httpx2.Response:
+        raise AssertionError("nothing is sent")
+
+    for holder in (None, Holder("b-1", 3, "http://b1.internal")):
+        assert await _forwarder(Directory(holder), never).forward("h", _request(), BODY, 1) is None
+
+
+async def test_the_request_goes_whole_and_signed_and_the_answer_comes_back() -> None:
+    seen: list[httpx2.Request] = []
+
+    def holder(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, headers={"x-answer": "yes"}, content=b'{"ok":1}')
+
+    fwd = _forwarder(Directory(B2), holder)
+    # a client's own mesh headers never pass: the entry signs afresh
+    answer = await fwd.forward("h", _request(**{"ftw-mesh-to": "b-9;1"}), BODY, 1)
+    assert isinstance(answer, HttpResponse)
+    assert (answer.status, answer.body, answer.headers["x-answer"]) == (200, b'{"ok":1}', "yes")
+    (sent,) = seen
+    assert str(sent.url) == "http://b2.internal:8782/mcp" and sent.content == BODY
+    assert sent.headers["authorization"] == "Bearer t"
+    headers = {k: sent.headers.get_list(k) for k in sent.headers}
+    assert signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).epoch == 7
+
+
+async def test_a_421_from_the_holder_means_one_more_lookup() -> None:
+    urls: list[str] = []
+
+    def moved_then_ok(request: httpx2.Request) -> httpx2.Response:
+        urls.append(str(request.url))
+        if len(urls) == 1:
+            return httpx2.Response(421, headers={"ftw-mesh-moved": "1"})
+        return httpx2.Response(200, content=b"{}")
+
+    directory = Directory(B2, B3)
+    answer = await _forwarder(directory, moved_then_ok).forward("h", _request(), BODY, 1)
+    assert isinstance(answer, HttpResponse) and answer.status == 200
+    assert urls == ["http://b2.internal:8782/mcp", "http://b3.internal:8782/mcp"]
+    # moved twice: the call ends in words rather than chasing the home
+    directory = Directory(B2, B3)
+
+    def always_moved(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(421, headers={"ftw-mesh-moved": "1"})
+
+    ended = await _forwarder(directory, always_moved).forward("h", _request(), BODY, 1)
+    assert ended == Refusal("E_UNAVAILABLE", {"reason": "holder_unreachable"})
+    assert directory.lookups == 2
+
+
+async def test_a_holder_not_reached_is_looked_up_again_and_tried_once_more() -> None:
+    urls: list[str] = []
+
+    def refused_then_ok(request: httpx2.Request) -> httpx2.Response:
+        urls.append(str(request.url))
+        if len(urls) == 1:
+            raise httpx2.ConnectError("connection refused", request=request)
+        return httpx2.Response(200, content=b"{}")
+
+    fwd = _forwarder(Directory(B2, B3), refused_then_ok)
+    answer = await fwd.forward("h", _request(), BODY, 1)
+    assert isinstance(answer, HttpResponse) and answer.status == 200
+    assert len(urls) == 2 and fwd.stats.unreachable == 1
+    # the new lookup finds the home here now (the box redialed this instance): answered here
+    fwd = _forwarder(Directory(B2, Holder("b-1", 9, "")), refused_then_ok)
+    urls.clear()
+    assert await fwd.forward("h", _request(), BODY, 1) is None
+
+
+@pytest.mark.parametrize("fault", [httpx2.ReadError, httpx2.RemoteProtocolError])
+async def test_a_holder_that_fails_after_the_request_went_out_ends_the_call(
+    fault: type[httpx2.TransportError],
+) -> None:
+    sent: list[httpx2.Request] = []
+
+    def dies(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request)
+        raise fault("connection reset", request=request)
+
+    fwd = _forwarder(Directory(B2, B3), dies)
+    ended = await fwd.forward("h", _request(), BODY, 1)
+    assert ended == Refusal("E_UNAVAILABLE", {"reason": "holder_lost"})
+    assert len(sent) == 1 and fwd.stats.holder_lost == 1  # never sent twice
+
+
+async def test_the_entry_keeps_a_coarse_guard_per_address(autojump_clock: object) -> None:
+    def ok(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=b"{}")
+
+    fwd = _forwarder(Directory(B2), ok)  # burst 1 x 4, 4 a second
+    for _ in range(4):
+        answer = await fwd.forward("h", _request(), BODY, 1)
+        assert isinstance(answer, HttpResponse) and answer.status == 200
+    limited = await fwd.forward("h", _request(), BODY, 5)
+    assert isinstance(limited, HttpResponse) and limited.status == 429
+    assert b'"id":5' in limited.body and limited.headers["retry-after"] == "1"
+    await trio.sleep(0.25)
+    answer = await fwd.forward("h", _request(), BODY, 1)
+    assert isinstance(answer, HttpResponse) and answer.status == 200
