@@ -325,6 +325,20 @@ async def grant(cluster: Cluster, home: Home) -> None:
     raise CannotStart(f"the roster of {home.name} did not reach PostgreSQL in {ROSTER_S:g} s")
 
 
+async def _start_homes(cluster: Cluster, nursery: trio.Nursery, count: int) -> None:
+    """Start `count` stub homes at once in `nursery`, each granted an agent (`grant`)."""
+
+    async def one(name: str) -> None:
+        made = await _start_home(cluster, nursery, name)
+        cluster.homes.append(made)
+        await grant(cluster, made)
+
+    async with trio.open_nursery() as starting:
+        for i in range(count):
+            starting.start_soon(one, f"home-{i + 1}")
+    cluster.homes.sort(key=lambda h: h.name)
+
+
 @asynccontextmanager
 async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
     """Start the cluster of `options` in a temporary folder, every home granted one agent
@@ -382,16 +396,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
                                 Events(store).serve, cluster.on_event, cluster.on_gap
                             )
                             cluster.nurseries["homes"] = homes_n
-                            async with trio.open_nursery() as starting:
-
-                                async def one(name: str) -> None:
-                                    made = await _start_home(cluster, homes_n, name)
-                                    cluster.homes.append(made)
-                                    await grant(cluster, made)
-
-                                for i in range(options.homes):
-                                    starting.start_soon(one, f"home-{i + 1}")
-                            cluster.homes.sort(key=lambda h: h.name)
+                            await _start_homes(cluster, homes_n, options.homes)
                             yield cluster
                             homes_n.cancel_scope.cancel()
                     finally:
