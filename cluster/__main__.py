@@ -159,9 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         found = _cannot_start(exc)
         if found is None:
             raise
-        hint = (
-            ' (make cluster CLUSTER_ARGS="--port N" picks another)' if "port" in str(found) else ""
-        )
+        hint = ' (make cluster CLUSTER_ARGS="--port N" picks another)' if found.port_taken else ""
         print(f"cluster: {found}{hint}", file=sys.stderr)
         status = 2
     sys.exit(status)

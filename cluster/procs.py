@@ -24,6 +24,8 @@ from pathlib import Path
 import trio
 
 PY = sys.executable
+ROOT = Path(__file__).resolve().parents[1]
+"""The project's folder: every child runs there, so `python -m cluster.lifeline` is found."""
 WAIT_S = 60.0
 """Bound on one program's start, seconds: generous for a loaded 2-core machine."""
 STOP_S = 15.0
@@ -38,7 +40,13 @@ def child_env() -> dict[str, str]:
 
 
 class CannotStart(Exception):
-    """Something the cluster needs cannot start; the message is the one sentence shown."""
+    """Something the cluster needs cannot start; the message is the one sentence shown.
+    `port_taken`: a port of the command line is in use (the sentence then says how to pick
+    another)."""
+
+    def __init__(self, message: str, *, port_taken: bool = False) -> None:
+        super().__init__(message)
+        self.port_taken = port_taken
 
 
 def free_port() -> int:
@@ -56,9 +64,10 @@ def check_port_free(port: int, what: str) -> None:
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:
-            why = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            taken = exc.errno == errno.EADDRINUSE
+            why = "the port is in use" if taken else (exc.strerror or str(exc))
             raise CannotStart(
-                f"{what} cannot listen on 127.0.0.1:{port}: the port is {why}"
+                f"{what} cannot listen on 127.0.0.1:{port}: {why}", port_taken=taken
             ) from None
 
 
@@ -163,6 +172,7 @@ async def _run(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            cwd=ROOT,
             start_new_session=True,  # the terminal's Ctrl-C reaches the cluster alone, which
             env=child_env() if env is None else env,  # then stops its children in order
         )

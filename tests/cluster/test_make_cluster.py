@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -27,8 +28,9 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from cluster.procs import CannotStart
 from cluster.rig import Cluster, Options, open_cluster
-from cluster.services import NO_HAPROXY, NO_POSTGRES, has_forwarding
+from cluster.services import NO_HAPROXY, NO_POSTGRES, Postgres, has_forwarding
 from tests.store.pgserver import postgres_bin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +51,7 @@ LEAK_FDS = 12
 """Descriptors a survivor may hold beyond its count before the kill: the uplinks it took
 over and its pooled connections to the other instances, never one per call."""
 
-pytestmark = [
+NEEDS = [
     pytest.mark.skipif(postgres_bin() is None, reason=NO_POSTGRES + "; the cluster tests skip"),
     pytest.mark.skipif(
         shutil.which("haproxy") is None, reason=NO_HAPROXY + "; the cluster tests skip"
@@ -59,6 +61,15 @@ pytestmark = [
         reason="forwarding of /mcp between instances (issue 13 item 4, branch fwd) is not merged",
     ),
 ]
+
+
+def needs_parts(test: Any) -> Any:
+    """Skip `test`, saying why, where PostgreSQL or HAProxy is not installed (`make postgres`,
+    `make haproxy`) or forwarding is not built."""
+    for mark in NEEDS:
+        test = mark(test)
+    return test
+
 
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -87,6 +98,40 @@ def running_with(marker: str) -> list[str]:
     return found
 
 
+async def test_a_port_in_use_is_one_sentence() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with trio.fail_after(RUN_S):
+            done = await trio.run_process(
+                [sys.executable, "-m", "cluster", "--once", "--port", str(port)],
+                cwd=ROOT,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    err = done.stderr.decode()
+    assert done.returncode == 2, (done.returncode, err)
+    assert err == (
+        f"cluster: HAProxy cannot listen on 127.0.0.1:{port}: the port is in use"
+        ' (make cluster CLUSTER_ARGS="--port N" picks another)\n'
+    )
+
+
+async def test_postgresql_missing_is_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import tests.store.pgserver
+
+    monkeypatch.setattr(tests.store.pgserver, "postgres_bin", lambda: None)
+    with pytest.raises(CannotStart) as caught:
+        await Postgres.init(tmp_path, 0)
+    assert str(caught.value) == NO_POSTGRES
+    assert "make postgres" in NO_POSTGRES
+
+
+@needs_parts
 async def test_cluster_once_runs_the_session_through_haproxy_and_leaves_nothing() -> None:
     marker = "ftwbridge-cluster-test-" + uuid.uuid4().hex
     env = {**os.environ, "CLUSTER_TEST_MARK": marker}
@@ -110,6 +155,7 @@ async def test_cluster_once_runs_the_session_through_haproxy_and_leaves_nothing(
     assert running_with(marker) == [], "processes outlived `cluster --once`"
 
 
+@needs_parts
 async def test_cluster_killed_with_sigkill_takes_every_process_along() -> None:
     marker = "ftwbridge-cluster-test-" + uuid.uuid4().hex
     env = {**os.environ, "CLUSTER_TEST_MARK": marker}
@@ -357,6 +403,7 @@ async def roll_a_restart(cluster: Cluster) -> None:
         assert not_in_words(calls.outcomes) == [], f"calls to {home} that did not end in words"
 
 
+@needs_parts
 async def test_kill_9_postgresql_restarted_and_a_rolling_restart_on_one_cluster() -> None:
     options = Options(port=0, stub_args=("--no-read-limit",))  # the load reads 20 times a second
     async with open_cluster(options) as cluster:
