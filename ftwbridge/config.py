@@ -7,7 +7,6 @@ whose message is one sentence for the operator (issue 15).
 
 from __future__ import annotations
 
-import base64
 import difflib
 import ipaddress
 import os
@@ -19,6 +18,8 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ftwbridge.mesh.signing import mesh_key_bytes
 
 ENV_PREFIX = "FTWBRIDGE_"
 CALL_SLACK_S = 2.0
@@ -44,31 +45,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message is one sentence naming where the
     setting came from (the file, or the `FTWBRIDGE_*` variable) and what to change."""
-
-
-MESH_KEY_BYTES = 32
-"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
-
-
-def mesh_key_bytes(text: str) -> bytes:
-    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
-
-    Raises:
-        ValueError: neither, or not 32 bytes; the message never repeats the value.
-    """
-    text = text.strip()
-    try:
-        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
-        if raw is None:
-            raw = base64.b64decode(text, validate=True)
-    except ValueError:
-        raw = b""
-    if len(raw) != MESH_KEY_BYTES:
-        raise ValueError(
-            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
-            " `openssl rand -hex 32`)"
-        )
-    return raw
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -220,7 +196,7 @@ class Config(BaseModel):
             " OAuth metadata, the 401 challenge); set public_url to the address they use"
         )
 
-    @field_validator("bind", "admin_bind")
+    @field_validator("bind", "admin_bind", "internal_bind")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         """host:port that `split_address` reads, checked at load rather than at bind."""
@@ -322,13 +298,6 @@ class Config(BaseModel):
                 "must be 1 to 64 letters, digits, '.', '_' or '-' (such as bridge-1)"
                 f" (got {value!r})"
             )
-        return value
-
-    @field_validator("internal_bind")
-    @classmethod
-    def _internal_address(cls, value: str | None) -> str | None:
-        if value is not None:
-            split_address(value)
         return value
 
     @field_validator("internal_url")

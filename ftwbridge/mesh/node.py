@@ -14,7 +14,7 @@ import trio
 from hypercorn.trio import serve as hypercorn_serve
 
 from ftwbridge import edge
-from ftwbridge.config import CALL_SLACK_S, Config, mesh_key_bytes
+from ftwbridge.config import CALL_SLACK_S, Config
 from ftwbridge.door import Door
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics
@@ -25,7 +25,7 @@ from ftwbridge.store.postgres import PgStore
 from .forward import Forwarder, new_client
 from .holdings import Holdings
 from .listener import create_internal_app
-from .signing import Checker
+from .signing import Checker, mesh_key_bytes
 
 log = logging.getLogger("ftwbridge.mesh")
 

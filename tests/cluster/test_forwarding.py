@@ -176,6 +176,36 @@ async def test_the_internal_listener_refuses_what_is_not_signed_right(cluster: C
         assert json.loads(through.text)["result"]["tools"]
 
 
+def _hostile(port: int, data: bytes) -> bytes:
+    """Send `data` raw to 127.0.0.1:`port`; everything answered until the server closes."""
+    import socket
+
+    from tests.edge.live import read_until_closed
+
+    with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as sock:
+        sock.sendall(data)
+        return read_until_closed(sock)
+
+
+async def test_the_internal_listener_runs_behind_the_edge_guard(cluster: Cluster) -> None:
+    """Bytes that stopped a whole hypercorn process (an upgrade request and a byte at once;
+    HINTS.md, "The edge") end that connection alone here too, and the instance serves on."""
+    from tests.edge.live import WS_UPGRADE
+
+    b1 = cluster.instances["b-1"]
+    upgrade = WS_UPGRADE.format(path="/mcp", host="127.0.0.1").encode()
+    with trio.fail_after(BOUND_S):
+        for data in (
+            upgrade + b"x",
+            b"POST /mcp HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ):
+            answer = await trio.to_thread.run_sync(_hostile, b1.internal_port, data)
+            assert not answer.startswith(b"HTTP/1.1 5"), answer[:80]
+        assert b1.proc is not None and b1.proc.poll() is None
+        assert (await raw(b1.internal, token=cluster.tokens["a1"])).status_code == 403
+        assert (await raw(b1.mcp, token=cluster.tokens["a1"])).status_code == 200
+
+
 async def _until(what: str, check: Any) -> None:
     """Wait until the awaitable-returning `check()` is true, asking every 0.1 s (another
     process's state: nothing here can announce it), within `BOUND_S`."""
