@@ -3,10 +3,11 @@ parts: Debian's PostgreSQL and HAProxy, `ftwbridge serve` instances and stub hom
 on 127.0.0.1.
 
 `python -m cluster --once` runs the scripted session through HAProxy and leaves no process
-behind. Then, on one running cluster (`cluster.rig.open_cluster`): `kill -9` of the instance
-holding a home while calls to it run, PostgreSQL restarted while calls run, and a rolling
-restart of every instance while calls run. Every wait is
-bounded generously (a loaded 2-core machine); nothing asserts a speed.
+behind, nor does a run killed with SIGKILL; what cannot start is one sentence. Then, on one
+running cluster (`cluster.rig.open_cluster`): `kill -9` of the instance holding a home while
+calls to it run, PostgreSQL restarted while calls run, and a rolling restart of every instance
+while calls run. Every wait is bounded generously (a loaded 2-core machine); nothing asserts a
+speed. Skipped, saying why, where PostgreSQL or HAProxy is not installed.
 """
 
 from __future__ import annotations
