@@ -13,8 +13,8 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -339,11 +339,24 @@ async def _start_homes(cluster: Cluster, nursery: trio.Nursery, count: int) -> N
     cluster.homes.sort(key=lambda h: h.name)
 
 
+@contextmanager
+def _run_folder() -> Iterator[Path]:
+    """A new folder for one run, removed at its end; after a failure only PostgreSQL's data
+    goes, and the logs and configurations stay for the sentence that names them."""
+    root = Path(tempfile.mkdtemp(prefix="ftwbridge-cluster-"))
+    try:
+        yield root
+    except BaseException:
+        shutil.rmtree(root / "pg", ignore_errors=True)
+        raise
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @asynccontextmanager
 async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
     """Start the cluster of `options` in a temporary folder, every home granted one agent
     with a token; yields it, then stops it layer by layer (module docstring) and removes the
-    folder.
+    folder (after a failure, all but PostgreSQL's data stays: logs and configurations).
 
     Raises:
         CannotStart: a part could not start (its one sentence), e.g. the port in use or
@@ -351,8 +364,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
     """
     port = options.port or free_port()
     check_port_free(port, "HAProxy")
-    with tempfile.TemporaryDirectory(prefix="ftwbridge-cluster-") as tmp:
-        root = Path(tmp)
+    with _run_folder() as root:
         postgres = await Postgres.init(root, free_port())
         async with trio.open_nursery() as pg_n:
             await postgres.start(pg_n)
