@@ -117,8 +117,9 @@ home at the epoch named (issue 13 item 4); a client never sees it."""
 class MeshPort(Protocol):
     """What `/mcp` needs of the mesh between instances (`ftwbridge.mesh`, issue 13 item 4)."""
 
-    def holds(self, home: str, epoch: int) -> bool:
-        """Whether this instance holds `home`'s uplink at the claim `epoch` now."""
+    async def holds(self, home: str, epoch: int) -> bool:
+        """Whether this instance holds `home`'s uplink at the claim `epoch` now (a claim
+        under way is waited for briefly)."""
 
     async def forward(
         self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
@@ -365,7 +366,7 @@ class McpService:
             return _json(401, token.body, token.headers)
         seen.token = token
         if req.mesh_epoch is not None and (
-            self._mesh is None or not self._mesh.holds(token.home, req.mesh_epoch)
+            self._mesh is None or not await self._mesh.holds(token.home, req.mesh_epoch)
         ):
             seen.outcome = "moved"
             return HttpResponse(421, {MESH_MOVED: "1"})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx2
@@ -90,7 +90,7 @@ class Forwarder:
 
     Args:
         directory: who holds which home.
-        holds: (home, epoch) -> whether this instance holds the home at that claim.
+        holds: async (home, epoch) -> whether this instance holds the home at that claim.
         http: the client of `new_client`, owned by the caller.
         key: the 32-byte `mesh_key`.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
@@ -101,7 +101,7 @@ class Forwarder:
         self,
         *,
         directory: Directory,
-        holds: Callable[[str, int], bool],
+        holds: Callable[[str, int], Awaitable[bool]],
         http: httpx2.AsyncClient,
         key: bytes,
         wall_ms: Callable[[], int],
@@ -109,7 +109,7 @@ class Forwarder:
         http_per_s: float,
     ) -> None:
         self._directory = directory
-        self.holds = holds
+        self._holds = holds
         self._http = http
         self._key = key
         self._wall_ms = wall_ms
@@ -122,6 +122,10 @@ class Forwarder:
     def instance_id(self) -> str:
         """This instance's id."""
         return self._directory.instance_id
+
+    async def holds(self, home: str, epoch: int) -> bool:
+        """Whether this instance holds `home` at the claim `epoch` (`MeshPort.holds`)."""
+        return await self._holds(home, epoch)
 
     def _guard(self, remote: str, rid: str | int | None) -> HttpResponse | None:
         """The entry's coarse guard per client address: None to go on, else the 429."""

@@ -36,12 +36,16 @@ class Directory:
         return self.holders[min(self.lookups, len(self.holders)) - 1]
 
 
+async def _never_held(home: str, epoch: int) -> bool:
+    return False
+
+
 def _forwarder(
     directory: Directory, handler: Callable[[httpx2.Request], httpx2.Response]
 ) -> Forwarder:
     return Forwarder(
         directory=directory,  # type: ignore[arg-type]
-        holds=lambda home, epoch: False,
+        holds=_never_held,
         http=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
         key=KEY,
         wall_ms=lambda: NOW,
