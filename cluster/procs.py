@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +32,13 @@ WAIT_S = 60.0
 STOP_S = 15.0
 """How long a program may take to stop after SIGTERM before SIGKILL, seconds (an instance
 drains for its `drain_s` first)."""
+
+
+def pin(cpu: int | None) -> list[str]:
+    """The `taskset` prefix that keeps a program on `cpu` (none for None, or without taskset)."""
+    if cpu is None or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "-c", str(cpu)]
 
 
 def child_env() -> dict[str, str]:
