@@ -54,10 +54,24 @@ async def describe(cluster: Cluster) -> None:
         print(f"  {home.name:14} console 127.0.0.1:{home.console}, uplink at {held or '?'}")
 
 
+async def oauth_metadata(cluster: Cluster) -> str:
+    """The authorization server's metadata through HAProxy, in one line."""
+    import httpx2
+
+    async with httpx2.AsyncClient(timeout=30) as http:
+        r = await http.get(cluster.base + "/.well-known/oauth-authorization-server")
+    r.raise_for_status()
+    data = r.json()
+    return (
+        f"OAuth metadata through HAProxy: issuer {data['issuer']}, token {data['token_endpoint']}"
+    )
+
+
 async def session(cluster: Cluster) -> list[str]:
     """The demo's scripted session through HAProxy; returns its printed lines."""
     first, *others = cluster.homes
-    lines = [f"{first.name}, the demo's scripted session through HAProxy:"]
+    lines = [await oauth_metadata(cluster)]
+    lines.append(f"{first.name}, the demo's scripted session through HAProxy:")
     lines += await assistant_session(cluster.url, "2026-07-28", token=first.token)
     lines += await assistant_session(cluster.url, "legacy", token=first.token)
     for home in others:

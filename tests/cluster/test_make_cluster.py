@@ -151,6 +151,7 @@ async def test_cluster_once_runs_the_session_through_haproxy_and_leaves_nothing(
     assert "[legacy] protocol 2025-11-25: 13 tools" in out, out
     held = [line.rsplit(" ", 1)[-1] for line in out.splitlines() if "uplink at" in line]
     assert len(held) == 3 and all(h in ("b1", "b2", "b3") for h in held), out
+    assert "OAuth metadata through HAProxy: issuer http://127.0.0.1:" in out, out
     assert "cluster session done" in out, out
     assert "Traceback" not in err, err
     assert running_with(marker) == [], "processes outlived `cluster --once`"
