@@ -2,9 +2,9 @@
 
 Starts the cluster (`cluster.rig.open_cluster`), prints where each part runs and which instance
 holds each home, reads the OAuth metadata through HAProxy, runs the demo's scripted assistant
-session through HAProxy in both MCP eras for the first home and a `status` call for every other, then (without `--once`) prints the URL
-and tokens and serves until Ctrl-C or SIGTERM, when it stops every process it started, in
-order. A second Ctrl-C stops them all at once. A part that cannot start ends the run with one
+session through HAProxy in both MCP eras for the first home and a `status` call for every
+other, then (without `--once`) prints the URL and tokens and serves until Ctrl-C or SIGTERM,
+when it stops every process it started, in order. A second Ctrl-C stops them all at once. A part that cannot start ends the run with one
 sentence on stderr and exit status 2; a scripted session that fails, with status 1.
 """
 
