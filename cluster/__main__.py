@@ -22,6 +22,9 @@ from ftwbridge.demo import assistant_session
 from .procs import CannotStart
 from .rig import Cluster, Options, open_cluster
 
+HOLDER_S = 10.0
+"""Bound on finding a home's holder in the directory once its agent is granted, seconds."""
+
 
 async def _status(url: str, token: str, mode: str) -> str:
     """One `status` call with the official `mcp` client; returns its first 100 characters."""
@@ -50,7 +53,9 @@ async def describe(cluster: Cluster) -> None:
         print(f"  instance {made.name:5} {made.url} (admin 127.0.0.1:{made.admin_port})")
     print(f"  HAProxy        {cluster.base} (/mcp, OAuth, /v1/box)")
     for home in cluster.homes:
-        held = await cluster.holder(home.name)
+        held = None
+        with trio.move_on_after(HOLDER_S):  # the claim is written as the uplink authenticates
+            held = await cluster.wait_holder(home.name, lambda h: h is not None)
         print(f"  {home.name:14} console 127.0.0.1:{home.console}, uplink at {held or '?'}")
 
 

@@ -146,13 +146,14 @@ async def test_cluster_once_runs_the_session_through_haproxy_and_leaves_nothing(
             check=False,
         )
     out, err = done.stdout.decode(), done.stderr.decode()
-    assert done.returncode == 0, f"status {done.returncode}\n{out[-2000:]}\n{err[-2000:]}"
-    assert "[2026-07-28] protocol 2026-07-28: 13 tools" in out, out
-    assert "[legacy] protocol 2025-11-25: 13 tools" in out, out
+    said = f"status {done.returncode}\n{out[-3000:]}\n{err[-3000:]}"
+    assert done.returncode == 0, said
+    assert "[2026-07-28] protocol 2026-07-28: 13 tools" in out, said
+    assert "[legacy] protocol 2025-11-25: 13 tools" in out, said
     held = [line.rsplit(" ", 1)[-1] for line in out.splitlines() if "uplink at" in line]
-    assert len(held) == 3 and all(h in ("b1", "b2", "b3") for h in held), out
-    assert "OAuth metadata through HAProxy: issuer http://127.0.0.1:" in out, out
-    assert "cluster session done" in out, out
+    assert len(held) == 3 and all(h in ("b1", "b2", "b3") for h in held), said
+    assert "OAuth metadata through HAProxy: issuer http://127.0.0.1:" in out, said
+    assert "cluster session done" in out, said
     assert "Traceback" not in err, err
     assert running_with(marker) == [], "processes outlived `cluster --once`"
 
