@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo test lint typecheck unit peers browser postgres bench bench-profile bench-instructions soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,12 +18,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ftwbridge demo $(DEMO_ARGS)
 
+# Many instances on one machine (docs/operations.md, "Many instances"): a throwaway PostgreSQL,
+# three bridge instances, the keys service, HAProxy in front and stub homes spread across them.
+cluster: $(STAMP) postgres haproxy
+	$(BIN)/python -m cluster $(CLUSTER_ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict ftwbridge stubbox
+	$(BIN)/mypy --strict ftwbridge stubbox cluster
 
 # Real MCP peers for the tests (TypeScript SDKs, MCP Inspector, the conformance suite, Node 22),
 # pinned in peers/package-lock.json and installed from the npm registry.
@@ -42,13 +47,18 @@ browser:
 postgres:
 	command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql)
 
-unit: $(STAMP) $(PEERS) browser postgres
+# Debian's HAProxy, the load balancer in front of the instances of `make cluster` and its tests.
+haproxy:
+	command -v haproxy >/dev/null || (apt-get update -qq && apt-get install -y -qq haproxy)
+
+unit: $(STAMP) $(PEERS) browser postgres haproxy
 	$(BIN)/python -m pytest -q -W error
 
 test: lint typecheck unit
 
-# Speed and memory figures (docs/performance.md); needs wrk, which this installs from Debian.
-bench: $(STAMP)
+# Speed and memory figures (docs/performance.md); needs wrk, which this installs from Debian,
+# and PostgreSQL and HAProxy for the cluster case (bench/cluster_hop.py).
+bench: $(STAMP) postgres haproxy
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/run.py

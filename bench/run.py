@@ -316,6 +316,12 @@ def main() -> None:
             [PY, str(BENCH / "micro.py")], capture_output=True, text=True, check=True, cwd=ROOT
         ).stdout.splitlines()[-1]
     )
+    print("cluster (bench/cluster_hop.py: two instances on PostgreSQL, one CPU each):", flush=True)
+    cluster = json.loads(
+        subprocess.run(
+            [PY, str(BENCH / "cluster_hop.py")], stdout=subprocess.PIPE, text=True, check=True
+        ).stdout.splitlines()[-1]
+    )
     result = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "seconds_per_run": SECONDS,
@@ -323,11 +329,14 @@ def main() -> None:
         "cases": rows,
         "sessions": sessions,
         "micro": micro,
+        "cluster": cluster,
         "cpus": os.cpu_count(),
     }
     out = BENCH / "results" / f"{dt.date.today().isoformat()}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
-    md = table(rows, sessions, micro)
+    from cluster_hop import table as cluster_table  # type: ignore[import-not-found]
+
+    md = table(rows, sessions, micro) + "\n\n" + cluster_table(cluster)
     doc = ROOT / "docs" / "performance.md"
     if doc.exists():
         text = doc.read_text()

@@ -1,0 +1,310 @@
+"""The cluster's services, each started by `cluster.procs.start_child`: a throwaway PostgreSQL,
+the keys service, the bridge instances and HAProxy in front of them.
+
+PostgreSQL comes from Debian's `postgresql` (`make postgres`): `initdb` and `postgres` in a
+folder of the run's own, as the `postgres` user when this runs as root (PostgreSQL refuses
+root; `setpriv`, which executes the server itself, so the process is PostgreSQL's), durability
+off since the data is thrown away. HAProxy is Debian's `haproxy` (`make haproxy`), in the
+foreground (`-db`) with a configuration written into the run's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .procs import PY, CannotStart, Child, start_child, wait_port
+
+PG_READY = "database system is ready to accept connections"
+"""The line PostgreSQL logs once it takes connections."""
+NO_POSTGRES = (
+    "PostgreSQL is not installed here (no initdb and postgres on PATH or in"
+    " /usr/lib/postgresql): `make postgres` installs Debian's postgresql"
+)
+NO_HAPROXY = "HAProxy is not installed here: `make haproxy` installs Debian's haproxy"
+
+
+def _lifeline(argv: list[str], stop: str = "SIGTERM") -> list[str]:
+    return [PY, "-m", "cluster.lifeline", "--stop", stop, "--", *argv]
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", *argv]
+
+
+@dataclass
+class Postgres:
+    """A throwaway PostgreSQL: its `port`, `folder` (data in `folder/data`) and the running
+    `child` (None while stopped)."""
+
+    bindir: Path
+    folder: Path
+    port: int
+    child: Child | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL of the cluster's database."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @classmethod
+    async def init(cls, root: Path, port: int) -> Postgres:
+        """`initdb` a cluster in `root/pg` (made the `postgres` user's when running as root).
+
+        Raises:
+            CannotStart: PostgreSQL is not installed, or initdb failed (its last line said).
+        """
+        from tests.store.pgserver import postgres_bin  # the store tests' finder, shared
+
+        bindir = postgres_bin()
+        if bindir is None or not (bindir / "postgres").exists():
+            raise CannotStart(NO_POSTGRES)
+        folder = root / "pg"
+        folder.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(root, "postgres", "postgres")  # a temporary folder is 0700 root's
+            shutil.chown(folder, "postgres", "postgres")
+        argv = [str(bindir / "initdb"), "-D", str(folder / "data"), "-U", "postgres"]
+        argv += ["--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C"]
+        done = await trio.run_process(
+            _as_postgres(argv), capture_stdout=True, capture_stderr=True, check=False
+        )
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
+            raise CannotStart(f"initdb failed: {said[-1] if said else done.returncode}")
+        return cls(bindir, folder, port)
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Start the server (again, on the same port and data) in `nursery`; returns once it
+        takes connections.
+
+        Raises:
+            CannotStart: it exited or did not say it was ready within `procs.WAIT_S`.
+        """
+        argv = [str(self.bindir / "postgres"), "-D", str(self.folder / "data")]
+        argv += ["-p", str(self.port), "-k", str(self.folder)]
+        for option in (
+            "listen_addresses=127.0.0.1",
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=300",
+        ):
+            argv += ["-c", option]
+        self.child = await start_child(
+            nursery,
+            "PostgreSQL",
+            _lifeline(_as_postgres(argv), "SIGINT"),
+            self.folder.parent / "postgres.log",
+            ready=PG_READY,
+        )
+
+    async def stop(self) -> None:
+        """Fast shutdown (SIGINT: sessions are ended, what was committed stays); returns once
+        the server is gone."""
+        if self.child is not None:
+            self.child.signal(signal.SIGINT)
+            await self.child.proc.wait()
+            self.child = None
+
+
+@dataclass
+class Instance:
+    """One `ftwbridge serve`: its `name` (the instance id), ports and config file."""
+
+    name: str
+    root: Path
+    port: int
+    admin_port: int
+    internal_port: int
+    settings: dict[str, Any]
+    prefix: list[str] = field(default_factory=list)
+    """What goes before its command (`taskset -c N` in the bench)."""
+    child: Child | None = None
+
+    @property
+    def url(self) -> str:
+        """Its own `/mcp` (not through HAProxy)."""
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def door_url(self) -> str:
+        """Its own `/v1/box` (not through HAProxy)."""
+        return f"ws://127.0.0.1:{self.port}/v1/box"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / f"{self.name}.toml"
+
+    def write_config(self) -> None:
+        """Write its TOML settings file."""
+        text = "".join(f"{k} = {_toml(v)}\n" for k, v in self.settings.items())
+        self.config_path.write_text(text)
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Start (or restart) it in `nursery`; returns once it serves.
+
+        Raises:
+            CannotStart: it exited or did not serve within `procs.WAIT_S`.
+        """
+        argv = [*self.prefix, PY, "-m", "ftwbridge", "serve", "--config", str(self.config_path)]
+        self.child = await start_child(
+            nursery,
+            f"instance {self.name}",
+            [*argv, "--exit-with-parent"],
+            self.root / f"{self.name}.log",
+            ready="ftwbridge serving",
+        )
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def start_keys(
+    nursery: trio.Nursery, root: Path, database_url: str, settings: dict[str, Any]
+) -> tuple[Child, dict[str, Any]]:
+    """Start the keys service (`ftwbridge keys --listen`, agents' keys sealed in the
+    database under `kek`); returns it and the settings an instance needs to reach it
+    (`keys_url`, `mesh_key`).
+
+    Raises:
+        CannotStart: it did not start within `procs.WAIT_S`.
+    """
+    path = root / "keys.toml"
+    port = settings.pop("keys_port")
+    keys_settings: dict[str, Any] = {
+        "state_dir": str(root / "keys"),
+        "log_level": "info",
+        "database_url": database_url,
+        "mesh_key": settings["mesh_key"],
+        "kek": settings["kek"],
+    }
+    where, ready = ["--listen", f"127.0.0.1:{port}"], "keys service on"
+    reach = {"keys_url": f"tcp://127.0.0.1:{port}", "mesh_key": settings["mesh_key"]}
+    path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))
+    # `ftwbridge keys` has no --exit-with-parent: the lifeline stops it when this run ends
+    argv = _lifeline([PY, "-m", "ftwbridge", "keys", "--config", str(path), *where])
+    child = await start_child(nursery, "the keys service", argv, root / "keys.log", ready=ready)
+    return child, reach
+
+
+HAPROXY_CFG = """\
+global
+    maxconn 4096
+    stats socket {root}/haproxy.sock mode 600 level admin
+
+defaults
+    mode http
+    option dontlognull
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout tunnel 1h
+    timeout http-request 10s
+    retries 2
+    option redispatch
+    default-server check inter 1s fall 2 rise 1
+    errorfile 502 {root}/502.http
+    errorfile 503 {root}/503.http
+    errorfile 504 {root}/504.http
+
+frontend public
+    bind 127.0.0.1:{port}
+    use_backend boxes if {{ path /v1/box }}
+    default_backend bridges
+
+backend bridges
+    balance {calls}
+    option httpchk GET /readyz
+    http-check expect status 200
+{servers}
+
+backend boxes
+    balance {boxes}
+    option httpchk GET /readyz
+    http-check expect status 200
+{servers}
+"""
+
+ERRORS = {
+    502: ("Bad Gateway", "the bridge instance that took this request stopped answering"),
+    503: ("Service Unavailable", "no bridge instance is ready now"),
+    504: ("Gateway Timeout", "the bridge instance that took this request did not answer in time"),
+}
+"""HAProxy's own answers, in words and as a JSON-RPC error (what an MCP client reads)."""
+
+
+def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
+    """Write HAProxy's configuration (and its error answers) into `root`; returns its path.
+    Boxes go to the instance with the fewest connections, calls round robin: an instance
+    forwards a call to its home's holder (issue 13 item 4)."""
+    for status, (reason, words) in ERRORS.items():
+        body = (
+            '{"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": "'
+            + words
+            + '; try again in a few seconds"}}\n'
+        )
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Retry-After: 2\r\nCache-Control: no-store\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        (root / f"{status}.http").write_text(head + body)
+    servers = "\n".join(
+        f"    server {i.name} 127.0.0.1:{i.port} check port {i.admin_port}" for i in instances
+    )
+    text = HAPROXY_CFG.format(
+        root=root,
+        port=port,
+        servers=servers,
+        calls="roundrobin",
+        boxes="leastconn",
+    )
+    path = root / "haproxy.cfg"
+    path.write_text(text)
+    return path
+
+
+async def haproxy_command(root: Path, command: str) -> str:
+    """Send one command to HAProxy's runtime API (its stats socket in `root`, e.g.
+    `set server bridges/b1 state maint`); returns its answer ("" when it has none).
+
+    Raises:
+        OSError: HAProxy does not listen on its socket.
+    """
+    stream = await trio.open_unix_socket(str(root / "haproxy.sock"))
+    async with stream:
+        await stream.send_all(command.encode() + b"\n")
+        answer = b""
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+    return answer.decode(errors="replace").strip()
+
+
+async def start_haproxy(nursery: trio.Nursery, root: Path, port: int, cfg: Path) -> Child:
+    """Start HAProxy on `cfg`; returns once it takes connections on `port`.
+
+    Raises:
+        CannotStart: it is not installed, or it exited or did not listen within `procs.WAIT_S`.
+    """
+    binary = shutil.which("haproxy")
+    if binary is None:
+        raise CannotStart(NO_HAPROXY)
+    child = await start_child(
+        nursery, "HAProxy", _lifeline([binary, "-db", "-f", str(cfg)]), root / "haproxy.log"
+    )
+    await wait_port(port, child)
+    return child
