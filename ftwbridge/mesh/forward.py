@@ -91,6 +91,8 @@ class Forwarder:
     Args:
         directory: who holds which home.
         holds: async (home, epoch) -> whether this instance holds the home at that claim.
+        here: home -> whether the home's uplink is connected to this instance now; such a
+            call is answered here with no directory lookup (default: never).
         http: the client of `new_client`, owned by the caller.
         key: the 32-byte `mesh_key`.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
@@ -102,6 +104,7 @@ class Forwarder:
         *,
         directory: Directory,
         holds: Callable[[str, int], Awaitable[bool]],
+        here: Callable[[str], bool] = lambda home: False,
         http: httpx2.AsyncClient,
         key: bytes,
         wall_ms: Callable[[], int],
@@ -110,6 +113,7 @@ class Forwarder:
     ) -> None:
         self._directory = directory
         self._holds = holds
+        self._here = here
         self._http = http
         self._key = key
         self._wall_ms = wall_ms
@@ -155,11 +159,13 @@ class Forwarder:
         instance.
 
         Returns:
-            None when this instance should answer it (it holds the home, nobody does, or the
-            directory does not answer); the holder's answer; a 429 of the entry's guard; or
+            None when this instance should answer it (the home's uplink is here, the
+            directory names this instance or nobody, or the directory does not answer); the holder's answer; a 429 of the entry's guard; or
             a `Refusal` `E_UNAVAILABLE` when the holder failed (`holder_lost`: after the
             request went out; `holder_unreachable`: twice not reached, or moved twice).
         """
+        if self._here(home):  # its uplink is here: no lookup, and none to wait for while
+            return None  # PostgreSQL does not answer
         tries = 2
         while tries:
             tries -= 1

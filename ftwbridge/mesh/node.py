@@ -72,6 +72,7 @@ class Node:
             self.forwarder = Forwarder(
                 directory=self.directory,
                 holds=self.holdings.holds,
+                here=door.online,
                 http=self._http,
                 key=mesh_key_bytes(config.mesh_key),
                 wall_ms=wall_ms,

@@ -41,11 +41,14 @@ async def _never_held(home: str, epoch: int) -> bool:
 
 
 def _forwarder(
-    directory: Directory, handler: Callable[[httpx2.Request], httpx2.Response]
+    directory: Directory,
+    handler: Callable[[httpx2.Request], httpx2.Response],
+    here: Callable[[str], bool] = lambda home: False,
 ) -> Forwarder:
     return Forwarder(
         directory=directory,  # type: ignore[arg-type]
         holds=_never_held,
+        here=here,
         http=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
         key=KEY,
         wall_ms=lambda: NOW,
@@ -73,6 +76,27 @@ async def test_it_answers_here_when_this_instance_or_nobody_holds_the_home() -> 
 
     for holder in (None, Holder("b-1", 3, "http://b1.internal")):
         assert await _forwarder(Directory(holder), never).forward("h", _request(), BODY, 1) is None
+
+
+async def test_a_home_whose_uplink_is_here_is_answered_here_with_no_lookup() -> None:
+    """No directory query for a call at the home's holder: none of its time, and none of the
+    2 s wait for a connection while PostgreSQL does not answer."""
+
+    def never(request: httpx2.Request) -> httpx2.Response:
+        raise AssertionError("nothing is sent")
+
+    directory = Directory(B2)  # stale: the directory would send it to b-2
+    forwarder = _forwarder(directory, never, here=lambda home: home == "h")
+    assert await forwarder.forward("h", _request(), BODY, 1) is None
+    assert directory.lookups == 0
+    seen: list[httpx2.Request] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, json={"ok": True})
+
+    other = _forwarder(Directory(B2), answer, here=lambda home: home == "h")
+    assert await other.forward("elsewhere", _request(), BODY, 1) is not None and len(seen) == 1
 
 
 async def test_the_request_goes_whole_and_signed_and_the_answer_comes_back() -> None:

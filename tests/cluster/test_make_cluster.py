@@ -48,8 +48,8 @@ seconds: the stub's first redial comes within 0.75 s, HAProxy drops a dead serve
 RESYNC_S = 30.0
 """Bound on the cluster's re-sync after PostgreSQL returns (presence, leases, events), s."""
 OUTAGE_S = 6.0
-"""How long PostgreSQL stays down under load, seconds (a call at its holder then waits up
-to 2 s for the directory before it serves the call itself)."""
+"""How long PostgreSQL stays down under load, seconds (a call at its holder is served with no
+directory lookup; one entering elsewhere cannot be forwarded meanwhile)."""
 LEAK_FDS = 12
 """Descriptors a survivor may hold beyond its count before the kill: the uplinks it took
 over and its pooled connections to the other instances, never one per call."""
