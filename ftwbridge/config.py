@@ -56,6 +56,21 @@ def kek_bytes(text: str) -> bytes:
     return mesh_key_bytes(text)
 
 
+def url_of_bind(address: str) -> str:
+    """`http://host:port` for a listener bound at `address` (host:port), a wildcard host
+    (0.0.0.0, ::) read as this machine's loopback, since no client can dial a wildcard.
+
+    Raises:
+        ValueError: `address` is not host:port (`split_address`).
+    """
+    host, port = split_address(address)
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://{_url_host(host)}:{port}"
+
+
 def split_address(address: str) -> tuple[str, int]:
     """Split `host:port` (IPv6 in brackets: `[::1]:8780`) into host and port.
 
@@ -231,12 +246,7 @@ class Config(BaseModel):
         bridge puts in the port it bound (`run.Bridge.serve`)."""
         if self.public_url is not None:
             return self.public_url
-        host, port = split_address(self.bind)
-        if host in ("0.0.0.0", ""):
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1"
-        return f"http://{_url_host(host)}:{port}"
+        return url_of_bind(self.bind)
 
     def url_warning(self) -> str | None:
         """One sentence when the public URL cannot work for anyone beyond this machine while
@@ -424,12 +434,7 @@ class Config(BaseModel):
         (port 0 stays 0 here; the bridge puts in the port it bound), or None when off."""
         if self.internal_url is not None or self.internal_bind is None:
             return self.internal_url
-        host, port = split_address(self.internal_bind)
-        if host in ("0.0.0.0", ""):
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1"
-        return f"http://{_url_host(host)}:{port}"
+        return url_of_bind(self.internal_bind)
 
 
 SECRET_SETTINGS = ("database_url", "mesh_key", "kek")
