@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+from tests.store.pgserver import PgServer, postgres_bin, running_postgres
+
 if TYPE_CHECKING:
     from tests.e2e.env import Env
 
@@ -88,3 +90,20 @@ def no_child_outlives_the_tests() -> Iterator[None]:
             break
         time.sleep(0.1)  # exits of other processes: no event reaches this one
     assert not left, f"processes outlived the tests: {left}"
+
+
+NO_POSTGRES = (
+    "PostgreSQL is not installed here (no initdb/pg_ctl on PATH or in /usr/lib/postgresql):"
+    " `make postgres` installs Debian's postgresql; the PostgreSQL cases are skipped"
+)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One throwaway PostgreSQL server for the whole test session (the store, keys and
+    cluster tests share it; each takes databases of its own), stopped at its end."""
+    bindir = postgres_bin()
+    if bindir is None:
+        pytest.skip(NO_POSTGRES)
+    with running_postgres(bindir) as server:
+        yield server

@@ -25,8 +25,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.store.conftest import NO_POSTGRES
-from tests.store.pgserver import PgServer, postgres_bin, running_postgres
+from tests.store.pgserver import PgServer
 
 BOUND_S = 60.0
 """Bound on each process's start and each setup step, seconds (a loaded 2-core machine)."""
@@ -212,16 +211,6 @@ def grant(cluster: Cluster, home: str, agent: str) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
-def cluster_pg() -> Iterator[PgServer]:
-    """A PostgreSQL server for the cluster tests."""
-    bindir = postgres_bin()
-    if bindir is None:
-        pytest.skip(NO_POSTGRES)
-    with running_postgres(bindir) as server:
-        yield server
-
-
 @contextlib.contextmanager
 def running_cluster(
     pg: PgServer, folder: Path, settings: dict[str, str] | None = None
@@ -288,7 +277,7 @@ def running_cluster(
 
 
 @pytest.fixture(scope="module")
-def cluster(cluster_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """`running_cluster` for one test module."""
-    with running_cluster(cluster_pg, tmp_path_factory.mktemp("cluster")) as made:
+    with running_cluster(pg_server, tmp_path_factory.mktemp("cluster")) as made:
         yield made

@@ -1,4 +1,4 @@
-"""Fixtures of the store tests: one throwaway PostgreSQL server per test session, and `store`,
+"""Fixtures of the store tests (the session's PostgreSQL server, `pg_server`, is tests/conftest.py's), and `store`,
 which runs a test once on SQLite and once on PostgreSQL (a fresh database for each test)."""
 
 from __future__ import annotations
@@ -9,24 +9,9 @@ from pathlib import Path
 import pytest
 
 from ftwbridge.store import BridgeStore, SqliteStore
-from tests.store.pgserver import PgServer, postgres_bin, running_postgres
+from tests.store.pgserver import PgServer
 
 OpenSame = Callable[[], BridgeStore]
-
-NO_POSTGRES = (
-    "PostgreSQL is not installed here (no initdb/pg_ctl on PATH or in /usr/lib/postgresql):"
-    " `make postgres` installs Debian's postgresql; the PostgreSQL cases are skipped"
-)
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    """A PostgreSQL server for the whole test session, stopped at its end."""
-    bindir = postgres_bin()
-    if bindir is None:
-        pytest.skip(NO_POSTGRES)
-    with running_postgres(bindir) as server:
-        yield server
 
 
 @pytest.fixture
