@@ -35,9 +35,18 @@ FROZEN_MS = 1_800_000_000_000
 
 def free_port() -> int:
     """A port on 127.0.0.1 nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` different ports on 127.0.0.1 that nothing listens on now: all held open at once
+    while they are chosen, so two of them are never the same port (picked one at a time, the
+    kernel may hand out a port just closed again: an instance then found its port taken)."""
+    with contextlib.ExitStack() as stack:
+        held = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in held:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in held]
 
 
 @dataclass
@@ -221,8 +230,8 @@ def running_cluster(
     `settings`: more `FTWBRIDGE_*` variables for every process (a benchmark's limits)."""
     key = secrets.token_bytes(32)
     db_url = pg.create_database()
-    ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
-    keys_port = free_port()
+    *picked, keys_port = free_ports(10)
+    ports = [(picked[i], picked[i + 1], picked[i + 2]) for i in (0, 3, 6)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
     env.update(
         FTWBRIDGE_DATABASE_URL=db_url,
