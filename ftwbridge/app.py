@@ -1,31 +1,34 @@
-"""The HTTP shell: a Quart-trio app with `/mcp`, `/v1/box` and the RFC 9728 metadata.
+"""The HTTP shell: `/mcp` and `/v1/box` on plain ASGI, the rest in a Quart-trio app.
 
-Thin on purpose: it checks Host and Origin (DNS rebinding), turns Quart's request into an
-`HttpRequest` for `McpService`, and hands the box WebSocket to the door.
+Thin on purpose. `/mcp` goes to `McpService` through `ftwbridge.mcp.asgi.McpRoute` (Host and
+Origin checks, a bounded body), the box WebSocket to the door through `DoorRoute`; the OAuth
+endpoints, the consent pages and the RFC 9728 metadata are Quart routes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from quart import Response, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from ftwbridge.door import Door
 from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.edge import framing_and_coding
+from ftwbridge.mcp.asgi import CORS_REQUEST_HEADERS, STORE_HEADERS, STORE_WORDS, McpRoute
 from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.inbound import loads_strict
-from ftwbridge.mcp.server import BodyTooLarge, BodyTooSlow, HttpRequest, McpService
+from ftwbridge.mcp.server import McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.oauth.limits import Network, client_address
 from ftwbridge.oauth.model import with_basic_client
+from ftwbridge.store import StoreError
 
-MCP_METHODS = ["POST", "GET", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"]
+log = logging.getLogger("ftwbridge.app")
 
 
 @dataclass(slots=True)
@@ -61,18 +64,6 @@ class Site:
         self.allowed_origins.add(f"{parts.scheme}://{parts.netloc}".lower())
 
 
-def _headers() -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for name, value in request.headers.items():
-        out.setdefault(name.lower(), []).append(value)
-    return out
-
-
-CORS_REQUEST_HEADERS = "authorization, content-type, mcp-protocol-version, mcp-method, mcp-name"
-"""Request headers browser-based MCP clients send (MCP transports; the TypeScript SDK)."""
-CORS_EXPOSED_HEADERS = "www-authenticate, mcp-protocol-version"
-"""Response headers of `/mcp` a browser client must read: the 401's challenge (RFC 9728
-section 5.1) and the revision. No `Mcp-Session-Id`: the 2026 revision has no sessions."""
 CORS = {"access-control-allow-origin": "*", "access-control-allow-headers": CORS_REQUEST_HEADERS}
 CORS_PUBLIC_PATHS = {
     "/.well-known/oauth-authorization-server": "GET, OPTIONS",
@@ -92,52 +83,24 @@ def _json_response(status: int, value: Any, headers: dict[str, str] | None = Non
     )
 
 
-def add_cors(app: QuartTrio, site: Site) -> None:
-    """CORS (Fetch standard) for browser-based clients. The metadata, registration, token and
-    revocation endpoints answer preflights for any origin (`CORS_PUBLIC_PATHS`); `/mcp` answers
-    them, and lets a page read `CORS_EXPOSED_HEADERS`, only for an origin of `allowed_origins`
-    (every other origin is refused by the DNS-rebinding check before this matters)."""
-
-    def mcp_origin() -> str | None:
-        origin = request.headers.get("origin")
-        if request.path != "/mcp" or origin is None:
-            return None
-        return origin if origin.lower() in site.allowed_origins else None
+def add_cors(app: QuartTrio) -> None:
+    """CORS (Fetch standard) for browser-based clients: the metadata, registration, token and
+    revocation endpoints answer preflights for any origin (`CORS_PUBLIC_PATHS`; they carry no
+    cookies or ambient authority). `/mcp` answers its own, only for an allowed origin
+    (`ftwbridge.mcp.asgi`)."""
 
     @app.before_request
     async def _preflight() -> Response | None:
         if request.method != "OPTIONS":
             return None
         methods = CORS_PUBLIC_PATHS.get(request.path)
-        if methods is not None:  # a preflight, or a plain OPTIONS asking what is allowed
-            return Response(
-                b"",
-                204,
-                CORS | {"access-control-allow-methods": methods, "access-control-max-age": "600"},
-            )
-        origin = mcp_origin()
-        if origin is None or "access-control-request-method" not in request.headers:
-            return None  # /mcp refuses the origin itself; other paths answer as they do
-        return Response(
+        if methods is None:
+            return None
+        return Response(  # a preflight, or a plain OPTIONS asking what is allowed
             b"",
             204,
-            {
-                "access-control-allow-origin": origin,
-                "access-control-allow-methods": "POST, GET, DELETE",
-                "access-control-allow-headers": CORS_REQUEST_HEADERS,
-                "access-control-max-age": "600",
-                "vary": "origin",
-            },
+            CORS | {"access-control-allow-methods": methods, "access-control-max-age": "600"},
         )
-
-    @app.after_request
-    async def _expose(response: Response) -> Response:
-        origin = mcp_origin()
-        if origin is not None:
-            response.headers["access-control-allow-origin"] = origin
-            response.headers["access-control-expose-headers"] = CORS_EXPOSED_HEADERS
-            response.headers["vary"] = "origin"
-        return response
 
 
 def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
@@ -250,6 +213,16 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         return Response(b"", 200, CORS)
 
 
+async def _store_unavailable(exc: StoreError) -> Response:
+    """A Quart route needed the database while it does not answer (`StoreError`): 503 with
+    `Retry-After` and the OAuth error `temporarily_unavailable` (RFC 6749 section 4.1.2.1)
+    in words. The words name no host; the log line does. (`/mcp` answers its own form:
+    `ftwbridge.mcp.asgi.store_unavailable`.)"""
+    log.warning("%s %s refused: %s", request.method, request.path, exc)
+    body = {"error": "temporarily_unavailable", "error_description": STORE_WORDS}
+    return _json_response(503, body, STORE_HEADERS)
+
+
 def create_app(
     *,
     site: Site,
@@ -265,14 +238,11 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.config["BODY_TIMEOUT"] = body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    app.register_error_handler(StoreError, _store_unavailable)
 
     @app.before_request
     async def _framing_and_coding() -> Response | None:
-        refused = await framing_and_coding()
-        if refused is not None and request.path == "/mcp":  # audited like every /mcp request
-            outcome = "bad_framing" if refused.status_code == 400 else "bad_coding"
-            service.refused_at_edge(outcome, refused.status_code, _headers())
-        return refused
+        return await framing_and_coding()
 
     def _metadata() -> dict[str, Any]:
         return {
@@ -282,39 +252,6 @@ def create_app(
             "bearer_methods_supported": ["header"],
             "resource_name": "ftwbridge",
         }
-
-    @app.route("/mcp", methods=MCP_METHODS, provide_automatic_options=False)
-    async def mcp() -> Response:
-        host = request.headers.get("host", "").lower()
-        if host not in site.allowed_hosts:
-            service.refused_at_edge("host_refused", 421, _headers())
-            return Response(
-                b'{"error":"misdirected request"}', 421, {"content-type": "application/json"}
-            )
-        origin = request.headers.get("origin")
-        if origin is not None and origin.lower() not in site.allowed_origins:
-            service.refused_at_edge("origin_refused", 403, _headers())
-            body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Origin not allowed"}}'
-            return Response(body, 403, {"content-type": "application/json"})
-
-        async def read_body() -> bytes:
-            try:
-                data = await request.get_data(cache=False, as_text=False)
-                return data if isinstance(data, bytes) else data.encode()
-            except RequestEntityTooLarge:
-                raise BodyTooLarge() from None
-            except RequestTimeout:
-                raise BodyTooSlow() from None
-
-        req = HttpRequest(
-            request.method,
-            _headers(),
-            read_body,
-            request.content_length,
-            remote=request.remote_addr or "",
-        )
-        resp = await service.handle(req)
-        return Response(resp.body, resp.status, resp.headers)
 
     @app.route("/.well-known/oauth-protected-resource/mcp", methods=["GET", "OPTIONS"])
     @app.route("/.well-known/oauth-protected-resource", methods=["GET", "OPTIONS"])
@@ -329,8 +266,15 @@ def create_app(
             },
         )
 
-    add_cors(app, site)
+    add_cors(app)
     if oauth is not None:
         add_oauth_routes(app, site, oauth)
 
-    return DoorRoute(app, door.serve_uplink)  # `/v1/box` skips Quart (door/asgi.py)
+    mcp = McpRoute(
+        app,
+        site=site,
+        service=service,
+        max_body_bytes=max_body_bytes,
+        body_timeout_s=body_timeout_s,
+    )
+    return DoorRoute(mcp, door.serve_uplink)  # `/v1/box` and `/mcp` skip Quart

@@ -297,8 +297,9 @@ def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:
     return Response(json.dumps(body), status, {"content-type": "application/json", **headers})
 
 
-async def framing_and_coding() -> Response | None:
-    """Rules on every request's framing and coding, before its route reads a byte.
+def framing_problem(headers: dict[str, list[str]]) -> tuple[int, str, dict[str, str]] | None:
+    """Rules on every request's framing and coding, before its route reads a byte: None, or
+    (status, words, extra headers) of the refusal. `headers` maps lower-case names to values.
 
     - `Content-Length` and `Transfer-Encoding` together: refused with 400 and the connection
       closed (RFC 9112 section 6.1: "the server MUST close the connection after responding";
@@ -308,25 +309,34 @@ async def framing_and_coding() -> Response | None:
       9110 sections 8.4 and 15.5.16); the bridge decodes no coding, and a coded body read as
       plain would be misread, not refused.
     """
-    if "content-length" in request.headers and "transfer-encoding" in request.headers:
-        return _refusal(
+    if "content-length" in headers and "transfer-encoding" in headers:
+        return (
             400,
             "Content-Length and Transfer-Encoding together are refused",
             {"connection": "close"},
         )
     codings = [
         c.strip().lower()
-        for value in request.headers.getlist("content-encoding")
+        for value in headers.get("content-encoding", ())
         for c in value.split(",")
         if c.strip()
     ]
     if any(c != "identity" for c in codings):
-        return _refusal(
+        return (
             415,
             "Content-Encoding is not supported: send the body uncompressed",
             {"accept-encoding": "identity"},
         )
     return None
+
+
+async def framing_and_coding() -> Response | None:
+    """`framing_problem` for the Quart routes (a Quart `before_request` hook)."""
+    headers: dict[str, list[str]] = {}
+    for name, value in request.headers.items():
+        headers.setdefault(name.lower(), []).append(value)
+    problem = framing_problem(headers)
+    return None if problem is None else _refusal(*problem)
 
 
 def install() -> None:

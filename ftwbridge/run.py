@@ -7,7 +7,6 @@ is known), starts the pool, then hypercorn's trio worker, and reports the `Bridg
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import socket
 import sqlite3
@@ -18,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.trio import serve as hypercorn_serve
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
@@ -58,28 +55,6 @@ HTTP_STOP_S = 3.0
 def wall_ms() -> int:
     """The bridge's wall clock: ms since the Unix epoch."""
     return time.time_ns() // 1_000_000
-
-
-JSONRPC_INTERNAL_ERROR = -32603
-"""JSON-RPC 2.0's "Internal error" code (jsonrpc.org/specification, section 5.1)."""
-STORE_RETRY_AFTER_S = 5
-"""The `Retry-After` of a request refused because the database does not answer, seconds."""
-
-
-async def _store_unavailable(exc: StoreError) -> Response:
-    """A request that needed the database while it does not answer (`StoreError`): 503 with
-    `Retry-After`, in the protocol's own form: a JSON-RPC error at `/mcp`, an OAuth error
-    `temporarily_unavailable` (RFC 6749 section 4.1.2.1) elsewhere. The words name no host;
-    the log line does."""
-    log.warning("%s %s refused: %s", request.method, request.path, exc)
-    words = "the bridge's database does not answer; try again in a few seconds"
-    body: dict[str, Any] = (
-        {"jsonrpc": "2.0", "id": None, "error": {"code": JSONRPC_INTERNAL_ERROR, "message": words}}
-        if request.path == "/mcp"
-        else {"error": "temporarily_unavailable", "error_description": words}
-    )
-    headers = {"retry-after": str(STORE_RETRY_AFTER_S), "cache-control": "no-store"}
-    return Response(json.dumps(body), 503, {"content-type": "application/json", **headers})
 
 
 class _Homes:
@@ -408,8 +383,6 @@ class Bridge:
             max_body_bytes=c.max_body_bytes,
             body_timeout_s=c.body_timeout_s,
         )
-        assert isinstance(app.app, QuartTrio)  # everything but /v1/box
-        app.app.register_error_handler(StoreError, _store_unavailable)
         edge.install()  # one connection's fault ends that connection alone (ftwbridge/edge.py)
         hc = edge.EdgeConfig()
         hc.on_connection_fault = self.metrics.on_connection_fault

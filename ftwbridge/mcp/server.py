@@ -109,6 +109,10 @@ class BodyTooSlow(Exception):
     """The body did not arrive within the time bound (408)."""
 
 
+class BodyGone(Exception):
+    """The client left before its whole body arrived (audited as `cancelled`; no answer)."""
+
+
 @dataclass(slots=True)
 class HttpResponse:
     """Status, headers and body bytes to send."""
@@ -285,6 +289,9 @@ class McpService:
         except BodyTooSlow:
             seen.outcome = "body_too_slow"
             return _refuse_body(408, "Request body not received in time")
+        except BodyGone:
+            seen.outcome = "cancelled"
+            return _refuse_body(400, "Request body incomplete")
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
             seen.method = method_label(route.method)

@@ -1,0 +1,221 @@
+"""`/mcp` on plain ASGI: hypercorn hands each request straight to `McpService.handle`.
+
+Quart cost each `/mcp` request about a quarter of the bridge's instructions per call
+(docs/performance.md, "Instructions per call"): a request context, a reader task and a nursery
+per request (quart-trio), Werkzeug's header and response objects, and a body sent in three
+events. `/mcp` needs none of it: it reads one bounded body and answers one JSON or empty body.
+`McpRoute` takes the HTTP scope whose path is exactly `/mcp` and does what the Quart shell did
+around `McpService`, in the same order: the edge's framing and coding rules
+(`edge.framing_problem`), the CORS preflight of an allowed origin, the Host and Origin checks
+(DNS rebinding, MCP transports "Security Warning"), the body bounded in bytes and seconds, and
+the CORS response headers. Every other scope goes to the next app unchanged.
+
+A client that hangs up does not cancel its call: the call ends with its answer or at its
+deadline, and the answer is dropped (hypercorn ignores sends after the connection closed). A
+command's result is audited either way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+from mcp_types import jsonrpc
+
+from ftwbridge.edge import framing_problem
+from ftwbridge.store import StoreError
+
+from . import inbound
+from .server import BodyGone, BodyTooLarge, BodyTooSlow, HttpRequest, HttpResponse, McpService
+
+if TYPE_CHECKING:
+    from ftwbridge.app import Site
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Asgi = Callable[..., Awaitable[None]]
+
+MCP_PATH = "/mcp"
+CORS_REQUEST_HEADERS = "authorization, content-type, mcp-protocol-version, mcp-method, mcp-name"
+"""Request headers browser-based MCP clients send (MCP transports; the TypeScript SDK)."""
+CORS_EXPOSED_HEADERS = "www-authenticate, mcp-protocol-version"
+"""Response headers of `/mcp` a browser client must read: the 401's challenge (RFC 9728
+section 5.1) and the revision. No `Mcp-Session-Id`: the 2026 revision has no sessions."""
+_MISDIRECTED = b'{"error":"misdirected request"}'
+_ORIGIN_REFUSED = (
+    b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Origin not allowed"}}'
+)
+_JSON = "application/json"
+JSONRPC_INTERNAL_ERROR = -32603
+"""JSON-RPC 2.0's "Internal error" code (jsonrpc.org/specification, section 5.1)."""
+STORE_RETRY_AFTER_S = 5
+"""The `Retry-After` of a request refused because the database does not answer, seconds."""
+STORE_WORDS = "the bridge's database does not answer; try again in a few seconds"
+"""What a request refused for `StoreError` is told (no host: the log line names it)."""
+STORE_HEADERS = {"retry-after": str(STORE_RETRY_AFTER_S), "cache-control": "no-store"}
+
+log = logging.getLogger("ftwbridge.mcp")
+
+
+def store_unavailable() -> HttpResponse:
+    """503 with `Retry-After` and a JSON-RPC error in words: `/mcp` needed the database while
+    it does not answer (`StoreError`)."""
+    error = {"code": JSONRPC_INTERNAL_ERROR, "message": STORE_WORDS}
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    return HttpResponse(503, {"content-type": _JSON, **STORE_HEADERS}, body)
+
+
+def header_lists(raw: list[tuple[bytes, bytes]] | Any) -> dict[str, list[str]]:
+    """ASGI headers (name, value byte pairs) as lower-case name -> every value, decoded as
+    Latin-1 (RFC 9110 section 5.5: field values are octets; Latin-1 keeps each one)."""
+    out: dict[str, list[str]] = {}
+    for name, value in raw:
+        out.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    return out
+
+
+def _declared_length(headers: dict[str, list[str]]) -> int | None:
+    values = headers.get("content-length")
+    if not values:
+        return None
+    try:
+        return int(values[0])
+    except ValueError:
+        return None  # h11 refuses such a request before any app sees it
+
+
+async def read_body(receive: Receive, max_bytes: int, timeout_s: float) -> bytes:
+    """The whole request body from ASGI `http.request` events.
+
+    Raises:
+        BodyTooLarge: more than `max_bytes` arrived.
+        BodyTooSlow: it did not all arrive within `timeout_s` seconds.
+        BodyGone: the client left first (`http.disconnect`).
+    """
+    parts: list[bytes] = []
+    size = 0
+    with trio.move_on_after(timeout_s):
+        while True:
+            event = await receive()
+            if event["type"] != "http.request":
+                raise BodyGone()
+            chunk = event.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BodyTooLarge()
+                parts.append(chunk)
+            if not event.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+    raise BodyTooSlow()
+
+
+async def respond(send: Send, resp: HttpResponse, *, head: bool = False) -> None:
+    """Send `resp` as two ASGI events, with its `content-length`; no body bytes for HEAD
+    (RFC 9110 section 9.3.2)."""
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items()]
+    headers.append((b"content-length", str(len(resp.body)).encode()))
+    await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if head else resp.body})
+
+
+class McpRoute:
+    """An ASGI app: HTTP requests to exactly `/mcp` answered by `service`, the rest to `app`.
+
+    Args:
+        app: the next ASGI app (the Quart app with OAuth and metadata routes).
+        site: the public URL and the allowed Host and Origin values, read per request.
+        service: answers each request (`McpService.handle` never raises for bad input).
+        max_body_bytes: the body bound, bytes (413 past it).
+        body_timeout_s: the whole body must arrive within this, seconds (408 after it).
+    """
+
+    __slots__ = ("app", "body_timeout_s", "max_body_bytes", "service", "site")
+
+    def __init__(
+        self,
+        app: Asgi,
+        *,
+        site: Site,
+        service: McpService,
+        max_body_bytes: int,
+        body_timeout_s: float,
+    ) -> None:
+        self.app = app
+        self.site = site
+        self.service = service
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") != MCP_PATH:
+            await self.app(scope, receive, send)
+            return
+        headers = header_lists(scope.get("headers", ()))
+        method = str(scope.get("method", ""))
+        origins = headers.get("origin")
+        origin = origins[0] if origins else None
+        allowed = origin is not None and origin.lower() in self.site.allowed_origins
+        resp = await self._answer(scope, method, headers, origin, allowed, receive)
+        if allowed and origin is not None:
+            resp = HttpResponse(
+                resp.status,
+                resp.headers
+                | {
+                    "access-control-allow-origin": origin,
+                    "access-control-expose-headers": CORS_EXPOSED_HEADERS,
+                    "vary": "origin",
+                },
+                resp.body,
+            )
+        await respond(send, resp, head=method == "HEAD")
+
+    async def _answer(
+        self,
+        scope: Scope,
+        method: str,
+        headers: dict[str, list[str]],
+        origin: str | None,
+        allowed: bool,
+        receive: Receive,
+    ) -> HttpResponse:
+        problem = framing_problem(headers)
+        if problem is not None:
+            status, words, extra = problem
+            outcome = "bad_framing" if status == 400 else "bad_coding"
+            self.service.refused_at_edge(outcome, status, headers)
+            refusal = inbound.Rejection(status, jsonrpc.INVALID_REQUEST, words).body()
+            return HttpResponse(
+                status, {"content-type": _JSON, **extra}, json.dumps(refusal).encode()
+            )
+        if method == "OPTIONS" and allowed and "access-control-request-method" in headers:
+            return HttpResponse(  # a CORS preflight (Fetch standard, "CORS protocol")
+                204,
+                {
+                    "access-control-allow-methods": "POST, GET, DELETE",
+                    "access-control-allow-headers": CORS_REQUEST_HEADERS,
+                    "access-control-max-age": "600",
+                },
+            )
+        host = (headers.get("host") or [""])[0].lower()
+        if host not in self.site.allowed_hosts:
+            self.service.refused_at_edge("host_refused", 421, headers)
+            return HttpResponse(421, {"content-type": _JSON}, _MISDIRECTED)
+        if origin is not None and not allowed:
+            self.service.refused_at_edge("origin_refused", 403, headers)
+            return HttpResponse(403, {"content-type": _JSON}, _ORIGIN_REFUSED)
+
+        async def body() -> bytes:
+            return await read_body(receive, self.max_body_bytes, self.body_timeout_s)
+
+        client = scope.get("client") or ("", 0)
+        req = HttpRequest(method, headers, body, _declared_length(headers), remote=str(client[0]))
+        try:
+            return await self.service.handle(req)
+        except StoreError as exc:
+            log.warning("%s /mcp refused: %s", method, exc)
+            return store_unavailable()

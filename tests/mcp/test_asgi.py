@@ -1,0 +1,196 @@
+"""`/mcp` on plain ASGI (`ftwbridge/mcp/asgi.py`): the events hypercorn sends, without sockets.
+
+The live paths (real clients, the hostile HTTP corpus, the conformance suite) run through it in
+tests/e2e, tests/edge and tests/peers; these pin the edges that are hard to reach from a socket.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from typing import Any, cast
+
+import trio
+
+from ftwbridge.app import Site
+from ftwbridge.mcp.asgi import McpRoute
+from ftwbridge.mcp.server import (
+    BodyGone,
+    BodyTooLarge,
+    BodyTooSlow,
+    HttpRequest,
+    HttpResponse,
+    McpService,
+)
+from ftwbridge.store import StoreError
+
+
+class Service:
+    """Stands in for `McpService`: reads the body the way it does, records what it saw."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.fail = fail
+        self.seen: list[tuple[str, bytes | str]] = []
+        self.refused: list[tuple[str, int]] = []
+
+    def refused_at_edge(self, outcome: str, status: int, headers: dict[str, list[str]]) -> None:
+        self.refused.append((outcome, status))
+
+    async def handle(self, req: HttpRequest) -> HttpResponse:
+        if self.fail is not None:
+            raise self.fail
+        try:
+            body = await req.read_body()
+        except (BodyTooLarge, BodyTooSlow, BodyGone) as exc:
+            self.seen.append((req.method, type(exc).__name__))
+            return HttpResponse(400)
+        self.seen.append((req.method, body))
+        return HttpResponse(200, {"content-type": "application/json"}, b'{"ok":true}')
+
+
+class Peer:
+    """hypercorn's side of one request: the events it delivers, and what the app sent."""
+
+    def __init__(self, *events: dict[str, Any]) -> None:
+        self.events = list(events)
+        self.sent: list[MutableMapping[str, Any]] = []
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        await trio.lowlevel.checkpoint()
+        if not self.events:
+            await trio.sleep_forever()
+        return self.events.pop(0)
+
+    async def send(self, event: MutableMapping[str, Any]) -> None:
+        await trio.lowlevel.checkpoint()
+        self.sent.append(event)
+
+    @property
+    def status(self) -> int:
+        return int(self.sent[0]["status"])
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.sent[0]["headers"]}
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(e.get("body", b"") for e in self.sent[1:])
+
+
+def route(service: Service, max_body_bytes: int = 100) -> McpRoute:
+    site = Site("http://bridge.test")
+    site.allow_url("http://bridge.test")
+
+    async def rest(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b"elsewhere"})
+
+    return McpRoute(
+        rest,
+        site=site,
+        service=cast(McpService, service),
+        max_body_bytes=max_body_bytes,
+        body_timeout_s=5.0,
+    )
+
+
+def scope(method: str = "POST", path: str = "/mcp", **headers: str) -> dict[str, Any]:
+    base = {"host": "bridge.test", "content-type": "application/json"}
+    merged = base | {k.replace("_", "-"): v for k, v in headers.items()}
+    return {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "client": ("192.0.2.9", 4000),
+        "headers": [(k.encode(), v.encode()) for k, v in merged.items()],
+    }
+
+
+def body(*chunks: bytes) -> list[dict[str, Any]]:
+    last = len(chunks) - 1
+    return [
+        {"type": "http.request", "body": c, "more_body": i < last} for i, c in enumerate(chunks)
+    ]
+
+
+async def test_a_body_in_chunks_reaches_the_service_whole_with_its_length() -> None:
+    service, peer = Service(), Peer(*body(b'{"a":', b"1}"))
+    await route(service)(scope(), peer.receive, peer.send)
+    assert service.seen == [("POST", b'{"a":1}')]
+    assert peer.status == 200
+    assert peer.headers["content-length"] == str(len(b'{"ok":true}'))
+    assert peer.body == b'{"ok":true}'
+    assert len(peer.sent) == 2  # start and one body event, nothing more
+
+
+async def test_a_body_past_the_bound_is_too_large_before_it_is_all_read() -> None:
+    service = Service()
+    peer = Peer(*body(b"x" * 60, b"x" * 60, b"never read"))
+    await route(service, max_body_bytes=100)(scope(), peer.receive, peer.send)
+    assert service.seen == [("POST", "BodyTooLarge")]
+    assert peer.events == [{"type": "http.request", "body": b"never read", "more_body": False}]
+
+
+async def test_a_body_that_stops_coming_is_too_slow(autojump_clock: trio.abc.Clock) -> None:
+    service, peer = Service(), Peer({"type": "http.request", "body": b"{", "more_body": True})
+    await route(service)(scope(), peer.receive, peer.send)
+    assert service.seen == [("POST", "BodyTooSlow")]
+
+
+async def test_a_client_gone_mid_body_is_not_a_slow_body() -> None:
+    service = Service()
+    peer = Peer(
+        {"type": "http.request", "body": b"{", "more_body": True}, {"type": "http.disconnect"}
+    )
+    await route(service)(scope(), peer.receive, peer.send)
+    assert service.seen == [("POST", "BodyGone")]
+
+
+async def test_head_gets_the_length_but_no_body_bytes() -> None:
+    service, peer = Service(), Peer(*body(b""))
+    await route(service)(scope("HEAD"), peer.receive, peer.send)
+    assert peer.headers["content-length"] == str(len(b'{"ok":true}'))
+    assert peer.body == b""
+
+
+async def test_the_database_down_is_a_jsonrpc_503_in_words() -> None:
+    service, peer = Service(StoreError("db.test does not answer")), Peer(*body(b"{}"))
+    await route(service)(scope(), peer.receive, peer.send)
+    assert peer.status == 503
+    assert peer.headers["retry-after"] == "5"
+    error = json.loads(peer.body)["error"]
+    assert "database does not answer" in error["message"] and "db.test" not in error["message"]
+
+
+async def test_framing_host_and_origin_are_refused_and_audited_before_the_service() -> None:
+    cases = [
+        (scope(content_length="2", transfer_encoding="chunked"), 400, "bad_framing"),
+        (scope(content_encoding="gzip"), 415, "bad_coding"),
+        (scope(host="evil.test"), 421, "host_refused"),
+        (scope(origin="http://evil.test"), 403, "origin_refused"),
+    ]
+    for sc, status, outcome in cases:
+        service, peer = Service(), Peer(*body(b"{}"))
+        await route(service)(sc, peer.receive, peer.send)
+        assert (peer.status, service.refused, service.seen) == (status, [(outcome, status)], [])
+    assert peer.body.startswith(b'{"jsonrpc":"2.0"')
+
+
+async def test_an_allowed_origin_gets_its_preflight_and_the_exposed_headers() -> None:
+    service, peer = Service(), Peer()
+    sc = scope("OPTIONS", origin="http://bridge.test", access_control_request_method="POST")
+    await route(service)(sc, peer.receive, peer.send)
+    assert peer.status == 204 and service.seen == []
+    assert peer.headers["access-control-allow-origin"] == "http://bridge.test"
+    assert "mcp-protocol-version" in peer.headers["access-control-allow-headers"]
+    service, peer = Service(), Peer(*body(b"{}"))
+    await route(service)(scope(origin="http://bridge.test"), peer.receive, peer.send)
+    assert "www-authenticate" in peer.headers["access-control-expose-headers"]
+
+
+async def test_other_paths_and_scopes_go_to_the_next_app() -> None:
+    for sc in (scope(path="/mcp/"), scope(path="/oauth/token"), {"type": "lifespan"}):
+        service, peer = Service(), Peer()
+        await route(service)(sc, peer.receive, peer.send)
+        assert peer.status == 404 and service.seen == []
