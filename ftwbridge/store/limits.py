@@ -14,6 +14,7 @@ written for PostgreSQL, rounds as `TokenBucket` does (tests/store/test_limits.py
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from ftwbridge.proto.pacing import TokenBucket
 
 if TYPE_CHECKING:
     from .postgres import PgStore
+
+log = logging.getLogger("ftwbridge.store")
 
 MAX_KEYS = 10_000
 """Keys kept per limit name (an address each); past it the least recently charged are
@@ -153,6 +156,10 @@ class PgLimits:
         self._names: set[str] = set()
 
     async def _charge(self, name: str, key: str, rate: Rate, now_ms: int, cost: float) -> bool:
+        import psycopg  # loaded already: this is a PgStore's
+
+        from .postgres import first_line
+
         args: dict[str, Any] = {
             "name": name,
             "key": key,
@@ -169,9 +176,12 @@ class PgLimits:
         def work(db: Any) -> bool:
             taken = db.execute(_CHARGE, args).fetchone() is not None
             if due:
-                db.execute(_PURGE, {"now": int(now_ms)})
-                for each in names:
-                    db.execute(_CAP, {"name": each, "max": self._max})
+                try:  # the charge stands whatever happens to the purge
+                    db.execute(_PURGE, {"now": int(now_ms)})
+                    for each in names:
+                        db.execute(_CAP, {"name": each, "max": self._max})
+                except psycopg.Error as exc:
+                    log.warning("full limit buckets were not deleted: %s", first_line(exc))
             return taken
 
         # not tried twice: a charge that committed before the connection broke would count twice

@@ -15,6 +15,7 @@ since the epoch, by the bridge's wall clock.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import weakref
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from .sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from .postgres import PgStore
+
+log = logging.getLogger("ftwbridge.store")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,10 @@ class PgRotations:
         (`FOR UPDATE`), so of two instances rotating one token at once the second waits for
         the first to commit, and then reads (a new snapshot per statement, PostgreSQL's READ
         COMMITTED) the token used and the first one's rotation."""
+        import psycopg
         from psycopg.types.json import Jsonb
+
+        from .postgres import first_line
 
         args = {"parent": parent, "now": now_ms}
 
@@ -197,12 +203,15 @@ class PgRotations:
                     " VALUES (%s, %s, FALSE, %s, %s)",
                     (child.hash, before.family, Jsonb(child.record), child.expires_at_ms),
                 )
-                db.execute(_PURGE.format(now="%s", parent="%s"), (now_ms, parent))
                 if child.until_ms > now_ms:
                     db.execute(
                         "INSERT INTO refresh_rotations VALUES (%s, %s, %s, %s)",
                         (parent, child.hash, child.sealed, child.until_ms),
                     )
+            try:  # after the commit, alone: a purge that fails leaves the rotation standing
+                db.execute(_PURGE.format(now="%s", parent="%s"), (now_ms, parent))
+            except psycopg.Error as exc:
+                log.warning("ended refresh rotations were not deleted: %s", first_line(exc))
             return before
 
         # not tried twice: a rotation that committed before the connection broke would be
