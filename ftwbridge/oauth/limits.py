@@ -1,7 +1,8 @@
 """Per-address limits (sans-I/O): who is asking, and how often each address may ask.
 
 Registration, opening consent requests and guessing claim codes are limited per client address
-as well as per process (docs/auth.md, "bounds"). The address is the connection's peer, unless
+as well as for everyone (docs/auth.md, "bounds"), in buckets the store keeps (`OAuthLimits`), so
+that on PostgreSQL every instance counts against the same limit. The address is the connection's peer, unless
 that peer is one of the configured trusted proxies: then it is the rightmost `X-Forwarded-For`
 entry that is not a trusted proxy (the nearest address no trusted party vouched for; entries to
 its left may be forged by the client). IPv6 addresses count per /64, the block one subscriber
@@ -11,15 +12,28 @@ usually holds, so one host cannot step around its limit by changing its interfac
 from __future__ import annotations
 
 import ipaddress
-from collections import OrderedDict
+import logging
 from collections.abc import Iterable
 
-from ftwbridge.proto.pacing import TokenBucket
+from ftwbridge.store.base import StoreError
+from ftwbridge.store.limits import LimitStore, Rate, limit_store
+
+from .model import (
+    GUESS_ADDRESS_BURST,
+    GUESS_ADDRESS_PER_S,
+    GUESS_BURST,
+    GUESS_PER_S,
+    REGISTER_ADDRESS_BURST,
+    REGISTER_ADDRESS_PER_S,
+    REGISTER_BURST,
+    REGISTER_PER_S,
+    START_ADDRESS_BURST,
+    START_ADDRESS_PER_S,
+    OAuthError,
+)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-MAX_ADDRESSES = 10_000
-"""Addresses remembered per limit; the least recently seen is forgotten first (memory bound;
-the per-process limit still holds for whoever is forgotten)."""
+log = logging.getLogger("ftwbridge.oauth")
 
 
 def trusted_networks(entries: Iterable[str]) -> tuple[Network, ...]:
@@ -73,25 +87,115 @@ def _in(
     return ip is not None and any(ip in n for n in nets if n.version == ip.version)
 
 
-class AddressLimit:
-    """A token bucket per address: `burst` asks, then `rate` per second (monotonic seconds)."""
+GUESSES, GUESSES_BY_ADDRESS = "guess", "guess-by-address"
+REGISTRATIONS, REGISTRATIONS_BY_ADDRESS = "register", "register-by-address"
+STARTS_BY_ADDRESS = "start-by-address"
+"""The limits' names in the store (`oauth_limits.name` on PostgreSQL)."""
+EVERYONE = ""
+"""The key of a limit that counts every client together."""
+UNAVAILABLE = (
+    "the sign-in limits cannot be checked now, as the bridge's database does not answer;"
+    " try again in a few seconds"
+)
 
-    def __init__(self, burst: float, rate: float, max_addresses: int = MAX_ADDRESSES) -> None:
-        self._burst, self._rate, self._max = burst, rate, max_addresses
-        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
 
-    def wait_s(self, address: str, now: float) -> float:
-        """Seconds until `address` may ask again (0: now)."""
-        bucket = self._buckets.get(address)
-        return 0.0 if bucket is None else bucket.wait_s(now)
+class OAuthLimits:
+    """The authorization server's limits (docs/auth.md, "Bounds"), kept in the store's
+    buckets (`ftwbridge.store.limits`): shared by every instance on PostgreSQL, in memory on
+    SQLite. Times are the bridge's wall clock, ms since the epoch.
 
-    def charge(self, address: str, now: float) -> None:
-        """Count one ask from `address`."""
-        bucket = self._buckets.pop(address, None) or TokenBucket(self._burst, self._rate)
-        bucket.charge(now, 1)
-        self._buckets[address] = bucket
-        while len(self._buckets) > self._max:
-            self._buckets.popitem(last=False)
+    When PostgreSQL does not answer, every check fails closed with 503: the guess limit is
+    what keeps an 8-character claim code from being guessed, so it must not lapse while it
+    cannot be counted, and a registration or a consent request needs the database next anyway.
 
-    def __len__(self) -> int:
-        return len(self._buckets)
+    Args:
+        store: the bridge's store; its kind chooses where the buckets live (`limit_store`).
+    """
+
+    def __init__(self, store: object) -> None:
+        self._buckets: LimitStore = limit_store(store)
+
+    async def _take(self, name: str, key: str, rate: Rate, now_ms: int) -> bool:
+        try:
+            return await self._buckets.take(name, key, rate, now_ms)
+        except StoreError as exc:
+            log.warning("a sign-in limit was not checked: %s", exc)
+            raise OAuthError("temporarily_unavailable", UNAVAILABLE, 503) from None
+
+    async def _give(self, name: str, key: str, rate: Rate, now_ms: int) -> None:
+        try:
+            await self._buckets.give(name, key, rate, now_ms)
+        except StoreError as exc:  # the charge stays: stricter, never looser
+            log.warning("a sign-in limit's charge was not given back: %s", exc)
+
+    async def _take_both(
+        self, everyone: tuple[str, Rate], by_address: tuple[str, Rate], address: str, now_ms: int
+    ) -> bool:
+        """Take from the limit for everyone, then from the address's; the first is given back
+        when the second refuses, so one address's refused asks use up no one else's."""
+        if not await self._take(everyone[0], EVERYONE, everyone[1], now_ms):
+            return False
+        if await self._take(by_address[0], address, by_address[1], now_ms):
+            return True
+        await self._give(everyone[0], EVERYONE, everyone[1], now_ms)
+        return False
+
+    async def guess(self, address: str, now_ms: int) -> None:
+        """Count a claim-code guess from `address` before it is checked (PROTOCOL.md part C:
+        the code is short, so wrong guesses are bounded across all consent requests and per
+        address). A right guess is given back (`right_guess`).
+
+        Raises:
+            OAuthError: `temporarily_unavailable`, 429 past a limit, 503 when it cannot be
+                counted.
+        """
+        if not await self._take_both(
+            (GUESSES, Rate(GUESS_BURST, GUESS_PER_S)),
+            (GUESSES_BY_ADDRESS, Rate(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S)),
+            address,
+            now_ms,
+        ):
+            raise OAuthError(
+                "temporarily_unavailable",
+                "too many wrong codes just now; try again in a minute",
+                429,
+            )
+
+    async def right_guess(self, address: str, now_ms: int) -> None:
+        """The guess `guess` counted was a code a home is showing: only wrong ones count."""
+        await self._give(GUESSES, EVERYONE, Rate(GUESS_BURST, GUESS_PER_S), now_ms)
+        await self._give(
+            GUESSES_BY_ADDRESS, address, Rate(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S), now_ms
+        )
+
+    async def register(self, address: str, now_ms: int) -> None:
+        """Count a client registration (RFC 7591) from `address`.
+
+        Raises:
+            OAuthError: `temporarily_unavailable`, 429 past a limit, 503 when it cannot be
+                counted.
+        """
+        if not await self._take_both(
+            (REGISTRATIONS, Rate(REGISTER_BURST, REGISTER_PER_S)),
+            (REGISTRATIONS_BY_ADDRESS, Rate(REGISTER_ADDRESS_BURST, REGISTER_ADDRESS_PER_S)),
+            address,
+            now_ms,
+        ):
+            raise OAuthError(
+                "temporarily_unavailable", "too many registrations just now; try again soon", 429
+            )
+
+    async def start(self, address: str, now_ms: int) -> None:
+        """Count a consent request opened from `address` (an `/authorize` request).
+
+        Raises:
+            OAuthError: `temporarily_unavailable`, 429 past the limit, 503 when it cannot be
+                counted.
+        """
+        rate = Rate(START_ADDRESS_BURST, START_ADDRESS_PER_S)
+        if not await self._take(STARTS_BY_ADDRESS, address, rate, now_ms):
+            raise OAuthError(
+                "temporarily_unavailable",
+                "too many sign-ins from your address; try again soon",
+                429,
+            )

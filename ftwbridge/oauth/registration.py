@@ -6,12 +6,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-import trio
-
-from ftwbridge.proto.pacing import TokenBucket
-
 from .cimd import DocumentRefused, MetadataDocuments, is_document_url
-from .limits import AddressLimit
+from .limits import OAuthLimits
 from .model import (
     CLIENT_TTL_MS,
     MAX_NAME_CHARS,
@@ -37,8 +33,7 @@ class ClientRegistration:
     _issuer: Callable[[], str]
     _clock: Callable[[], int]
     _documents: MetadataDocuments | None
-    _registrations: TokenBucket
-    _register_by_address: AddressLimit
+    _limits: OAuthLimits
 
     def metadata(self) -> dict[str, Any]:
         """RFC 8414 authorization-server metadata."""
@@ -74,7 +69,8 @@ class ClientRegistration:
 
         Raises:
             OAuthError: `invalid_redirect_uri` (with the reason), `invalid_client_metadata`
-                (RFC 7591 section 3.2.2), or `temporarily_unavailable` (429) past the limit.
+                (RFC 7591 section 3.2.2), or `temporarily_unavailable`: 429 past a limit,
+                503 when the limit cannot be counted (`OAuthLimits`).
         """
         if not isinstance(body, dict):
             raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
@@ -106,14 +102,8 @@ class ClientRegistration:
         responses = body.get("response_types", ["code"])
         if not isinstance(responses, list) or "code" not in responses:
             raise OAuthError("invalid_client_metadata", "response_types must include code")
-        t = trio.current_time()
-        if self._registrations.wait_s(t) > 0 or self._register_by_address.wait_s(address, t) > 0:
-            raise OAuthError(
-                "temporarily_unavailable", "too many registrations just now; try again soon", 429
-            )
-        self._registrations.charge(t, 1)
-        self._register_by_address.charge(address, t)
         now = self._clock()
+        await self._limits.register(address, now)
         client_id = "c_" + secrets.token_urlsafe(16)
         meta = {
             "client_id": client_id,

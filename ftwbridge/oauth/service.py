@@ -17,35 +17,22 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-import trio
-
 from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
-from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import Roster
 
 from .cimd import MetadataDocuments
 from .grace import Rotations
-from .limits import AddressLimit
+from .limits import OAuthLimits
 from .model import (
     CODE_TTL_MS,
-    GUESS_ADDRESS_BURST,
-    GUESS_ADDRESS_PER_S,
-    GUESS_BURST,
-    GUESS_PER_S,
     MAX_CLAIM_TRIES,
     MAX_PENDING,
     MAX_STATE_CHARS,
-    REGISTER_ADDRESS_BURST,
-    REGISTER_ADDRESS_PER_S,
-    REGISTER_BURST,
-    REGISTER_PER_S,
     REQUEST_TTL_MS,
-    START_ADDRESS_BURST,
-    START_ADDRESS_PER_S,
     USED_CODE_KEEP_MS,
     CodeGrant,
     IssueAccess,
@@ -105,13 +92,9 @@ class OAuthService(ClientRegistration, TokenGrants):
         self._documents = documents
         self._on_revoke = on_revoke
         self._pending: dict[str, Pending] = {}
-        self._guesses = TokenBucket(GUESS_BURST, GUESS_PER_S)
-        self._registrations = TokenBucket(REGISTER_BURST, REGISTER_PER_S)
+        self._limits = OAuthLimits(store)
         self._codes: dict[bytes, CodeGrant] = {}
         self._rotations = Rotations(refresh_grace_ms)
-        self._register_by_address = AddressLimit(REGISTER_ADDRESS_BURST, REGISTER_ADDRESS_PER_S)
-        self._start_by_address = AddressLimit(START_ADDRESS_BURST, START_ADDRESS_PER_S)
-        self._guess_by_address = AddressLimit(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S)
         door.on_denied = self._denied
 
     # -- authorize ------------------------------------------------------------------------
@@ -128,14 +111,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         """
         now = self._clock()
         await self._expire(now)
-        t = trio.current_time()
-        if self._start_by_address.wait_s(address, t) > 0:
-            raise OAuthError(
-                "temporarily_unavailable",
-                "too many sign-ins from your address; try again soon",
-                429,
-            )
-        self._start_by_address.charge(address, t)
+        await self._limits.start(address, now)
         if len(self._pending) >= MAX_PENDING:
             raise OAuthError(
                 "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
@@ -202,23 +178,16 @@ class OAuthService(ClientRegistration, TokenGrants):
             raise OAuthError("invalid_request", "this consent request is unknown or has expired")
         if pending.status != "new":
             return pending
-        t = trio.current_time()
-        if self._guesses.wait_s(t) > 0 or self._guess_by_address.wait_s(address, t) > 0:
-            raise OAuthError(
-                "temporarily_unavailable",
-                "too many wrong codes just now; try again in a minute",
-                429,
-            )
+        await self._limits.guess(address, self._clock())
         digest = code_hash(code)
         home = None if digest is None else self._door.take_claim(digest, self._clock())
         if home is None:
-            self._guesses.charge(t, 1)
-            self._guess_by_address.charge(address, t)
             pending.tries += 1
             if pending.tries >= MAX_CLAIM_TRIES:
                 pending.status = "failed"
             await self._save(pending)
             raise OAuthError("access_denied", "that code is not one a home is showing now")
+        await self._limits.right_guess(address, self._clock())
         key = await self._keys.create(home)
         pending.home, pending.agent_key = home, key
         body = {

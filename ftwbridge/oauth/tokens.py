@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ftwbridge.door import Door
+from ftwbridge.store.rotations import Child, RefreshState, refresh_rotations
 
 from .cimd import is_document_url
-from .grace import Rotations
+from .grace import Rotations, open_answer, seal_answer
 from .model import (
     REFRESH_TTL_MS,
     CodeGrant,
@@ -29,6 +30,13 @@ def expires_in_s(expires_at_ms: int, now_ms: int) -> int:
     """RFC 6749 section 5.1 `expires_in`: whole seconds from `now_ms` until the access token's
     stored expiry (`token_ttl_s` after minting), rounded to the nearest second, never below 0."""
     return max(0, (expires_at_ms - now_ms + 500) // 1000)
+
+
+def refresh_record(
+    home: str, agent_key: bytes, scopes: tuple[str, ...], client: str
+) -> dict[str, Any]:
+    """A refresh token's record in the store: what a refresh grants again."""
+    return {"home": home, "agentKey": agent_key.hex(), "scopes": list(scopes), "client": client}
 
 
 def need(form: dict[str, str], *names: str) -> None:
@@ -91,7 +99,6 @@ class TokenGrants(SavedSignIns):
             for digest in entry.issued:
                 await self._store.drop_token(digest)
             await self._store.drop_family(entry.family)
-            self._rotations.drop_family(entry.family)
             self._on_revoke()
             raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
         asked_redirect = form.get("redirect_uri")
@@ -122,20 +129,16 @@ class TokenGrants(SavedSignIns):
         await self._save_code(token_hash(form["code"]), entry)  # a replay must still revoke
         return out
 
-    async def _tokens(
-        self,
-        home: str,
-        agent_key: bytes,
-        scopes: tuple[str, ...],
-        client: str,
-        family: str,
-        *,
-        refresh: bool = True,
-    ) -> dict[str, Any]:
-        """A new access token and, when `refresh`, a refresh token (a client registered without
-        the `refresh_token` grant gets none: RFC 6749 section 5.1 makes it optional);
-        `expires_in` is read from the access token's stored record, so it is the configured
-        lifetime (`token_ttl_s`), not a figure of ours."""
+    async def _access(
+        self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """A new access token's answer (RFC 6749 section 5.1) and the scopes granted: those of
+        `scopes` the home's newest roster still grants the agent. `expires_in` is read from
+        the access token's stored record, so it is the configured lifetime (`token_ttl_s`).
+
+        Raises:
+            OAuthError: `invalid_grant` when the roster no longer lists the agent.
+        """
         roster = await self._door.roster(home)
         grant = None if roster is None else roster.agents().get(agent_key)
         if grant is None:
@@ -151,72 +154,121 @@ class TokenGrants(SavedSignIns):
             "expires_in": expires_in_s(held.expires_at_ms, self._clock()),
             "scope": " ".join(granted),
         }
+        return out, granted
+
+    async def _tokens(
+        self,
+        home: str,
+        agent_key: bytes,
+        scopes: tuple[str, ...],
+        client: str,
+        family: str,
+        *,
+        refresh: bool = True,
+    ) -> dict[str, Any]:
+        """A new access token and, when `refresh`, a refresh token in `family` (a client
+        registered without the `refresh_token` grant gets none: RFC 6749 section 5.1 makes it
+        optional)."""
+        out, granted = await self._access(home, agent_key, scopes, client)
         if refresh:
             out["refresh_token"] = new_refresh = secrets.token_urlsafe(32)
-            record = {
-                "home": home,
-                "agentKey": agent_key.hex(),
-                "scopes": list(granted),
-                "client": client,
-            }
             await self._store.put_refresh(
-                token_hash(new_refresh), family, record, self._clock() + REFRESH_TTL_MS
+                token_hash(new_refresh),
+                family,
+                refresh_record(home, agent_key, granted, client),
+                self._clock() + REFRESH_TTL_MS,
             )
         return out
 
     async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
         """Rotate a refresh token (RFC 6749 section 6, OAuth 2.1 section 4.3.1, RFC 9700
         section 4.14.2). Refreshes of one token within `refresh_grace_ms` of its first use get
-        the pair that first use made (`Rotations`); a use after that revokes the family."""
+        the pair that first use made, at whichever instance they arrive (`grace`); a use after
+        that, or after the new refresh token was used, revokes the family."""
         need(form, "refresh_token", "client_id")
-        digest = token_hash(form["refresh_token"])
-        now = self._clock()
-        peek = await self._store.refresh_record(digest, now)
-        if peek is None:  # unknown tokens leave no trace (no grace-window entry)
-            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
-        if form["client_id"] != peek["client"]:
-            # checked before the token is used, so another client cannot burn it
-            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
-        self._rotations.purge(now)
-        earlier = self._rotations.get(digest, now)
-        if earlier is not None:
-            return await earlier.outcome()
-        rotation = self._rotations.begin(digest, now)  # no await since the lookup: one wins
-        try:
-            out = await self._rotate(digest, form["client_id"])
-        except OAuthError as exc:
-            rotation.fail(exc)
-            raise
-        except BaseException:
-            rotation.fail(OAuthError("server_error", "the refresh did not complete", 500))
-            raise
-        rotation.succeed(out, token_hash(out["refresh_token"]))
-        return out
+        token = form["refresh_token"]
+        digest = token_hash(token)
+        kept = refresh_rotations(self._store)
+        async with self._rotations.turn(digest):
+            now = self._clock()
+            state = await kept.refresh_state(digest, now)
+            if state is None:  # unknown tokens leave no trace
+                raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
+            if form["client_id"] != state.record["client"]:
+                # checked before the token is used, so another client cannot burn it
+                raise OAuthError("invalid_grant", "the refresh token belongs to another client")
+            if not state.used:
+                out, state = await self._rotate(token, digest, state)
+                if out is not None:
+                    return out
+            return await self._repeat(token, state)
 
-    async def _rotate(self, digest: bytes, client_id: str) -> dict[str, Any]:
-        now = self._clock()
-        used = await self._store.use_refresh(digest, now)
-        if used is None:
-            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
-        family, already, record = used
-        if record["client"] != client_id:
-            raise OAuthError("invalid_grant", "the refresh token belongs to another client")
+    async def _rotate(
+        self, token: str, digest: bytes, state: RefreshState
+    ) -> tuple[dict[str, Any] | None, RefreshState]:
+        """Mint the new pair, then use the token in one transaction that keeps the pair's
+        answer sealed for repeats. Returns the answer, or None and the token's state when
+        another instance used it first (the pair minted here is dropped unseen).
+
+        Raises:
+            OAuthError: `invalid_grant` when the token went meanwhile (revoked or expired), or
+                when the home no longer lists the agent (the token is then left unused).
+        """
+        record = state.record
         key = bytes.fromhex(record["agentKey"])
-        if already:  # a rotated-out refresh token came back after the grace window
-            await self._revoke_family(family, record["home"], key)
+        out, granted = await self._access(
+            record["home"], key, tuple(record["scopes"]), record["client"]
+        )
+        out["refresh_token"] = new_refresh = secrets.token_urlsafe(32)
+        now = self._clock()
+        child = Child(
+            token_hash(new_refresh),
+            refresh_record(record["home"], key, granted, record["client"]),
+            now + REFRESH_TTL_MS,
+            seal_answer(token, out),
+            self._rotations.until_ms(now),
+        )
+        before = await refresh_rotations(self._store).rotate(digest, now, child)
+        if before is not None and not before.used:
+            return out, before
+        await self._store.drop_token(token_hash(out["access_token"]))
+        if before is None:
+            raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
+        return None, before
+
+    async def _repeat(self, token: str, state: RefreshState) -> dict[str, Any]:
+        """Answer a refresh token that was already used: within its grace window, the pair its
+        first use made; after it (or once that pair's refresh token was used) the family and
+        the agent's access tokens are revoked (RFC 9700 section 4.14.2).
+
+        Raises:
+            OAuthError: `invalid_grant`, saying which.
+        """
+        record = state.record
+        if state.graced is None:  # a rotated-out refresh token came back after the window
+            await self._revoke_family(
+                state.family, record["home"], bytes.fromhex(record["agentKey"])
+            )
             raise OAuthError(
                 "invalid_grant", "the refresh token was already used; the grant is revoked"
             )
-        self._rotations.name_family(digest, family)
-        return await self._tokens(
-            record["home"], key, tuple(record["scopes"]), record["client"], family
-        )
+        try:
+            answer = open_answer(token, state.graced.sealed)
+        except ValueError:  # the store's row was altered: answer nothing from it
+            raise OAuthError("server_error", "the earlier answer cannot be read", 500) from None
+        held = await self._store.token(token_hash(str(answer.get("access_token"))))
+        if held is None:  # revoked meanwhile (RFC 7009): no pair to give again
+            raise OAuthError(
+                "invalid_grant", "the refresh token was already used and its answer revoked"
+            )
+        answer["expires_in"] = expires_in_s(held.expires_at_ms, self._clock())
+        return answer
 
     async def _revoke_family(self, family: str, home: str, agent_key: bytes) -> None:
-        """Revoke a refresh family and the agent's access tokens; forget its graced answers."""
+        """Revoke a refresh family (its graced answers go with it) and the agent's access
+        tokens."""
         await self._store.drop_family(family)
         await self._store.drop_agent_tokens(home, agent_key)
-        self._rotations.drop_family(family)
         self._on_revoke()
 
     async def revoke(self, form: dict[str, str]) -> None:

@@ -6,14 +6,16 @@ clock, which the test moves forward (no real waiting on it)."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 
-from ftwbridge.oauth.grace import Rotations
-from ftwbridge.oauth.model import OAuthError
+from ftwbridge.oauth.grace import Rotations, open_answer, seal_answer, sealing_key
+from ftwbridge.oauth.model import token_hash
 from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.test_flow import REDIRECT, mcp_status, signed_in
 
@@ -77,29 +79,52 @@ async def test_parallel_refreshes_share_one_pair_then_reuse_after_the_window_rev
         assert old["refresh_token"] != tokens["refresh_token"]
 
 
-async def test_rotations_window_child_and_family_without_io() -> None:
-    """The grace window's bookkeeping alone (`grace.Rotations`), on explicit ms."""
+def test_a_sealed_answer_opens_only_with_the_refresh_token_it_answered() -> None:
+    """What the store keeps of an answer (`grace.seal_answer`) reads as nothing without the
+    used refresh token; the store itself has only that token's SHA-256."""
+    parent = secrets.token_urlsafe(32)
+    answer = {"access_token": "a" * 43, "token_type": "Bearer", "scope": "s", "expires_in": 9}
+    answer["refresh_token"] = "r" * 43
+    sealed = seal_answer(parent, answer)
+    assert b"a" * 43 not in sealed and b"r" * 43 not in sealed
+    assert sealed != seal_answer(parent, answer)  # a fresh nonce each time
+    assert open_answer(parent, sealed) == {k: v for k, v in answer.items() if k != "expires_in"}
+    assert sealing_key(parent) != token_hash(parent)  # the stored hash is not the key
+    with pytest.raises(ValueError):
+        open_answer(secrets.token_urlsafe(32), sealed)
+    with pytest.raises(ValueError):
+        open_answer(parent, sealed[:-1] + bytes([sealed[-1] ^ 1]))
+
+
+async def test_refreshes_of_one_token_take_turns_at_one_instance() -> None:
     rotations = Rotations(10_000)
-    first = rotations.begin(b"old", 1_000)
-    rotations.name_family(b"old", "fam")
-    assert rotations.get(b"old", 10_999) is first and rotations.get(b"old", 11_000) is None
-    first.succeed({"access_token": "a", "refresh_token": "n"}, b"new")
-    assert await first.outcome() == {"access_token": "a", "refresh_token": "n"}
-    rotations.begin(b"new", 2_000)  # the new token is used: the old one's window closes
-    assert rotations.get(b"old", 2_000) is None and len(rotations) == 1
-    rotations.name_family(b"new", "fam")
-    rotations.drop_family("fam")
+    assert rotations.until_ms(1_000) == 11_000
+    order: list[str] = []
+    first_in = trio.Event()
+    release = trio.Event()
+
+    async def first() -> None:
+        async with rotations.turn(b"t"):
+            order.append("first in")
+            first_in.set()
+            await release.wait()
+            order.append("first out")
+
+    async def repeat() -> None:
+        await first_in.wait()
+        async with rotations.turn(b"t"):
+            order.append("repeat in")
+
+    async def other() -> None:
+        await first_in.wait()
+        async with rotations.turn(b"u"):  # another token does not wait
+            order.append("other in")
+        release.set()
+
+    with trio.fail_after(REAL_WAIT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first)
+            nursery.start_soon(repeat)
+            nursery.start_soon(other)
+    assert order == ["first in", "other in", "first out", "repeat in"]
     assert len(rotations) == 0
-    failed = rotations.begin(b"x", 3_000)
-    failed.fail(OAuthError("invalid_grant", "no"))
-    try:
-        await failed.outcome()
-    except OAuthError as exc:
-        assert exc.error == "invalid_grant"
-    else:
-        raise AssertionError("a repeat of a failed refresh must fail the same way")
-    rotations.purge(13_000)
-    assert len(rotations) == 0
-    strict = Rotations(0)
-    strict.begin(b"y", 0)
-    assert strict.get(b"y", 0) is None and len(strict) == 0  # 0: every repeat is a reuse

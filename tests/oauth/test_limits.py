@@ -1,13 +1,20 @@
-"""Per-address limits (issue 14, item 5): who the client is behind trusted proxies, the
-buckets per address, and the bridge refusing one address while another still gets through."""
+"""Per-address limits (issue 14, item 5): who the client is behind trusted proxies, the limits'
+rules (their buckets: tests/store/test_limits.py), and the bridge refusing one address while
+another still gets through."""
 
 from __future__ import annotations
 
 import httpx2
 import pytest
 
-from ftwbridge.oauth.limits import AddressLimit, client_address, trusted_networks
-from ftwbridge.oauth.model import GUESS_ADDRESS_BURST, REGISTER_ADDRESS_BURST
+from ftwbridge.oauth.limits import OAuthLimits, client_address, trusted_networks
+from ftwbridge.oauth.model import (
+    GUESS_ADDRESS_BURST,
+    GUESS_BURST,
+    GUESS_PER_S,
+    REGISTER_ADDRESS_BURST,
+    OAuthError,
+)
 from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.helpers import authorize_params, form_fields, pkce
 from tests.oauth.test_flow import REDIRECT
@@ -38,17 +45,27 @@ def test_client_address_believes_only_trusted_proxies() -> None:
         trusted_networks(["10.0.0.0/8", "proxy.example"])
 
 
-def test_address_limit_buckets_are_per_address_and_bounded() -> None:
-    limit = AddressLimit(2, 1.0, max_addresses=3)
-    for _ in range(2):
-        assert limit.wait_s("a", 0.0) == 0
-        limit.charge("a", 0.0)
-    assert limit.wait_s("a", 0.0) == pytest.approx(1.0)
-    assert limit.wait_s("b", 0.0) == 0  # another address is untouched
-    assert limit.wait_s("a", 1.0) == 0  # refilled, one a second
-    for name in "bcd":
-        limit.charge(name, 1.0)
-    assert len(limit) == 3  # "a" was the least recently seen, and is forgotten
+async def test_oauth_limits_count_wrong_guesses_only_and_per_address() -> None:
+    """The limits' rules on the in-memory buckets (one process), on explicit ms."""
+    limits = OAuthLimits(object())  # no PostgreSQL store: buckets in memory
+    t = 1_000_000
+    for n in range(GUESS_BURST):
+        await limits.guess(f"192.0.2.{n % 3}", t)  # 10 from each of three addresses
+    with pytest.raises(OAuthError) as info:
+        await limits.guess("192.0.2.9", t)  # a fresh address: the limit for everyone is spent
+    assert info.value.status == 429 and "wrong codes" in info.value.description
+    t += int(1000 / GUESS_PER_S)  # one guess for everyone refills
+    with pytest.raises(OAuthError):
+        await limits.guess("192.0.2.0", t)  # that address spent its own 10
+    await limits.guess("192.0.2.9", t)  # another may use it
+    await limits.right_guess("192.0.2.9", t)  # it was a right code: it is given back
+    await limits.guess("192.0.2.8", t)
+    for _ in range(REGISTER_ADDRESS_BURST):
+        await limits.register("198.51.100.1", t)
+    with pytest.raises(OAuthError) as info:
+        await limits.register("198.51.100.1", t)
+    assert info.value.status == 429 and "registrations" in info.value.description
+    await limits.register("198.51.100.2", t)  # refused asks took nothing from everyone's
 
 
 @pytest.mark.config(trusted_proxies=("127.0.0.1",))
