@@ -31,6 +31,56 @@ _SIMPLE_OK: Final = frozenset({20, 21, 22, 25, 26, 27})
 _KEY_MAJORS: Final = frozenset({0, 1, 3})
 """Map keys are unsigned or negative integers, or text."""
 
+# What `scan` does with each of the 256 head bytes (RFC 8949 section 3), worked out once:
+_ATOM, _STRING, _ARRAY, _MAP, _BAD = range(5)
+
+
+def _head_table() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
+    acts, sizes, immediates, problems = [], [], [], []
+    for head in range(256):
+        major, info = head >> 5, head & 0x1F
+        size = _ARG_BYTES.get(info, 0)
+        problem = ""
+        if info == 31:
+            problem = "CBOR indefinite lengths are not allowed"
+        elif 28 <= info <= 30:
+            problem = "CBOR reserved additional information"
+        elif major == 6:
+            problem = "CBOR tag {} is not allowed"
+        elif major == 7 and info not in _SIMPLE_OK:
+            problem = "CBOR simple value {} is not allowed"
+        act = (_ATOM, _ATOM, _STRING, _STRING, _ARRAY, _MAP, _BAD, _ATOM)[major]
+        acts.append(_BAD if problem else act)
+        sizes.append(size)
+        immediates.append(info if info < 24 else -1)
+        problems.append(problem)
+    return tuple(acts), tuple(sizes), tuple(immediates), tuple(problems)
+
+
+_ACT, _SIZE, _IMMEDIATE, _PROBLEM = _head_table()
+_KEY_OK: Final = tuple((h >> 5) in _KEY_MAJORS for h in range(256))
+
+
+def _bad(data: bytes, pos: int, end: int) -> RemoteProtocolError:
+    """The error for the head byte at `pos - 1` that `_ACT` marks `_BAD`."""
+    head = data[pos - 1]
+    size = _SIZE[head]
+    if pos + size > end:
+        return RemoteProtocolError("CBOR ends inside an item's head")
+    arg = int.from_bytes(data[pos : pos + size], "big") if size else head & 0x1F
+    return RemoteProtocolError(_PROBLEM[head].format(arg))
+
+
+def _bad_key(data: bytes, pos: int, end: int) -> RemoteProtocolError:
+    """The error for a map key whose head byte, at `pos - 1`, is not an integer's or text's:
+    a broken head is named first, as for any item."""
+    head = data[pos - 1]
+    if head & 0x1F >= 28:
+        return _bad(data, pos, end)
+    if pos + _SIZE[head] > end:
+        return RemoteProtocolError("CBOR ends inside an item's head")
+    return RemoteProtocolError("CBOR map key is neither text nor integer")
+
 
 def scan(data: bytes) -> None:
     """Check the structure of one CBOR item (RFC 8949 section 3) before anything decodes it.
@@ -38,62 +88,56 @@ def scan(data: bytes) -> None:
     Refused: anything after the item, any tag (major type 6, bignums and self-describe
     included), indefinite lengths, simple values other than false/true/null, undefined,
     reserved additional information, map keys that are neither integer nor text, nesting
-    deeper than `MAX_DEPTH`, and lengths past the end of `data`.
+    deeper than `MAX_DEPTH`, and lengths past the end of `data`. Each head byte's meaning comes
+    from a table made once (`_head_table`), so an item costs a few lookups.
 
     Raises:
         RemoteProtocolError: naming the first rule broken.
     """
     end = len(data)
     pos = 0
-    stack: list[int] = []  # items still due in each open array or map (maps count 2 per pair)
-    maps: list[bool] = []
+    left = 1  # items still due at this level (a map's pairs count 2)
+    in_map = False
+    outer: list[tuple[int, bool]] = []  # each enclosing level's (left after this item, in_map)
+    act_of, size_of, immediate_of = _ACT, _SIZE, _IMMEDIATE
     while True:
         if pos >= end:
             raise RemoteProtocolError("CBOR ends inside an item")
         head = data[pos]
-        major, info = head >> 5, head & 0x1F
         pos += 1
-        if info < 24:
-            arg = info
-        elif info in _ARG_BYTES:
-            n = _ARG_BYTES[info]
-            if pos + n > end:
+        if in_map and not left & 1 and not _KEY_OK[head]:
+            raise _bad_key(data, pos, end)
+        act = act_of[head]
+        if act == _BAD:
+            raise _bad(data, pos, end)
+        arg = immediate_of[head]
+        if arg < 0:
+            size = size_of[head]
+            if pos + size > end:
                 raise RemoteProtocolError("CBOR ends inside an item's head")
-            arg = int.from_bytes(data[pos : pos + n], "big")
-            pos += n
-        elif info == 31:
-            raise RemoteProtocolError("CBOR indefinite lengths are not allowed")
-        else:
-            raise RemoteProtocolError("CBOR reserved additional information")
-        if stack and maps[-1] and stack[-1] % 2 == 0 and major not in _KEY_MAJORS:
-            raise RemoteProtocolError("CBOR map key is neither text nor integer")
-        if major in (2, 3):
+            if act != _ATOM:
+                arg = int.from_bytes(data[pos : pos + size], "big")
+            pos += size
+        if act == _STRING:
             if arg > end - pos:
                 raise RemoteProtocolError("CBOR string runs past the end")
             pos += arg
-        elif major in (4, 5):
-            count = arg * (2 if major == 5 else 1)
+        elif act != _ATOM and arg:  # a non-empty array or map
+            count = arg * 2 if act == _MAP else arg
             if count > end - pos:  # every item takes at least one byte
                 raise RemoteProtocolError("CBOR container runs past the end")
-            if count:
-                if len(stack) >= MAX_DEPTH:
-                    raise RemoteProtocolError("CBOR nested too deep")
-                stack.append(count + 1)  # +1: the decrement below counts the container itself
-                maps.append(major == 5)
-        elif major == 6:
-            raise RemoteProtocolError(f"CBOR tag {arg} is not allowed")
-        elif major == 7 and info not in _SIMPLE_OK:
-            raise RemoteProtocolError(f"CBOR simple value {arg} is not allowed")
-        while stack:
-            stack[-1] -= 1
-            if stack[-1]:
-                break
-            stack.pop()
-            maps.pop()
-        if not stack:
-            break
-    if pos != end:
-        raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
+            if len(outer) >= MAX_DEPTH:
+                raise RemoteProtocolError("CBOR nested too deep")
+            outer.append((left - 1, in_map))
+            left, in_map = count, act == _MAP
+            continue
+        left -= 1
+        while not left:
+            if not outer:
+                if pos != end:
+                    raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
+                return
+            left, in_map = outer.pop()
 
 
 def loads(data: bytes) -> Any:
