@@ -213,9 +213,20 @@ class OAuthService(ClientRegistration, TokenGrants):
 
     async def get(self, req: str) -> Pending | None:
         """The consent request `req`, or None when unknown or expired. Shared: as the store
-        has it now (another instance may have changed it)."""
+        has it now (another instance may have changed it); a request still `asked` whose
+        agent the home's newest roster lists is approved here (the holder's approval was lost,
+        e.g. the database failed as it saved the roster: any roster listing the new key is the
+        owner's yes)."""
         if self._shared:
-            return await self._load(req)
+            pending = await self._load(req)
+            if pending is None or pending.status != "asked" or pending.home is None:
+                return pending
+            roster = await self._door.roster(pending.home)
+            if roster is None or pending.agent_key not in roster.agents():
+                return pending
+            if await self._change(pending, {"status": "asked"}, status="approved"):
+                return pending
+            return await self._load(req)  # another step changed it first
         await self._expire(self._clock())
         pending = self._pending.get(req)
         if pending is not None and pending.status != pending.saved_status:

@@ -158,6 +158,22 @@ async def test_each_step_at_either_instance(two: Two) -> None:
     assert await a.store.token(token_hash(tokens["access_token"])) is None  # revoked
 
 
+async def test_a_poll_that_finds_the_agent_listed_approves(two: Two) -> None:
+    """The holder's approval was lost (its database write failed): the instance the browser
+    polls sees the roster listing the new agent and approves the request itself."""
+    a, b, keys, now = two
+    pending, client_id, _ = await opened(b, keys)
+    asked = await b.oauth.claim(pending.id, pending.csrf, await offered(a, "h1", now))
+    assert asked.agent_key is not None
+    grant = AgentGrant("agent-1", client_id, "n", SCOPES, (), {}, now[0], now[0] + 10**9)
+    b.door.roster_held = Roster(2, {b"x" * 32: grant})  # another agent: still asked
+    assert (await b.oauth.get(pending.id)).status == "asked"  # type: ignore[union-attr]
+    b.door.roster_held = Roster(3, {asked.agent_key: grant})
+    seen = await b.oauth.get(pending.id)
+    assert seen is not None and seen.status == "approved"
+    assert (await a.oauth.get(pending.id)).status == "approved"  # type: ignore[union-attr]
+
+
 async def test_a_wrong_code_counts_and_a_claim_is_used_once(two: Two) -> None:
     a, b, keys, now = two
     first, _, _ = await opened(a, keys)
