@@ -1,7 +1,9 @@
 """`python -m cluster [--once] [--port N] [--instances N] [--homes N]` (`make cluster`).
 
-Starts the cluster (`cluster.rig.open_cluster`), prints where each part runs and which instance
-holds each home, reads the OAuth metadata through HAProxy, runs the demo's scripted assistant
+Starts the cluster (`cluster.rig.open_cluster`; the scripted assistant signs in at each home
+for real through HAProxy: registration, /authorize, the consent form with the home's claim
+code, the owner's approval, the token exchange, each step at whichever instance HAProxy
+picks), prints where each part runs and which instance holds each home, reads the OAuth metadata through HAProxy, runs the demo's scripted assistant
 session through HAProxy in both MCP eras for the first home and a `status` call for every
 other, then (without `--once`) prints the URL and tokens and serves until Ctrl-C or SIGTERM,
 when it stops every process it started, in order. A second Ctrl-C stops them all at once. A part that cannot start ends the run with one
@@ -56,7 +58,10 @@ async def describe(cluster: Cluster) -> None:
         held = None
         with trio.move_on_after(HOLDER_S):  # the claim is written as the uplink authenticates
             held = await cluster.wait_holder(home.name, lambda h: h is not None)
-        print(f"  {home.name:14} console 127.0.0.1:{home.console}, uplink at {held or '?'}")
+        print(
+            f"  {home.name:14} console 127.0.0.1:{home.console}, uplink at {held or '?'};"
+            f" the assistant signed in through HAProxy in {home.sign_in_s:.1f} s"
+        )
 
 
 async def oauth_metadata(cluster: Cluster) -> str:

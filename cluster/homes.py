@@ -1,5 +1,7 @@
 """The cluster's stub homes: each enrolled, started in its own process (its box dialing
-through HAProxy, or one instance's door for the bench), and granted one agent with a token.
+through HAProxy, or one instance's door for the bench), its owner approving at once
+(`--approve-all`), and the cluster's assistant signed in at each through HAProxy
+(`cluster/signin.py`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ftwbridge.demo import console
-from ftwbridge.mcp.auth import TokenMinter
-from ftwbridge.proto.registry import READ_SCOPES
-
 from .procs import PY, CannotStart, Child, child_env, pin, start_child
+from .signin import register, sign_in
 
 if TYPE_CHECKING:
     from .rig import Cluster
@@ -26,14 +25,10 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-ROSTER_S = 30.0
-"""Bound on a granted agent's roster reaching the database, seconds."""
-
-
 @dataclass
 class Home:
     """A stub home in its own process: its `name`, owner `console` port and the `stub`;
-    once an agent is granted, the agent's `key`, `agent_id` and an access `token`."""
+    once the assistant signed in, its agent's `key`, `agent_id` and its access `token`."""
 
     name: str
     stub: Child
@@ -41,6 +36,8 @@ class Home:
     key: bytes = b""
     agent_id: str = ""
     token: str = ""
+    sign_in_s: float = 0.0
+    """How long the assistant's sign-in through HAProxy took, seconds."""
 
 
 async def _start_home(cluster: Cluster, nursery: trio.Nursery, name: str) -> Home:
@@ -68,56 +65,19 @@ async def _start_home(cluster: Cluster, nursery: trio.Nursery, name: str) -> Hom
     return Home(name, stub, int(json.loads(stub.line)["console"]))
 
 
-async def grant(cluster: Cluster, home: Home) -> None:
-    """Have the keys service make an agent key for `home`, its owner grant it the read
-    scopes, wait for that roster in the database, and mint a token for HAProxy's `/mcp`.
+async def start_homes(cluster: Cluster, nursery: trio.Nursery, count: int) -> None:
+    """Start `count` stub homes at once in `nursery`; the cluster's assistant, registered
+    once, signs in at each for real through HAProxy (`signin.sign_in`).
 
     Raises:
-        CannotStart: the keys service refused, or the roster did not arrive within `ROSTER_S`.
+        CannotStart: a home did not start, or a sign-in failed (its one sentence).
     """
-    config = cluster.instances[0].config_path
-    made = await trio.run_process(
-        [PY, "-m", "ftwbridge", "agent", "create", "--home", home.name, "--config", str(config)],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env=child_env(),
-    )
-    if made.returncode != 0:
-        raise CannotStart(made.stderr.decode(errors="replace").strip())
-    home.key = bytes.fromhex(made.stdout.decode().strip())
-    home.agent_id = "agent-" + home.key[:4].hex()
-    scopes = sorted(s.value for s in READ_SCOPES)
-    row = {
-        "op": "put_agent",
-        "home": home.name,
-        "key": home.key.hex(),
-        "id": home.agent_id,
-        "client": "cluster",
-        "name": "Cluster assistant",
-        "scopes": scopes,
-        "ops": [],
-        "caps": {},
-        "expiresAtMs": wall_ms() + 86_400_000,
-    }
-    await console(home.console, row)
-    with trio.move_on_after(ROSTER_S):
-        await cluster.wait_listed(home.name, home.key)
-        minter = TokenMinter(
-            put=cluster.store.put_token, resource=lambda: cluster.url, ttl_s=3600, wall_ms=wall_ms
-        )
-        home.token = await minter.mint(home.name, home.key, home.agent_id, tuple(scopes), "cluster")
-        return
-    raise CannotStart(f"the roster of {home.name} did not reach PostgreSQL in {ROSTER_S:g} s")
-
-
-async def start_homes(cluster: Cluster, nursery: trio.Nursery, count: int) -> None:
-    """Start `count` stub homes at once in `nursery`, each granted an agent (`grant`)."""
+    client_id = await register(cluster)
 
     async def one(name: str) -> None:
         made = await _start_home(cluster, nursery, name)
         cluster.homes.append(made)
-        await grant(cluster, made)
+        await sign_in(cluster, made, client_id)
 
     async with trio.open_nursery() as starting:
         for i in range(count):

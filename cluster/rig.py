@@ -135,8 +135,8 @@ class Cluster:
         await self.postgres.start(self.nurseries["postgres"])
 
     async def on_event(self, event: Event) -> None:
-        """Wake those waiting on the home of a `roster` or `takeover` event."""
-        if event.kind in ("roster", "takeover"):
+        """Wake those waiting on the home of a `roster`, `takeover` or `claim` event."""
+        if event.kind in ("roster", "takeover", "claim"):
             self.changed.pop(event.home, trio.Event()).set()
 
     async def on_gap(self) -> None:
@@ -159,6 +159,15 @@ class Cluster:
                 return found
             with trio.move_on_after(RENEW_S):  # a lease that runs out sends no event
                 await changed.wait()
+
+    async def wait_offer(self, home: str, digest: bytes) -> None:
+        """Return once the claim offer with code hash `digest` of `home` is in the database,
+        looking again at each `claim` event of the home (the caller bounds the time)."""
+        while True:
+            changed = self.changed.setdefault(home, trio.Event())  # before the look
+            if await self.store.oauth_state("claim", digest.hex(), wall_ms()) is not None:
+                return
+            await changed.wait()
 
     async def wait_listed(self, home: str, key: bytes) -> None:
         """Return once the roster of `home` held in the database lists agent `key` (the

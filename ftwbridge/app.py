@@ -183,11 +183,15 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
                 pages.PAGE_HEADERS,
             )
         issuer = site.public_url.rstrip("/")
-        if pending.status == "approved" and pending.code is not None:
-            await oauth.delivered(pending)  # the code goes out once; the request ends here
-            return Response(
-                b"", 303, {"location": pending.redirect(issuer, code=pending.code)} | NO_STORE
-            )
+        if pending.status == "approved":
+            code = await oauth.deliver(pending)  # the code goes out once; the request ends here
+            if code is None:  # another poll (at another instance, perhaps) delivered it
+                return Response(
+                    pages.problem("This request has ended; its answer went to your assistant."),
+                    400,
+                    pages.PAGE_HEADERS,
+                )
+            return Response(b"", 303, {"location": pending.redirect(issuer, code=code)} | NO_STORE)
         if pending.status in ("denied", "failed"):
             await oauth.forget(pending)
             return Response(

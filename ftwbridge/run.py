@@ -175,6 +175,7 @@ class Bridge:
             issue_access=self._issue_for_oauth,
             on_revoke=self.tokens.clear,
             refresh_grace_ms=config.refresh_grace_ms,
+            shared=config.database_url is not None,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,
@@ -199,8 +200,10 @@ class Bridge:
         self.tokens.forget_unlisted(home, roster.agents())
 
     async def _persist_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
-        """In the roster applier, after the store has the roster: the keys part forgets the keys
-        of agents no longer listed, and the store the tokens of every agent `dropped` since."""
+        """In the roster applier, after the store has the roster: consent requests it approves
+        are marked in the store (many instances), the keys part forgets the keys of agents no
+        longer listed, and the store the tokens of every agent `dropped` since."""
+        await self.oauth.on_roster_saved(home, roster)
         for key in await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped):
             await self.store.withdraw_agent_tokens(home, key)
             await self.store.drop_refresh_of_agent(home, key)
@@ -358,6 +361,8 @@ class Bridge:
         self.site.trusted_proxies = trusted_networks(c.trusted_proxies)
         if c.database_url is not None:
             self.node = self._node(port, fd)
+            if self.node.relay is not None:  # agent.request reaches the holder of the home
+                self.oauth.send_to_box = self.node.relay.send
         service = McpService(
             homes=_Homes(self.pool, self.door),
             verify_token=self.tokens.verify,

@@ -106,9 +106,15 @@ class Door:
     _buckets: dict[tuple[str, bool], Limits] = field(default_factory=dict)
     _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
     claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
-    """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer`."""
-    on_denied: Callable[[str, str], None] | None = None
-    """Told (home, req) when a box answers `agent.denied {req}`."""
+    """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer` (one
+    process; with `on_claim` they go to the store instead)."""
+    on_denied: Callable[[str, str], Awaitable[None]] | None = None
+    """Awaited with (home, req) in the uplink's reader when a box answers `agent.denied
+    {req}` (it bounds any write it makes)."""
+    on_claim: Callable[[str, bytes, int], Awaitable[None]] | None = None
+    """When set (many instances), awaited in the uplink's reader with (home, code hash,
+    expiresAtMs) for each `claim.offer`, instead of keeping the offer in `claims`: the offer
+    goes to the shared store, where any instance can take it (it bounds its write)."""
     on_fault: Callable[[str], None] | None = None
     """Told `door` each time an uplink is closed 4400 for a message that breaks part C."""
     on_up: Callable[[str], Awaitable[None]] | None = None
@@ -509,13 +515,17 @@ class Door:
             digest, expires = b.get("codeHash"), b.get("expiresAtMs")
             if isinstance(digest, bytes) and len(digest) == 32 and isinstance(expires, int):
                 now = self.wall_ms()
+                expires = min(expires, now + CLAIM_MAX_MS)
+                if self.on_claim is not None:
+                    await self.on_claim(uplink.home, digest, expires)
+                    return
                 for old in [d for d, (h, e) in self.claims.items() if h == uplink.home or e <= now]:
                     del self.claims[old]  # one open offer per home; expired ones go
-                self.claims[digest] = (uplink.home, min(expires, now + CLAIM_MAX_MS))
+                self.claims[digest] = (uplink.home, expires)
         elif env.t == Msg.AGENT_DENIED:
             b = env.b if isinstance(env.b, dict) else {}
             if isinstance(b.get("req"), str) and self.on_denied is not None:
-                self.on_denied(uplink.home, b["req"])
+                await self.on_denied(uplink.home, b["req"])
         elif env.t == Msg.ROSTER:
             b = env.b if isinstance(env.b, dict) else {}
             signed = b.get("roster")

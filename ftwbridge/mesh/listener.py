@@ -48,8 +48,8 @@ def create_internal_app(
     body_timeout_s: float,
     on_refused: Callable[[str], None] | None = None,
 ) -> QuartTrio:
-    """The internal listener's app: `POST /mcp` forwarded by another instance, nothing else
-    (404).
+    """The internal listener's app: `POST /mcp` forwarded by another instance (the node adds
+    the relayed door messages' route, `relay.add_relay_route`); anything else is 404.
 
     Args:
         service: this instance's `/mcp` service (the main listener's).

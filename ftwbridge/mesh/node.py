@@ -1,6 +1,7 @@
 """One instance's part in a cluster (issue 13 items 2 and 4), wired by `run.Bridge`: its
 place in the directory, its claims kept with the door's uplinks, and, when `internal_bind` is
-set, the forwarder and the internal listener.
+set, the forwarder, the relay of `agent.request` to a home's holder, and the internal listener
+(forwarded `/mcp` calls and relayed door messages).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ftwbridge.store.postgres import PgStore
 from .forward import Forwarder, new_client
 from .holdings import Holdings
 from .listener import create_internal_app
+from .relay import BoxRelay, add_relay_route
 from .signing import Checker, mesh_key_bytes
 
 log = logging.getLogger("ftwbridge.mesh")
@@ -68,7 +70,17 @@ class Node:
         door.on_down = self.holdings.down
         self._http = new_client(config.call_deadline_s + CALL_SLACK_S)
         self.forwarder: Forwarder | None = None
+        self.relay: BoxRelay | None = None
+        """Sends `agent.request` to a home's box wherever its uplink is (with forwarding)."""
         if internal is not None and config.mesh_key is not None:
+            self.relay = BoxRelay(
+                directory=self.directory,
+                here=door.online,
+                send_here=door.send_to_box,
+                http=self._http,
+                key=mesh_key_bytes(config.mesh_key),
+                wall_ms=wall_ms,
+            )
             self.forwarder = Forwarder(
                 directory=self.directory,
                 holds=self.holdings.holds,
@@ -152,6 +164,14 @@ class Node:
                         wall_ms=self._wall_ms,
                         max_body_bytes=c.max_body_bytes,
                         body_timeout_s=c.body_timeout_s,
+                        on_refused=metrics.on_mesh_refused,
+                    )
+                    add_relay_route(
+                        app,
+                        checker=checker,
+                        holds=self.holdings.holds,
+                        send_here=self._door.send_to_box,
+                        wall_ms=self._wall_ms,
                         on_refused=metrics.on_mesh_refused,
                     )
                     hc = edge.EdgeConfig()

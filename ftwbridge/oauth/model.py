@@ -112,6 +112,54 @@ class OAuthStore(Protocol):
         deleting the expired ones of that kind (expiry on load)."""
         ...
 
+    async def oauth_state(
+        self, kind: str, key: str, now_ms: int
+    ) -> tuple[dict[str, Any], int] | None:
+        """One live item (`put_oauth_state`) as (record, expires_at_ms), or None when it is
+        unknown or expired at `now_ms` (ms since the epoch)."""
+        ...
+
+    async def change_oauth_state(
+        self,
+        kind: str,
+        key: str,
+        changes: dict[str, Any],
+        now_ms: int,
+        *,
+        where: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Merge `changes` (top-level fields) into a live item's record, atomically, if every
+        field of `where` has that value in it now (scalars; JSON containment). Returns the
+        record as changed, or None when the item is unknown, expired, or does not match (an
+        instance changed it first): the compare-and-set every instance relies on."""
+        ...
+
+    async def take_oauth_state(
+        self, kind: str, key: str, now_ms: int, *, where: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """Delete an item whose record matches `where` and return its record, atomically: of
+        many callers, one gets it (a claim offer used once, a consent request delivered
+        once). An expired item is deleted and None returned."""
+        ...
+
+    async def find_oauth_states(
+        self, kind: str, now_ms: int, where: dict[str, Any]
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """Every live item of `kind` whose record matches `where` (scalars), as (key, record,
+        expires_at_ms), by key."""
+        ...
+
+    async def expire_oauth_states(
+        self, kind: str, now_ms: int
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """Delete the items of `kind` expired at `now_ms` and return them (key, record,
+        expires_at_ms), each to one caller only (its consent's agent key is dropped once)."""
+        ...
+
+    async def drop_oauth_states(self, kind: str, where: dict[str, Any]) -> int:
+        """Delete every item of `kind` whose record matches `where`; returns how many."""
+        ...
+
 
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
 
@@ -134,6 +182,7 @@ class Pending:
     agent_key: bytes | None = None
     status: str = "new"  # new | asked | approved | denied | failed
     code: str | None = None
+    """The authorization code, once `OAuthService.deliver` made it (never stored)."""
     redirect_given: bool = True
     """Whether `/authorize` named `redirect_uri` (then `/oauth/token` must name it too)."""
     saved_status: str = ""
@@ -158,6 +207,9 @@ class CodeGrant:
     used: bool = False
     issued: list[bytes] = field(default_factory=list)
     family: str = ""
+    replayed: bool = False
+    """Presented again after its use: what it gave is revoked, and a redeemer still minting
+    revokes its own tokens too (`TokenGrants._exchange`)."""
 
 
 def valid_challenge(challenge: str) -> bool:

@@ -1,22 +1,30 @@
-"""Sign-in state that survives a restart of the bridge: consent requests, codes, claim offers.
+"""Sign-in state in the store: consent requests, codes, claim offers (table `oauth_state`).
 
-Consent requests and codes are written to the store as they change (`OAuthStore.
-put_oauth_state`) and read back by `restore` when the bridge starts; what expired meanwhile is
-deleted on load. Codes are kept by their SHA-256 only: a request that was approved but whose
-code had not yet gone to the client gets a new code at restore. Claim offers belong to the door
-(`Door.claims`); they are written when the bridge stops (`save_claims`, called by the drain)
-and loaded into the door at start, so a home's code still works after a planned restart.
+Codes live in the store only, in every mode: kept by their SHA-256 (the code itself is made
+when it is delivered, `OAuthService.deliver`, and never stored), redeemed with a
+compare-and-set (`OAuthStore.change_oauth_state`), so a code presented at two instances at
+once is used once and the second is a replay.
+
+One process on SQLite (no `database_url`): consent requests live in the memory of the process
+and are written through as they change, then read back by `restore` at the next start; claim
+offers belong to the door (`Door.claims`) and are written when the bridge stops (`save_claims`,
+called by the drain) and loaded into the door at start.
+
+Many instances on PostgreSQL (`shared`): the store is the truth for consent requests and claim
+offers too. Each step reads the consent request from the store, always (one lookup by primary
+key, about 0.5 ms; a copy in memory could not know what another instance changed), changes it
+with a compare-and-set on its status, and a claim offer is written when the box offers it and
+taken (deleted and returned) by whichever instance gets the code.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from typing import Any
 
 from ftwbridge.door import Door
 
-from .model import CODE_TTL_MS, USED_CODE_KEEP_MS, CodeGrant, OAuthStore, Pending, token_hash
+from .model import USED_CODE_KEEP_MS, CodeGrant, OAuthStore, Pending
 
 CONSENT, CODE, CLAIM = "consent", "code", "claim"
 
@@ -73,6 +81,7 @@ def code_record(entry: CodeGrant) -> dict[str, Any]:
         "used": entry.used,
         "issued": [d.hex() for d in entry.issued],
         "family": entry.family,
+        "replayed": entry.replayed,
     }
 
 
@@ -88,7 +97,16 @@ def code_from(r: dict[str, Any]) -> CodeGrant:
         used=bool(r["used"]),
         issued=[bytes.fromhex(d) for d in r["issued"]],
         family=str(r["family"]),
+        replayed=bool(r.get("replayed", False)),
     )
+
+
+def consent_fields(changes: dict[str, Any]) -> dict[str, Any]:
+    """Changes of a consent request's attributes as fields of its record (`pending_record`):
+    an agent key as hex."""
+    return {
+        k: (v.hex() if k == "agent_key" and isinstance(v, bytes) else v) for k, v in changes.items()
+    }
 
 
 class SavedSignIns:
@@ -98,7 +116,7 @@ class SavedSignIns:
     _door: Door
     _clock: Callable[[], int]
     _pending: dict[str, Pending]
-    _codes: dict[bytes, CodeGrant]
+    _shared: bool
 
     async def _save(self, p: Pending) -> None:
         """Write a consent request as it now is."""
@@ -108,21 +126,56 @@ class SavedSignIns:
     async def _unsave(self, p: Pending) -> None:
         await self._store.drop_oauth_state(CONSENT, p.id)
 
+    async def _load(self, req: str) -> Pending | None:
+        """The consent request `req` as the store has it now, or None (unknown, expired)."""
+        found = await self._store.oauth_state(CONSENT, req, self._clock())
+        if found is None:
+            return None
+        p = pending_from(found[0])
+        p.saved_status = p.status
+        return p
+
+    async def _change(self, p: Pending, where: dict[str, Any], **changes: Any) -> bool:
+        """Change consent request `p` if its fields are still `where` (compare-and-set):
+        in the store when shared, else in memory (then written through). On success `p` has
+        the changes; False when another step changed it first."""
+        if self._shared:
+            record = await self._store.change_oauth_state(
+                CONSENT, p.id, consent_fields(changes), self._clock(), where=where
+            )
+            if record is None:
+                return False
+            fresh = pending_from(record)
+            p.status, p.tries, p.home, p.agent_key = (
+                fresh.status,
+                fresh.tries,
+                fresh.home,
+                fresh.agent_key,
+            )
+            p.saved_status = p.status
+            return True
+        if any(getattr(p, k) != v for k, v in where.items()):
+            return False
+        for k, v in changes.items():
+            setattr(p, k, v)
+        await self._save(p)
+        return True
+
     async def _save_code(self, digest: bytes, entry: CodeGrant) -> None:
         """Write an issued code's grant, kept as long as a replay must still revoke."""
         until = entry.expires_at_ms + USED_CODE_KEEP_MS
         await self._store.put_oauth_state(CODE, digest.hex(), code_record(entry), until)
 
-    async def _unsave_code(self, digest: bytes) -> None:
-        await self._store.drop_oauth_state(CODE, digest.hex())
-
     async def restore(self) -> tuple[int, int, int]:
-        """Load what the previous run left: consent requests, codes and claim offers that have
-        not expired (the expired ones are deleted). A request approved before the restart whose
-        code never reached its client gets a new code. Call once, before serving.
+        """Load what the previous run left, on one process: consent requests and claim offers
+        that have not expired (the expired ones are deleted); codes stay in the store, where
+        they are redeemed. Call once, before serving. Shared (many instances): nothing to
+        load, the store is the truth; returns zeros.
 
-        Returns: how many (consent requests, codes, claim offers) were restored.
+        Returns: how many (consent requests, live codes, claim offers) were restored.
         """
+        if self._shared:
+            return 0, 0, 0
         now = self._clock()
         for _, record, _ in await self._store.oauth_states(CONSENT, now):
             p = pending_from(record)
@@ -130,19 +183,10 @@ class SavedSignIns:
             self._pending[p.id] = p
         codes = 0
         for key, record, _ in await self._store.oauth_states(CODE, now):
-            entry = code_from(record)
-            if entry.pending.id in self._pending:  # its code never went out: a new one below
-                await self._store.drop_oauth_state(CODE, key)
+            if code_from(record).pending.id in self._pending:  # an older bridge's code that
+                await self._store.drop_oauth_state(CODE, key)  # never went out: delivered anew
                 continue
-            self._codes[bytes.fromhex(key)] = entry
             codes += 1
-        for p in self._pending.values():
-            if p.status == "approved":
-                p.code = secrets.token_urlsafe(32)
-                entry = CodeGrant(p, now + CODE_TTL_MS)
-                self._codes[token_hash(p.code)] = entry
-                await self._save_code(token_hash(p.code), entry)
-                codes += 1
         claims = await self._store.oauth_states(CLAIM, now)
         for key, record, expires in claims:
             self._door.claims.setdefault(bytes.fromhex(key), (str(record["home"]), expires))
@@ -150,7 +194,8 @@ class SavedSignIns:
         return len(self._pending), codes, len(claims)
 
     async def save_claims(self) -> int:
-        """Write the door's open claim offers (the bridge is stopping); returns how many."""
+        """Write the door's open claim offers (the bridge is stopping); returns how many. When
+        shared, the door holds none: each offer went to the store as it came."""
         now = self._clock()
         live = [(d, h, e) for d, (h, e) in self._door.claims.items() if e > now]
         for digest, home, expires in live:

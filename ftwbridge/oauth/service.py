@@ -8,14 +8,24 @@ box `agent.request`; the owner approves at home and the box publishes a roster l
 agent, or answers `agent.denied`. The page then redirects with a one-time code (60 s), which
 `/oauth/token` exchanges for a one-hour access token and a rotating refresh token.
 
-Codes and consent requests live in memory (a restart drops them; the person starts again);
-clients, access tokens and refresh tokens are in the store, tokens only as SHA-256 hashes.
+Where the sign-in state lives (`oauth/persist.py`): codes in the store, by hash, in every
+mode. On one process (SQLite), consent requests live in memory, written through so they
+outlive a restart, and claim offers in the door. With `shared` (many instances on PostgreSQL,
+behind a load balancer that sends each step anywhere) the store is the truth for consent
+requests and claim offers too: every step reads them from it and changes them with a
+compare-and-set, `agent.request` goes to the home's holder (`send_to_box`, routed by the mesh),
+the holder approves from the store once a roster listing the agent is saved
+(`on_roster_saved`), and a denial heard there is written at once. Clients, access tokens and
+refresh tokens are in the store, tokens only as SHA-256 hashes.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+
+import trio
 
 from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
@@ -23,6 +33,7 @@ from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import Roster
+from ftwbridge.store import StoreError
 
 from .cimd import MetadataDocuments
 from .grace import Rotations
@@ -33,7 +44,6 @@ from .model import (
     MAX_PENDING,
     MAX_STATE_CHARS,
     REQUEST_TTL_MS,
-    USED_CODE_KEEP_MS,
     CodeGrant,
     IssueAccess,
     OAuthError,
@@ -43,6 +53,7 @@ from .model import (
     token_hash,
     valid_challenge,
 )
+from .persist import CLAIM, CODE, CONSENT, pending_from
 from .redirects import (
     matching_redirect,
     redirect_kind,
@@ -51,6 +62,14 @@ from .redirects import (
 from .registration import ClientRegistration
 from .scopes import granted_scopes, ops_for
 from .tokens import TokenGrants
+
+log = logging.getLogger("ftwbridge.oauth")
+
+SendToBox = Callable[[str, Envelope], Awaitable[None]]
+"""(home, door message) -> sent to the home's box; raises `HomeOffline` when it cannot be."""
+READER_WRITE_S = 2.0
+"""The longest a store write made in an uplink's reader (a claim offer, a denial) may hold
+that home's traffic, seconds; past it the write is given up and logged."""
 
 
 class OAuthService(ClientRegistration, TokenGrants):
@@ -66,6 +85,13 @@ class OAuthService(ClientRegistration, TokenGrants):
         documents: fetches Client ID Metadata Documents; None turns them off.
         on_revoke: called after tokens are revoked (the bridge empties its token cache).
         refresh_grace_ms: repeats of a refresh within this many ms get the same pair (`grace`).
+        shared: the store is shared with other instances (PostgreSQL): it is the truth for
+            consent requests and claim offers (module docstring); the door's claim offers go
+            to it as they come (`Door.on_claim`).
+
+    Attributes:
+        send_to_box: how `agent.request` reaches the box; None: this door's `send_to_box`
+            (one process). A cluster sets the mesh's relay, which reaches the holder.
     """
 
     def __init__(
@@ -81,6 +107,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         documents: MetadataDocuments | None = None,
         on_revoke: Callable[[], None] = lambda: None,
         refresh_grace_ms: int = 10_000,
+        shared: bool = False,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -93,9 +120,12 @@ class OAuthService(ClientRegistration, TokenGrants):
         self._on_revoke = on_revoke
         self._pending: dict[str, Pending] = {}
         self._limits = OAuthLimits(store)
-        self._codes: dict[bytes, CodeGrant] = {}
         self._rotations = Rotations(refresh_grace_ms)
+        self._shared = shared
+        self.send_to_box: SendToBox | None = None
         door.on_denied = self._denied
+        if shared:
+            door.on_claim = self._offered
 
     # -- authorize ------------------------------------------------------------------------
 
@@ -154,24 +184,42 @@ class OAuthService(ClientRegistration, TokenGrants):
             now + REQUEST_TTL_MS,
             redirect_given=asked is not None,
         )
-        self._pending[pending.id] = pending
+        if not self._shared:
+            self._pending[pending.id] = pending
         await self._save(pending)
         return pending
 
     async def get(self, req: str) -> Pending | None:
-        """The consent request `req`, or None when unknown or expired."""
+        """The consent request `req`, or None when unknown or expired. Shared: as the store
+        has it now (another instance may have changed it); a request still `asked` whose
+        agent the home's newest roster lists is approved here (the holder's approval was lost,
+        e.g. the database failed as it saved the roster: any roster listing the new key is the
+        owner's yes)."""
+        if self._shared:
+            pending = await self._load(req)
+            if pending is None or pending.status != "asked" or pending.home is None:
+                return pending
+            roster = await self._door.roster(pending.home)
+            if roster is None or pending.agent_key not in roster.agents():
+                return pending
+            if await self._change(pending, {"status": "asked"}, status="approved"):
+                return pending
+            return await self._load(req)  # another step changed it first
         await self._expire(self._clock())
         pending = self._pending.get(req)
         if pending is not None and pending.status != pending.saved_status:
-            await self._save(pending)  # a denial heard from the box (`_denied` cannot wait)
+            await self._save(pending)  # a denial heard from the box (`_denied` does no I/O)
         return pending
 
     async def claim(self, req: str, csrf: str, code: str, address: str = "unknown") -> Pending:
         """The person typed their home's claim code: find the home and ask its owner.
 
+        The request is marked `asked` (with its home and new agent key) before `agent.request`
+        goes out, so an owner who approves at once finds it asked wherever the roster lands.
+
         Raises:
             OAuthError: unknown request, a bad form token, a wrong code (the request is burned
-                after 5), or an offline home.
+                after 5), or an offline home (`temporarily_unavailable`, 503).
         """
         pending = await self.get(req)
         if pending is None or not secrets.compare_digest(pending.csrf, csrf):
@@ -180,16 +228,29 @@ class OAuthService(ClientRegistration, TokenGrants):
             return pending
         await self._limits.guess(address, self._clock())
         digest = code_hash(code)
-        home = None if digest is None else self._door.take_claim(digest, self._clock())
+        home = None if digest is None else await self._take_claim(digest)
         if home is None:
-            pending.tries += 1
-            if pending.tries >= MAX_CLAIM_TRIES:
-                pending.status = "failed"
-            await self._save(pending)
+            tries = pending.tries + 1
+            # two wrong codes at two instances at once may count once: the limits above hold
+            await self._change(
+                pending,
+                {"status": "new", "tries": pending.tries},
+                tries=tries,
+                status="failed" if tries >= MAX_CLAIM_TRIES else "new",
+            )
             raise OAuthError("access_denied", "that code is not one a home is showing now")
         await self._limits.right_guess(address, self._clock())
         key = await self._keys.create(home)
-        pending.home, pending.agent_key = home, key
+        if not await self._change(
+            pending, {"status": "new"}, status="asked", home=home, agent_key=key
+        ):
+            await self._keys.drop(key)  # another post of the form got there first
+            now = await self.get(req)
+            if now is None:
+                raise OAuthError(
+                    "invalid_request", "this consent request is unknown or has expired"
+                )
+            return now
         body = {
             "req": pending.id,
             "client": pending.client_id,
@@ -201,52 +262,154 @@ class OAuthService(ClientRegistration, TokenGrants):
             "key": key,
             "expiresAtMs": pending.expires_at_ms,
         }
+        send = self.send_to_box or self._door.send_to_box
         try:
-            await self._door.send_to_box(home, Envelope(Msg.AGENT_REQUEST, None, body))
+            await send(home, Envelope(Msg.AGENT_REQUEST, None, body))
         except HomeOffline:
             await self._keys.drop(key)
-            pending.status = "failed"
-            await self._save(pending)
+            await self._change(pending, {"status": "asked"}, status="failed")
             raise OAuthError("temporarily_unavailable", "the home is offline", 503) from None
-        pending.status = "asked"
-        await self._save(pending)
         return pending
 
+    async def _take_claim(self, digest: bytes) -> str | None:
+        """The home whose open claim offer has this code hash, used once, or None."""
+        now = self._clock()
+        if not self._shared:
+            return self._door.take_claim(digest, now)
+        record = await self._store.take_oauth_state(CLAIM, digest.hex(), now)
+        return None if record is None else str(record["home"])
+
+    async def _offered(self, home: str, digest: bytes, expires_at_ms: int) -> None:
+        """The door's `on_claim` when shared: the box offers a claim code; it replaces the
+        home's open offer in the store (one per home), so any instance can take it. In the
+        uplink's reader: bounded by `READER_WRITE_S`; a store that fails is logged."""
+        try:
+            with trio.move_on_after(READER_WRITE_S):
+                await self._store.drop_oauth_states(CLAIM, {"home": home})
+                await self._store.put_oauth_state(
+                    CLAIM, digest.hex(), {"home": home}, expires_at_ms
+                )
+                return
+            why = f"the store took more than {READER_WRITE_S:g} s"
+        except StoreError as exc:
+            why = str(exc)
+        log.warning(
+            "claim offer of home %s not kept (%s): the code the home shows will not work; the"
+            " owner asks the box for a new one",
+            home,
+            why,
+        )
+
     async def on_roster(self, home: str, roster: Roster) -> None:
-        """A new roster: requests whose agent it lists are approved and get their code."""
+        """A new roster, in the uplink's reader (one process): requests whose agent it lists
+        are approved; their code is made when delivered. Shared: nothing here, see
+        `on_roster_saved`."""
+        if self._shared:
+            return
         listed = roster.agents()
         for pending in list(self._pending.values()):
             if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
                 pending.status = "approved"
-                pending.code = secrets.token_urlsafe(32)
-                entry = CodeGrant(pending, self._clock() + CODE_TTL_MS)
-                self._codes[token_hash(pending.code)] = entry
-                await self._save_code(token_hash(pending.code), entry)
                 await self._save(pending)
 
-    def _denied(self, home: str, req: str) -> None:
-        pending = self._pending.get(req)
-        if pending is not None and pending.home == home and pending.status == "asked":
-            pending.status = "denied"
+    async def on_roster_saved(self, home: str, roster: Roster) -> None:
+        """A new roster of a home held here is in the store (the roster applier, shared only):
+        the requests of that home asked of its owner whose agent it lists are approved in the
+        store, wherever they were opened; the instance the browser polls delivers the code.
+        After the store has the roster, so the instance that exchanges the code finds the
+        agent listed. A store that fails is logged (the next roster approves them)."""
+        if not self._shared:
+            return
+        listed = roster.agents()
+        now = self._clock()
+        try:
+            asked = await self._store.find_oauth_states(
+                CONSENT, now, {"home": home, "status": "asked"}
+            )
+            for req, record, _ in asked:
+                key = record.get("agent_key")
+                if isinstance(key, str) and bytes.fromhex(key) in listed:
+                    await self._store.change_oauth_state(
+                        CONSENT, req, {"status": "approved"}, now, where={"status": "asked"}
+                    )
+        except StoreError as exc:
+            log.warning(
+                "consents of home %s listed by roster seq %d not approved: %s",
+                home,
+                roster.seq,
+                exc,
+            )
+
+    async def _denied(self, home: str, req: str) -> None:
+        """The door's `on_denied` (in the uplink's reader): the owner denied `req`. One
+        process: in memory, written on the next read. Shared: in the store at once, bounded
+        by `READER_WRITE_S`, so the browser polling another instance sees it."""
+        if not self._shared:
+            pending = self._pending.get(req)
+            if pending is not None and pending.home == home and pending.status == "asked":
+                pending.status = "denied"
+            return
+        try:
+            with trio.move_on_after(READER_WRITE_S):
+                await self._store.change_oauth_state(
+                    CONSENT,
+                    req,
+                    {"status": "denied"},
+                    self._clock(),
+                    where={"home": home, "status": "asked"},
+                )
+                return
+            why = f"the store took more than {READER_WRITE_S:g} s"
+        except StoreError as exc:
+            why = str(exc)
+        log.warning("denial of consent request of home %s not kept (%s)", home, why)
 
     async def _expire(self, now: int) -> None:
-        gone = [p for p in self._pending.values() if p.expires_at_ms <= now]
-        for p in gone:
-            await self.forget(p)
-        for digest in [
-            d for d, c in self._codes.items() if c.expires_at_ms + USED_CODE_KEEP_MS <= now
-        ]:
-            del self._codes[digest]  # used codes stay a while so a replay still revokes
-            await self._unsave_code(digest)
+        """End what expired: consent requests (their unlisted keys dropped; shared: each by
+        the one instance whose sweep deleted it), claim offers (shared), and codes past their
+        keeping time."""
+        if self._shared:
+            for _, record, _ in await self._store.expire_oauth_states(CONSENT, now):
+                await self._drop_unlisted(pending_from(record))
+            await self._store.expire_oauth_states(CLAIM, now)
+        else:
+            for p in [p for p in self._pending.values() if p.expires_at_ms <= now]:
+                await self.forget(p)
+        await self._store.expire_oauth_states(CODE, now)  # used codes stay so a replay revokes
 
-    async def delivered(self, pending: Pending) -> None:
-        """The code went to the client's redirect: the request ends (the code lives on)."""
-        self._pending.pop(pending.id, None)
-        await self._unsave(pending)
+    async def deliver(self, pending: Pending) -> str | None:
+        """An approved request's code goes to the client's redirect: the request ends and its
+        code is made now (60 s; kept only by hash). Of two polls at once (at two instances),
+        one gets the code; the other gets None (the request is over)."""
+        now = self._clock()
+        if self._shared:
+            record = await self._store.take_oauth_state(
+                CONSENT, pending.id, now, where={"status": "approved"}
+            )
+            if record is None:
+                return None
+            pending = pending_from(record)
+        else:
+            if self._pending.pop(pending.id, None) is None:
+                return None
+            await self._unsave(pending)
+        pending.code = secrets.token_urlsafe(32)
+        await self._save_code(token_hash(pending.code), CodeGrant(pending, now + CODE_TTL_MS))
+        return pending.code
 
     async def forget(self, pending: Pending) -> None:
         """End a consent request that will not complete; its unlisted key is dropped."""
+        if self._shared:
+            record = await self._store.take_oauth_state(
+                CONSENT, pending.id, self._clock(), where={"status": pending.status}
+            )
+            if record is not None:
+                await self._drop_unlisted(pending_from(record))
+            return
         self._pending.pop(pending.id, None)
         await self._unsave(pending)
+        await self._drop_unlisted(pending)
+
+    async def _drop_unlisted(self, pending: Pending) -> None:
         if pending.agent_key is not None and pending.status != "approved":
             await self._keys.drop(pending.agent_key)

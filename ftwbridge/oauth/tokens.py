@@ -13,7 +13,6 @@ from .cimd import is_document_url
 from .grace import Rotations, open_answer, seal_answer
 from .model import (
     REFRESH_TTL_MS,
-    CodeGrant,
     IssueAccess,
     OAuthError,
     OAuthStore,
@@ -23,7 +22,7 @@ from .model import (
     token_hash,
     valid_verifier,
 )
-from .persist import SavedSignIns
+from .persist import CODE, SavedSignIns, code_from
 
 
 def expires_in_s(expires_at_ms: int, now_ms: int) -> int:
@@ -54,7 +53,6 @@ class TokenGrants(SavedSignIns):
     _clock: Callable[[], int]
     _resource: Callable[[], str]
     _issue_access: IssueAccess
-    _codes: dict[bytes, CodeGrant]
     _pending: dict[str, Pending]
     _on_revoke: Callable[[], None]
     _rotations: Rotations
@@ -89,18 +87,20 @@ class TokenGrants(SavedSignIns):
         )
 
     async def _exchange(self, form: dict[str, str]) -> dict[str, Any]:
+        """Redeem a code, once across every instance (RFC 6749 section 4.1.2): its grant is
+        read from the store, checked, then marked used with a compare-and-set; a code used
+        before (or whose compare-and-set another instance won) is a replay and revokes what
+        it gave. A redeemer whose code is replayed while it mints revokes its own tokens."""
         need(form, "code", "client_id", "code_verifier")
         now = self._clock()
-        entry = self._codes.get(token_hash(form.get("code", "")))
+        key = token_hash(form.get("code", "")).hex()
+        found = await self._store.oauth_state(CODE, key, now)
+        entry = None if found is None else code_from(found[0])
         if entry is None or entry.expires_at_ms <= now:
             raise OAuthError("invalid_grant", "the code is unknown or has expired")
         p = entry.pending
         if entry.used:  # a code used twice: revoke what it gave (RFC 6749 section 4.1.2)
-            for digest in entry.issued:
-                await self._store.drop_token(digest)
-            await self._store.drop_family(entry.family)
-            self._on_revoke()
-            raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
+            await self._replayed(key, now)
         asked_redirect = form.get("redirect_uri")
         if p.redirect_given and asked_redirect is None:
             raise OAuthError("invalid_request", "redirect_uri is required, as at /authorize")
@@ -111,7 +111,12 @@ class TokenGrants(SavedSignIns):
         verifier = form.get("code_verifier", "")
         if not valid_verifier(verifier) or not secrets.compare_digest(s256(verifier), p.challenge):
             raise OAuthError("invalid_grant", "the PKCE code_verifier does not match")
-        entry.used = True
+        family = secrets.token_urlsafe(16)
+        won = await self._store.change_oauth_state(
+            CODE, key, {"used": True, "family": family}, now, where={"used": False}
+        )
+        if won is None:  # another instance redeemed it first
+            await self._replayed(key, now)
         if self._pending.pop(p.id, None) is not None:
             await self._unsave(p)
         registered = (
@@ -120,14 +125,40 @@ class TokenGrants(SavedSignIns):
         if registered is not None:  # a registration that is used lives as long as its grants
             await self._store.put_client(p.client_id, registered, now + REFRESH_TTL_MS)
         assert p.home is not None and p.agent_key is not None
-        entry.family = secrets.token_urlsafe(16)
+        roster = await self._door.roster(p.home)
+        if roster is None or p.agent_key not in roster.agents():
+            self._door.forget_roster(p.home)  # a copy older than the approving roster: read anew
         refresh = registered is None or "refresh_token" in registered.get("grant_types", [])
         out = await self._tokens(
-            p.home, p.agent_key, p.scopes, p.client_id, entry.family, refresh=refresh
+            p.home, p.agent_key, p.scopes, p.client_id, family, refresh=refresh
         )
-        entry.issued.append(token_hash(out["access_token"]))
-        await self._save_code(token_hash(form["code"]), entry)  # a replay must still revoke
+        issued = token_hash(out["access_token"])
+        kept = await self._store.change_oauth_state(
+            CODE, key, {"issued": [issued.hex()]}, self._clock(), where={"replayed": False}
+        )
+        if kept is None:  # replayed while we minted: what we made goes too
+            await self._store.drop_token(issued)
+            await self._store.drop_family(family)
+            self._on_revoke()
+            raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
         return out
+
+    async def _replayed(self, key: str, now: int) -> None:
+        """Code `key` (its hash, hex) came again after its use: mark it replayed and revoke
+        the tokens it gave (a redeemer still minting sees the mark and revokes its own).
+
+        Raises:
+            OAuthError: `invalid_grant`, always.
+        """
+        record = await self._store.change_oauth_state(CODE, key, {"replayed": True}, now)
+        if record is not None:
+            entry = code_from(record)
+            for digest in entry.issued:
+                await self._store.drop_token(digest)
+            if entry.family:
+                await self._store.drop_family(entry.family)
+            self._on_revoke()
+        raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
 
     async def _access(
         self, home: str, agent_key: bytes, scopes: tuple[str, ...], client: str

@@ -132,3 +132,38 @@ class BridgeStore(Store, Protocol):
     async def oauth_states(self, kind: str, now_ms: int) -> list[tuple[str, dict[str, Any], int]]:
         """Every item of `kind` live at `now_ms` as (key, record, expires_at_ms), after deleting
         the expired ones of that kind (expiry on load)."""
+
+    async def oauth_state(
+        self, kind: str, key: str, now_ms: int
+    ) -> tuple[dict[str, Any], int] | None:
+        """One live item of sign-in state as (record, expires_at_ms), or None."""
+
+    async def change_oauth_state(
+        self,
+        kind: str,
+        key: str,
+        changes: dict[str, Any],
+        now_ms: int,
+        *,
+        where: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Merge `changes` into a live item's record if it matches `where`, atomically
+        (`OAuthStore.change_oauth_state`); the changed record, or None."""
+
+    async def take_oauth_state(
+        self, kind: str, key: str, now_ms: int, *, where: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """Delete a matching item and return its record if it was live, atomically."""
+
+    async def find_oauth_states(
+        self, kind: str, now_ms: int, where: dict[str, Any]
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """The live items of `kind` whose records match `where`."""
+
+    async def expire_oauth_states(
+        self, kind: str, now_ms: int
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """Delete and return the expired items of `kind`."""
+
+    async def drop_oauth_states(self, kind: str, where: dict[str, Any]) -> int:
+        """Delete the items of `kind` whose records match `where`; returns how many."""

@@ -3,7 +3,8 @@
 Triggers (migrations/0003_events.sql) send one NOTIFY on the channel `CHANNEL` in the same
 transaction as each change: a home's roster (`roster`), a home enrolled or re-enrolled
 (`enroll`), an agent's tokens dropped or withdrawn (`revoke`: every instance drops its cached
-tokens and grants of that agent), and a home's uplink claimed (`takeover`). `Events.serve`
+tokens and grants of that agent), a home's uplink claimed (`takeover`), and a home's claim
+offer written (`claim`, migrations/0006_oauth_state_shared.sql; instances ignore it). `Events.serve`
 keeps one connection of its own LISTENing and waits on its socket in trio
 (`trio.lowlevel.wait_readable`), with no thread and no polling. When that connection is lost,
 the events sent meanwhile are lost with it: `on_gap` is awaited once it listens again, and the
@@ -30,7 +31,7 @@ log = logging.getLogger("ftwbridge.store")
 
 CHANNEL = "ftwbridge"
 """The one NOTIFY channel of every event."""
-KINDS = frozenset({"roster", "enroll", "revoke", "takeover"})
+KINDS = frozenset({"roster", "enroll", "revoke", "takeover", "claim"})
 """The events' kinds (migrations/0003_events.sql)."""
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 """Waits between attempts to LISTEN again after the connection was lost, seconds (the last

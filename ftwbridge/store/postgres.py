@@ -403,3 +403,86 @@ class PgStore:
             " AND record ->> 'agentKey' = %s",
             (home, agent_key.hex()),
         )
+
+    async def oauth_state(
+        self, kind: str, key: str, now_ms: int
+    ) -> tuple[dict[str, Any], int] | None:
+        """See `OAuthStore.oauth_state`."""
+        row = await self._one(
+            "SELECT record, expires_at_ms FROM oauth_state"
+            " WHERE kind = %s AND key = %s AND expires_at_ms > %s",
+            (kind, key, now_ms),
+        )
+        return None if row is None else (dict(row[0]), int(row[1]))
+
+    async def change_oauth_state(
+        self,
+        kind: str,
+        key: str,
+        changes: dict[str, Any],
+        now_ms: int,
+        *,
+        where: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """See `OAuthStore.change_oauth_state`: one conditional UPDATE ... RETURNING, so of
+        two instances changing the same item from the same state, one does and the other
+        finds it changed. Never tried twice (a second try after a commit would not match)."""
+        row = await self._one(
+            "UPDATE oauth_state SET record = record || %s"
+            " WHERE kind = %s AND key = %s AND expires_at_ms > %s AND record @> %s"
+            " RETURNING record",
+            (Jsonb(changes), kind, key, now_ms, Jsonb(where or {})),
+            idempotent=False,
+        )
+        return None if row is None else dict(row[0])
+
+    async def take_oauth_state(
+        self, kind: str, key: str, now_ms: int, *, where: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """See `OAuthStore.take_oauth_state`: one DELETE ... RETURNING, so one instance takes
+        the item. Never tried twice (a second try would find it gone)."""
+        row = await self._one(
+            "DELETE FROM oauth_state WHERE kind = %s AND key = %s AND record @> %s"
+            " RETURNING record, expires_at_ms",
+            (kind, key, Jsonb(where or {})),
+            idempotent=False,
+        )
+        return None if row is None or int(row[1]) <= now_ms else dict(row[0])
+
+    async def find_oauth_states(
+        self, kind: str, now_ms: int, where: dict[str, Any]
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """See `OAuthStore.find_oauth_states` (JSONB containment, served by the GIN index of
+        migrations/0006_oauth_state_shared.sql)."""
+
+        def work(db: Conn) -> list[tuple[str, dict[str, Any], int]]:
+            rows = db.execute(
+                "SELECT key, record, expires_at_ms FROM oauth_state"
+                " WHERE kind = %s AND expires_at_ms > %s AND record @> %s ORDER BY key",
+                (kind, now_ms, Jsonb(where)),
+            ).fetchall()
+            return [(str(k), dict(r), int(e)) for k, r, e in rows]
+
+        return await self.query(work)
+
+    async def expire_oauth_states(
+        self, kind: str, now_ms: int
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """See `OAuthStore.expire_oauth_states`: one DELETE ... RETURNING, so each expired item
+        is returned to one instance only."""
+
+        def work(db: Conn) -> list[tuple[str, dict[str, Any], int]]:
+            rows = db.execute(
+                "DELETE FROM oauth_state WHERE kind = %s AND expires_at_ms <= %s"
+                " RETURNING key, record, expires_at_ms",
+                (kind, now_ms),
+            ).fetchall()
+            return sorted((str(k), dict(r), int(e)) for k, r, e in rows)
+
+        return await self.query(work, idempotent=False)
+
+    async def drop_oauth_states(self, kind: str, where: dict[str, Any]) -> int:
+        """See `OAuthStore.drop_oauth_states`."""
+        return await self._exec(
+            "DELETE FROM oauth_state WHERE kind = %s AND record @> %s", (kind, Jsonb(where))
+        )

@@ -280,3 +280,139 @@ class SqliteStore:
             return [(str(k), dict(json.loads(r)), int(e)) for k, r, e in rows]
 
         return await self._run(work)
+
+    async def oauth_state(
+        self, kind: str, key: str, now_ms: int
+    ) -> tuple[dict[str, Any], int] | None:
+        """See `OAuthStore.oauth_state`."""
+        row = await self._one(
+            "SELECT record, expires_at_ms FROM oauth_state"
+            " WHERE kind = ? AND key = ? AND expires_at_ms > ?",
+            (kind, key, now_ms),
+        )
+        return None if row is None else (dict(json.loads(row[0])), int(row[1]))
+
+    async def change_oauth_state(
+        self,
+        kind: str,
+        key: str,
+        changes: dict[str, Any],
+        now_ms: int,
+        *,
+        where: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """See `OAuthStore.change_oauth_state`: read, compare and write in one immediate
+        transaction, so no other writer (of this process or another) comes between."""
+
+        @_immediate
+        def work(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute(
+                "SELECT record FROM oauth_state WHERE kind = ? AND key = ? AND expires_at_ms > ?",
+                (kind, key, now_ms),
+            ).fetchone()
+            record = None if row is None else dict(json.loads(row[0]))
+            if record is None or not _matches(record, where):
+                return None
+            record.update(changes)
+            db.execute(
+                "UPDATE oauth_state SET record = ? WHERE kind = ? AND key = ?",
+                (json.dumps(record), kind, key),
+            )
+            return record
+
+        return await self._run(work)
+
+    async def take_oauth_state(
+        self, kind: str, key: str, now_ms: int, *, where: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """See `OAuthStore.take_oauth_state` (one immediate transaction)."""
+
+        @_immediate
+        def work(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute(
+                "SELECT record, expires_at_ms FROM oauth_state WHERE kind = ? AND key = ?",
+                (kind, key),
+            ).fetchone()
+            record = None if row is None else dict(json.loads(row[0]))
+            if record is None or not _matches(record, where):
+                return None
+            db.execute("DELETE FROM oauth_state WHERE kind = ? AND key = ?", (kind, key))
+            return record if int(row[1]) > now_ms else None
+
+        return await self._run(work)
+
+    async def find_oauth_states(
+        self, kind: str, now_ms: int, where: dict[str, Any]
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """See `OAuthStore.find_oauth_states` (the records are matched here, in Python)."""
+
+        def work(db: sqlite3.Connection) -> list[tuple[str, dict[str, Any], int]]:
+            rows = db.execute(
+                "SELECT key, record, expires_at_ms FROM oauth_state"
+                " WHERE kind = ? AND expires_at_ms > ? ORDER BY key",
+                (kind, now_ms),
+            ).fetchall()
+            found = [(str(k), dict(json.loads(r)), int(e)) for k, r, e in rows]
+            return [item for item in found if _matches(item[1], where)]
+
+        return await self._run(work)
+
+    async def expire_oauth_states(
+        self, kind: str, now_ms: int
+    ) -> list[tuple[str, dict[str, Any], int]]:
+        """See `OAuthStore.expire_oauth_states` (one immediate transaction)."""
+
+        @_immediate
+        def work(db: sqlite3.Connection) -> list[tuple[str, dict[str, Any], int]]:
+            rows = db.execute(
+                "SELECT key, record, expires_at_ms FROM oauth_state"
+                " WHERE kind = ? AND expires_at_ms <= ? ORDER BY key",
+                (kind, now_ms),
+            ).fetchall()
+            db.execute(
+                "DELETE FROM oauth_state WHERE kind = ? AND expires_at_ms <= ?", (kind, now_ms)
+            )
+            return [(str(k), dict(json.loads(r)), int(e)) for k, r, e in rows]
+
+        return await self._run(work)
+
+    async def drop_oauth_states(self, kind: str, where: dict[str, Any]) -> int:
+        """See `OAuthStore.drop_oauth_states` (one immediate transaction)."""
+
+        @_immediate
+        def work(db: sqlite3.Connection) -> int:
+            rows = db.execute(
+                "SELECT key, record FROM oauth_state WHERE kind = ?", (kind,)
+            ).fetchall()
+            gone = [str(k) for k, r in rows if _matches(dict(json.loads(r)), where)]
+            for key in gone:
+                db.execute("DELETE FROM oauth_state WHERE kind = ? AND key = ?", (kind, key))
+            return len(gone)
+
+        return await self._run(work)
+
+
+def _immediate(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    """`fn` run in one `BEGIN IMMEDIATE` transaction (the write lock taken before the first
+    read, so a read-then-write is atomic against every other connection), rolled back when
+    it raises."""
+
+    def run(db: sqlite3.Connection) -> T:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(db)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return out
+
+    return run
+
+
+def _matches(record: dict[str, Any], where: dict[str, Any] | None) -> bool:
+    """Whether `record` has every field of `where` with the same value and type (scalars: the
+    JSON containment `record @> where` of PostgreSQL, where `false` is not `0`)."""
+    return where is None or all(
+        k in record and type(record[k]) is type(v) and record[k] == v for k, v in where.items()
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -149,8 +150,10 @@ async def test_cluster_once_runs_the_session_through_haproxy_and_leaves_nothing(
     tools = len(TOOLS) + len(CONTROL_TOOLS)  # the reads and control (issue 16)
     assert f"[2026-07-28] protocol 2026-07-28: {tools} tools" in out, said
     assert f"[legacy] protocol 2025-11-25: {tools} tools" in out, said
-    held = [line.rsplit(" ", 1)[-1] for line in out.splitlines() if "uplink at" in line]
+    held = re.findall(r"uplink at (\S+);", out)
     assert len(held) == 3 and all(h in ("b1", "b2", "b3") for h in held), said
+    # each home's token came from the real sign-in through HAProxy, its steps round robin
+    assert out.count("the assistant signed in through HAProxy in ") == 3, said
     assert "OAuth metadata through HAProxy: issuer http://127.0.0.1:" in out, said
     assert "cluster session done" in out, said
     assert "Traceback" not in err, err

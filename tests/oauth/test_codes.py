@@ -47,7 +47,7 @@ async def test_an_expired_code_is_refused() -> None:
         status="approved",
         code="the-code",
     )
-    svc._codes[token_hash("the-code")] = CodeGrant(p, now[0] + CODE_TTL_MS)
+    await svc._save_code(token_hash("the-code"), CodeGrant(p, now[0] + CODE_TTL_MS))
     now[0] += CODE_TTL_MS
     with pytest.raises(OAuthError) as info:
         await svc.token(

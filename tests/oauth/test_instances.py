@@ -133,11 +133,14 @@ async def signed_in(at: Instance, now: list[int]) -> tuple[str, dict[str, Any]]:
     await at.oauth.claim(pending.id, pending.csrf, code, "192.0.2.1")
     at.door.listed = True
     await at.oauth.on_roster(HOME, Roster({AGENT_KEY: None}))
-    assert pending.code is not None
+    approved = await at.oauth.get(pending.id)
+    assert approved is not None and approved.status == "approved"
+    code = await at.oauth.deliver(approved)  # the waiting page's redirect
+    assert code is not None
     answer = await at.oauth.token(
         {
             "grant_type": "authorization_code",
-            "code": pending.code,
+            "code": code,
             "client_id": client_id,
             "redirect_uri": REDIRECT,
             "code_verifier": verifier,

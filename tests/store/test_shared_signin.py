@@ -1,0 +1,229 @@
+"""The sign-in's store-side steps with the store as the truth (`OAuthService(shared=True)`):
+two services on one database play two instances, once on SQLite and once on PostgreSQL
+(`open_same`). The holder `a` has the home's uplink (its door hears the box); `b` is any other
+instance. The door here is a small stand-in that records what would go to the box; the whole
+flow over real processes is tests/cluster/test_signin.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ftwbridge.keys import KeysService
+from ftwbridge.mcp.auth import TokenMinter
+from ftwbridge.oauth import OAuthError, OAuthService
+from ftwbridge.proto.claim import code_hash, new_code
+from ftwbridge.proto.envelope import Envelope
+from ftwbridge.proto.roster import AgentGrant
+from ftwbridge.store import BridgeStore
+from tests.oauth.helpers import authorize_params, pkce
+from tests.store.conftest import OpenSame
+
+REDIRECT = "http://127.0.0.1:9/callback"
+SCOPES = ("ftw.live.read",)
+
+
+@dataclass
+class Roster:
+    """What the service reads of a roster: its seq and agents."""
+
+    seq: int
+    listed: dict[bytes, AgentGrant]
+
+    def agents(self) -> dict[bytes, AgentGrant]:
+        return self.listed
+
+
+@dataclass
+class Door:
+    """The door's side the service uses: hooks, what was sent to the box, the roster."""
+
+    sent: list[tuple[str, Envelope]] = field(default_factory=list)
+    roster_held: Roster | None = None
+    on_denied: Any = None
+    on_claim: Any = None
+    claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
+
+    async def send_to_box(self, home: str, env: Envelope) -> None:
+        self.sent.append((home, env))
+
+    async def roster(self, home: str) -> Roster | None:
+        return self.roster_held
+
+    def forget_roster(self, home: str | None = None) -> None:
+        pass
+
+    def take_claim(self, digest: bytes, now_ms: int) -> str | None:
+        raise AssertionError("shared: claims are taken from the store")
+
+
+@dataclass
+class Instance:
+    oauth: OAuthService
+    door: Door
+    store: BridgeStore
+
+
+Two = tuple[Instance, Instance, KeysService, list[int]]
+
+
+@pytest.fixture
+async def two(open_same: OpenSame) -> Two:
+    """Instances `a` and `b` on one database, one keys part, and the clock (`now[0]`, ms)."""
+    now = [1_800_000_000_000]
+    keys = KeysService(None)
+    made = []
+    for _ in range(2):
+        store = open_same()
+        await store.start()
+        door = Door()
+        minter = TokenMinter(
+            put=store.put_token,
+            resource=lambda: "https://b/mcp",
+            ttl_s=3600,
+            wall_ms=lambda: now[0],
+        )
+        oauth = OAuthService(
+            store=store,
+            keys=keys,
+            door=door,  # type: ignore[arg-type]
+            issuer=lambda: "https://b",
+            resource=lambda: "https://b/mcp",
+            clock=lambda: now[0],
+            issue_access=minter.mint,
+            shared=True,
+        )
+        made.append(Instance(oauth, door, store))
+    return made[0], made[1], keys, now
+
+
+async def offered(holder: Instance, home: str, now: list[int]) -> str:
+    """The holder's door heard `claim.offer` for a new code; returns the code."""
+    code = new_code()
+    digest = code_hash(code)
+    assert digest is not None and holder.door.on_claim is not None
+    await holder.door.on_claim(home, digest, now[0] + 600_000)
+    return code
+
+
+async def opened(at: Instance, keys: KeysService) -> tuple[Any, str, str]:
+    """A registered client and a consent request opened at `at`: (request, client, verifier)."""
+    client = await at.oauth.register({"redirect_uris": [REDIRECT]}, "10.0.0.1")
+    verifier, challenge = pkce()
+    params = authorize_params(client["client_id"], REDIRECT, challenge) | {
+        "scope": " ".join(SCOPES)
+    }
+    return await at.oauth.start(params), client["client_id"], verifier
+
+
+async def test_each_step_at_either_instance(two: Two) -> None:
+    a, b, keys, now = two
+    pending, client_id, verifier = await opened(b, keys)
+    assert b.oauth._pending == {} and a.oauth._pending == {}  # nothing kept in memory
+    code = await offered(a, "h1", now)
+    asked = await b.oauth.claim(pending.id, pending.csrf, code)
+    assert asked.status == "asked" and asked.home == "h1" and asked.agent_key is not None
+    assert [(h, e.b["req"]) for h, e in b.door.sent] == [("h1", pending.id)]
+    seen = await a.oauth.get(pending.id)  # the holder finds it in the store
+    assert seen is not None and (seen.status, seen.agent_key) == ("asked", asked.agent_key)
+    # the box's roster lists the agent; once saved at the holder, the request is approved
+    grant = AgentGrant("agent-1", client_id, "n", SCOPES, (), {}, now[0], now[0] + 10**9)
+    roster = Roster(2, {asked.agent_key: grant})
+    await a.oauth.on_roster_saved("h2", roster)  # type: ignore[arg-type]  # another home's roster: nothing
+    assert (await b.oauth.get(pending.id)).status == "asked"  # type: ignore[union-attr]
+    await a.oauth.on_roster_saved("h1", roster)  # type: ignore[arg-type]
+    approved = await b.oauth.get(pending.id)
+    assert approved is not None and approved.status == "approved"
+    code_text = await b.oauth.deliver(approved)
+    assert code_text is not None
+    assert await a.oauth.deliver(approved) is None  # delivered once, wherever polled
+    assert await a.oauth.get(pending.id) is None
+    a.door.roster_held = b.door.roster_held = roster
+    form = {
+        "grant_type": "authorization_code",
+        "code": code_text,
+        "client_id": client_id,
+        "redirect_uri": REDIRECT,
+        "code_verifier": verifier,
+    }
+    tokens = await a.oauth.token(form)
+    assert tokens["scope"] == "ftw.live.read" and tokens["refresh_token"]
+    with pytest.raises(OAuthError) as replay:
+        await b.oauth.token(form)
+    assert replay.value.error == "invalid_grant" and "already used" in replay.value.description
+    from ftwbridge.oauth.model import token_hash
+
+    assert await a.store.token(token_hash(tokens["access_token"])) is None  # revoked
+
+
+async def test_a_poll_that_finds_the_agent_listed_approves(two: Two) -> None:
+    """The holder's approval was lost (its database write failed): the instance the browser
+    polls sees the roster listing the new agent and approves the request itself."""
+    a, b, keys, now = two
+    pending, client_id, _ = await opened(b, keys)
+    asked = await b.oauth.claim(pending.id, pending.csrf, await offered(a, "h1", now))
+    assert asked.agent_key is not None
+    grant = AgentGrant("agent-1", client_id, "n", SCOPES, (), {}, now[0], now[0] + 10**9)
+    b.door.roster_held = Roster(2, {b"x" * 32: grant})  # another agent: still asked
+    assert (await b.oauth.get(pending.id)).status == "asked"  # type: ignore[union-attr]
+    b.door.roster_held = Roster(3, {asked.agent_key: grant})
+    seen = await b.oauth.get(pending.id)
+    assert seen is not None and seen.status == "approved"
+    assert (await a.oauth.get(pending.id)).status == "approved"  # type: ignore[union-attr]
+
+
+async def test_a_wrong_code_counts_and_a_claim_is_used_once(two: Two) -> None:
+    a, b, keys, now = two
+    first, _, _ = await opened(a, keys)
+    second, _, _ = await opened(b, keys)
+    code = await offered(a, "h1", now)
+    with pytest.raises(OAuthError) as wrong:
+        await b.oauth.claim(first.id, first.csrf, "AAAA-AAAA")
+    assert wrong.value.error == "access_denied"
+    assert (await a.oauth.get(first.id)).tries == 1  # type: ignore[union-attr]
+    await b.oauth.claim(first.id, first.csrf, code)
+    with pytest.raises(OAuthError) as used:
+        await a.oauth.claim(second.id, second.csrf, code)
+    assert "not one a home is showing" in used.value.description
+
+
+async def test_one_open_offer_per_home_and_expired_offers_fail(two: Two) -> None:
+    a, b, keys, now = two
+    old = await offered(a, "h1", now)
+    new = await offered(a, "h1", now)  # the home shows a new code: the old one goes
+    p, _, _ = await opened(b, keys)
+    with pytest.raises(OAuthError):
+        await b.oauth.claim(p.id, p.csrf, old)
+    later = await offered(a, "h2", now)
+    now[0] += 600_000  # both codes ran out
+    q, _, _ = await opened(b, keys)
+    for code in (new, later):
+        with pytest.raises(OAuthError):
+            await b.oauth.claim(q.id, q.csrf, code)
+
+
+async def test_a_denial_heard_at_the_holder_is_in_the_store(two: Two) -> None:
+    a, b, keys, now = two
+    p, _, _ = await opened(b, keys)
+    await b.oauth.claim(p.id, p.csrf, await offered(a, "h1", now))
+    await a.door.on_denied("h2", p.id)  # another home's box cannot deny it
+    assert (await b.oauth.get(p.id)).status == "asked"  # type: ignore[union-attr]
+    await a.door.on_denied("h1", p.id)
+    denied = await b.oauth.get(p.id)
+    assert denied is not None and denied.status == "denied"
+    assert denied.agent_key is not None and await keys.has(denied.agent_key)
+    await b.oauth.forget(denied)
+    assert not await keys.has(denied.agent_key) and await a.oauth.get(p.id) is None
+
+
+async def test_an_expired_request_drops_its_key_once(two: Two) -> None:
+    a, b, keys, now = two
+    p, _, _ = await opened(b, keys)
+    asked = await b.oauth.claim(p.id, p.csrf, await offered(a, "h1", now))
+    assert asked.agent_key is not None and await keys.has(asked.agent_key)
+    now[0] = p.expires_at_ms
+    assert await a.oauth.get(p.id) is None
+    await opened(a, keys)  # a new sign-in sweeps what expired
+    assert not await keys.has(asked.agent_key)
