@@ -34,7 +34,7 @@ from ftwbridge.store import SqliteStore, TokenRecord, hash_token, sqlite_path
 from ftwbridge.store.importer import ImportRefused, Tally, import_embedded
 from ftwbridge.store.inuse import importing_state
 from ftwbridge.store.postgres import PgStore
-from ftwbridge.store.sealed import PgSealedKeys
+from ftwbridge.store.sealed import PgSealedKeys, sealed_keys
 from tests.store.test_bridge_on_postgres import _status
 from tests.test_cli import _free_port, refused
 
@@ -235,6 +235,28 @@ async def test_a_newer_embedded_roster_replaces_an_older_one_and_drops_its_agent
         assert left.other_key == ["h1"] and sum(left.copied.values()) == 0
     finally:
         store.close()
+
+
+async def test_keys_the_embedded_keys_part_sealed_in_sqlite_move_too(
+    tmp_path: Path, pg_url: str
+) -> None:
+    store = SqliteStore(sqlite_path(tmp_path))  # an embedded keys part that ran with kek
+    try:
+        home_key = SigningKey.generate()
+        await store.enroll_home("h1", bytes(home_key.verify_key))
+        agent = await SealedKeysService(sealed_keys(store), KEK).create("h1")
+        await store.put_roster("h1", 1, _roster("h1", home_key, 1, [agent]))
+    finally:
+        store.close()
+    pg = await _started(pg_url)
+    try:
+        with pytest.raises(ImportRefused, match="kek does not open the agent keys sealed in"):
+            await import_embedded(tmp_path, database_url=pg_url, kek=bytes(32), now_ms=NOW_MS)
+        done = await _import(tmp_path, pg_url)
+        assert done.copied["agent keys"] == 1
+        await _handshake(pg, agent)
+    finally:
+        pg.close()
 
 
 async def test_a_kek_that_does_not_open_the_stored_keys_is_refused(
