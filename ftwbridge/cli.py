@@ -8,6 +8,8 @@
   ftwbridge agent create --home H                have the keys part make a new agent key
   ftwbridge token issue --home H --agent A       mint a development token for a listed agent
   ftwbridge db migrate                           bring database_url's schema up to date
+  ftwbridge db import [--state-dir DIR] [--dry-run]
+                                                 copy an embedded bridge's state into it
   ftwbridge demo [--once] [--port N]             a home, the bridge and an assistant reading it
 
 `--config` may stand before or after the command; without it, settings come from the
@@ -92,6 +94,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     db.add_parser(
         "migrate", help="apply the schema migrations database_url lacks", parents=[common]
+    )
+    imp = db.add_parser(
+        "import",
+        help="copy a stopped embedded bridge's state into database_url (keys sealed under kek)",
+        description=(
+            "Copy the homes, rosters, access and refresh token hashes, OAuth clients and"
+            " agents' keys of an embedded bridge (SQLite and agent-keys.json in its state"
+            " folder) into the migrated PostgreSQL of database_url, sealing the keys under kek"
+            " as keys services keep them. Run it with the keys service's configuration, the"
+            " embedded bridge stopped. A second run copies nothing new; a roster already newer"
+            " on PostgreSQL is kept. docs/operations.md, 'Moving from one process'."
+        ),
+        parents=[common],
+    )
+    imp.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="the embedded bridge's state folder (default: state_dir of the configuration)",
+    )
+    imp.add_argument(
+        "--keys-file",
+        type=Path,
+        default=None,
+        help="its agent keys file (default: agent-keys.json in that folder)",
+    )
+    imp.add_argument(
+        "--dry-run", action="store_true", help="count what would be copied; change nothing"
     )
     demo = sub.add_parser(
         "demo", help="a home, the bridge and an assistant reading it", parents=[common]
@@ -313,6 +343,38 @@ async def _migrate(config: Config) -> int:
     return 0
 
 
+async def _import(
+    config: Config, state_dir: Path | None, keys_file: Path | None, dry_run: bool
+) -> int:
+    """`ftwbridge db import` (`store.importer`): prints a line for each home decided other
+    than by a plain copy, then one summary line of counts."""
+    if config.database_url is None:
+        raise StartupError(
+            "db import copies an embedded bridge's state into PostgreSQL and database_url is"
+            " not set",
+            setting="database_url",
+        )
+    if config.kek is None:
+        raise StartupError(
+            "db import seals agents' keys under kek, as the keys services keep them, and kek"
+            " is not set (use the keys services' kek)",
+            setting="kek",
+        )
+    from ftwbridge.store.importer import import_embedded
+
+    tally = await import_embedded(
+        Path(config.state_dir) if state_dir is None else state_dir,
+        database_url=config.database_url,
+        kek=kek_bytes(config.kek),
+        keys_file=keys_file,
+        dry_run=dry_run,
+    )
+    for line in tally.notes():
+        print(line)
+    print(tally.summary(dry_run=dry_run))
+    return 0
+
+
 async def _issue(config: Config, home: str, agent: str) -> int:
     database = sqlite_path(config.state_dir)
     if config.database_url is None and not database.is_file():
@@ -446,6 +508,7 @@ def main(argv: list[str] | None = None) -> None:
         ("agent", "create"): lambda: _agent_create(config, args.home),
         ("token", "issue"): lambda: _issue(config, args.home, args.agent),
         ("db", "migrate"): lambda: _migrate(config),
+        ("db", "import"): lambda: _import(config, args.state_dir, args.keys_file, args.dry_run),
     }
     if args.command == "demo":
         from ftwbridge.demo import run_demo

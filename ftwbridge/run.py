@@ -6,12 +6,13 @@ is known), starts the pool, then hypercorn's trio worker, and reports the `Bridg
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import BridgeStore, StoreError, open_store
+from ftwbridge.store.inuse import StateInUse, serving_state
 
 if TYPE_CHECKING:
     from ftwbridge.mesh.node import Node
@@ -127,6 +129,27 @@ def keys_part(config: Config) -> KeysPort:
     if config.keys_socket is not None:
         return KeysClient(config.keys_socket)
     return KeysService(Path(config.state_dir) / "agent-keys.json")
+
+
+@contextlib.contextmanager
+def _serving_state(state_dir: Path) -> Iterator[None]:
+    """`store.inuse.serving_state`, its refusal a `StartupError`.
+
+    Raises:
+        StartupError: an import holds `state_dir`, or its lock file cannot be made.
+    """
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(serving_state(state_dir))
+        except StateInUse as exc:
+            raise StartupError(str(exc)) from None
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise StartupError(
+                f"the state folder {state_dir} cannot be marked in use: {why}",
+                setting="state_dir",
+            ) from None
+        yield
 
 
 class Bridge:
@@ -324,16 +347,20 @@ class Bridge:
         store is started first (PostgreSQL: connected and migrated) and closed at the end.
 
         Raises:
-            StartupError: the store cannot be started (`database_url`), or a listener
-                cannot bind.
+            StartupError: the store cannot be started (`database_url`), a listener
+                cannot bind, or (embedded) `ftwbridge db import` is reading `state_dir`
+                (`store.inuse`).
         """
         try:
-            try:
-                for name in await self.store.start():
-                    log.info("database migration applied: %s", name)
-            except StoreError as exc:
-                raise StartupError(str(exc), setting="database_url") from None
-            await self._serve(task_status)
+            with contextlib.ExitStack() as held:
+                if self.config.database_url is None:  # the embedded bridge marks its state
+                    held.enter_context(_serving_state(Path(self.config.state_dir)))
+                try:
+                    for name in await self.store.start():
+                        log.info("database migration applied: %s", name)
+                except StoreError as exc:
+                    raise StartupError(str(exc), setting="database_url") from None
+                await self._serve(task_status)
         finally:
             self.store.close()
             if isinstance(self.keys, RemoteKeys):  # its pooled connections

@@ -29,6 +29,29 @@ log = logging.getLogger("ftwbridge.keys")
 T = TypeVar("T")
 
 
+def seal_key(box: nacl.secret.SecretBox, private: bytes, home: str) -> bytes:
+    """An agent's X25519 `private` key (32 bytes) of `home`, sealed under the `kek` of `box`
+    as a keys service keeps it (module docstring): 40 + 32 + len(home in UTF-8) bytes."""
+    return bytes(box.encrypt(private + home.encode("utf-8")))
+
+
+def open_sealed(box: nacl.secret.SecretBox, row: SealedKey) -> bytes:
+    """The private key (32 bytes) sealed in `row`, checked against the row's home and public
+    key.
+
+    Raises:
+        KeysError: it does not open under this `kek`, or it belongs to another row.
+    """
+    try:
+        plain = box.decrypt(row.sealed)
+    except nacl.exceptions.CryptoError:
+        raise KeysError("an agent's sealed key does not open under this kek") from None
+    private, home = plain[:32], plain[32:]
+    if home != row.home.encode("utf-8") or bytes(PrivateKey(private).public_key) != row.public:
+        raise KeysError("an agent's sealed key does not belong to its row")
+    return private
+
+
 class KekError(Exception):
     """The `kek` does not open the keys the store holds; one sentence for the operator."""
 
@@ -64,14 +87,7 @@ class SealedKeysService:
                 ) from None
 
     def _open(self, row: SealedKey) -> bytes:
-        try:
-            plain = self._box.decrypt(row.sealed)
-        except nacl.exceptions.CryptoError:
-            raise KeysError("an agent's sealed key does not open under this kek") from None
-        private, home = plain[:32], plain[32:]
-        if home != row.home.encode("utf-8") or bytes(PrivateKey(private).public_key) != row.public:
-            raise KeysError("an agent's sealed key does not belong to its row")
-        return private
+        return open_sealed(self._box, row)
 
     @property
     def pending_handshakes(self) -> int:
@@ -82,7 +98,7 @@ class SealedKeysService:
         """See `KeysPort.create`: a new key, sealed and stored before its public key is
         given out."""
         private, public = generate_static()
-        sealed = bytes(self._box.encrypt(private + home.encode("utf-8")))
+        sealed = seal_key(self._box, private, home)
         await self._stored(self._store.put_sealed_key(public, home, sealed))
         return public
 
