@@ -10,7 +10,6 @@ ports the kernel picks), the stub home dials the door, `ftwbridge agent create`,
 from __future__ import annotations
 
 import json
-import os
 import select
 import socket
 import struct
@@ -43,25 +42,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def frame(
-    opcode: int, payload: bytes = b"", *, fin: bool = True, rsv: int = 0, mask: bool = True
-) -> bytes:
-    """One RFC 6455 section 5.2 frame as a client writes it (masked unless `mask=False`)."""
-    head = bytes([(0x80 if fin else 0) | (rsv << 4) | opcode])
-    n = len(payload)
-    bit = 0x80 if mask else 0
-    if n < 126:
-        head += bytes([bit | n])
-    elif n < 65536:
-        head += bytes([bit | 126]) + struct.pack("!H", n)
-    else:
-        head += bytes([bit | 127]) + struct.pack("!Q", n)
-    if not mask:
-        return head + payload
-    key = os.urandom(4)
-    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
 def read_close_code(
