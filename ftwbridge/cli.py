@@ -7,6 +7,7 @@
   ftwbridge home enroll --home H --key HEX       enroll a home's Ed25519 public key
   ftwbridge agent create --home H                have the keys part make a new agent key
   ftwbridge token issue --home H --agent A       mint a development token for a listed agent
+                        [--wait SECONDS]         ... waiting for the owner's approval
   ftwbridge db migrate                           bring database_url's schema up to date
   ftwbridge db import [--state-dir DIR] [--dry-run]
                                                  copy an embedded bridge's state into it
@@ -52,6 +53,17 @@ from ftwbridge.proto.roster import RosterRefused, verify_roster
 from ftwbridge.store import BridgeStore, StoreError, open_store, sqlite_path
 
 
+def _wait_seconds(text: str) -> float:
+    """`--wait`: a number of seconds, 0 or more (argparse says so in words otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < 366 * 86_400:
+        raise argparse.ArgumentTypeError("give 0 or more seconds, at most a year")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file")
@@ -89,6 +101,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     issue.add_argument("--home", required=True)
     issue.add_argument("--agent", required=True, help="the agent's id in the home's roster")
+    issue.add_argument(
+        "--wait",
+        type=_wait_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the owner to approve the agent at home (its roster to"
+        " reach the bridge) instead of refusing at once",
+    )
     db = sub.add_parser("db", help="the PostgreSQL store").add_subparsers(
         dest="action", required=True
     )
@@ -375,7 +395,16 @@ async def _import(
     return 0
 
 
-async def _issue(config: Config, home: str, agent: str) -> int:
+async def _issue(config: Config, home: str, agent: str, wait_s: float = 0.0) -> int:
+    """`ftwbridge token issue`: mint a token for `agent` of the roster `home`'s box signed.
+    With `wait_s` > 0, a roster not yet held or not yet listing the agent is waited for, up to
+    `wait_s` seconds: on PostgreSQL woken by the roster's event (`store.events`), on SQLite by
+    reading the bridge's store again every `ISSUE_POLL_S` (another process writes it).
+
+    Raises:
+        StartupError: no state, no roster, a roster that does not verify, or no such agent
+            (after the wait).
+    """
     database = sqlite_path(config.state_dir)
     if config.database_url is None and not database.is_file():
         # never leave an empty database behind a mistyped state_dir
@@ -393,26 +422,85 @@ async def _issue(config: Config, home: str, agent: str) -> int:
             await store.start()
         except StoreError as exc:
             raise StartupError(str(exc), setting="database_url") from None
-        held, key = await store.roster(home), await store.home_key(home)
-        if held is None or key is None:
-            raise StartupError(
-                f"no roster is held for home {home!r}: enroll it and let its box connect first"
-            )
-        try:
-            roster = verify_roster(held[1], home_key=key, home=home)
-        except RosterRefused as exc:
-            raise StartupError(
-                f"the roster held for home {home!r} does not verify: {exc}"
-            ) from None
-        for agent_key, grant in roster.agents().items():
-            if grant.id == agent:
-                print(await bridge.issue_token(home, agent_key, agent, grant.scopes))
-                return 0
-        raise StartupError(
-            f"the roster of home {home!r} lists no agent {agent!r}: its owner approves it at home"
-        )
+        deadline = trio.current_time() + max(wait_s, 0.0)
+        async with trio.open_nursery() as nursery:
+            changed = _RosterChanges(home)
+            if wait_s > 0 and config.database_url is not None:
+                from ftwbridge.store.events import Events
+                from ftwbridge.store.postgres import PgStore
+
+                assert isinstance(store, PgStore)
+                await nursery.start(Events(store).serve, changed.hear, changed.gap)
+            said = False
+            while True:
+                found = await _listed(store, home, agent)
+                if isinstance(found, tuple) or trio.current_time() >= deadline:
+                    break
+                if not said:
+                    print(
+                        f"waiting up to {wait_s:g} s for the owner to approve agent {agent!r}"
+                        f" of home {home!r} ({found})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
+                poll_s = ISSUE_POLL_S if config.database_url is None else ISSUE_BACKSTOP_S
+                await changed.wait(min(deadline, trio.current_time() + poll_s))
+            nursery.cancel_scope.cancel()
+        if isinstance(found, StartupError):
+            raise found
+        agent_key, grant = found
+        print(await bridge.issue_token(home, agent_key, agent, grant.scopes))
+        return 0
     finally:
         store.close()
+
+
+ISSUE_POLL_S = 0.25
+"""How often `token issue --wait` reads an SQLite store again, seconds."""
+ISSUE_BACKSTOP_S = 5.0
+"""On PostgreSQL `token issue --wait` is woken by the roster's event; it also reads again
+this often, seconds, in case the event was lost with its connection."""
+
+
+class _RosterChanges:
+    """Wakes `token issue --wait` when `home`'s roster changes (PostgreSQL events)."""
+
+    def __init__(self, home: str) -> None:
+        self._home = home
+        self._event = trio.Event()
+
+    async def hear(self, event: Any) -> None:
+        if event.kind == "roster" and event.home == self._home:
+            self._event.set()
+
+    async def gap(self) -> None:
+        self._event.set()  # events were lost: read again
+
+    async def wait(self, until: float) -> None:
+        with trio.move_on_at(until):
+            await self._event.wait()
+        self._event = trio.Event()
+
+
+async def _listed(store: Any, home: str, agent: str) -> tuple[bytes, Any] | StartupError:
+    """`agent`'s key and grant in `home`'s roster as the store holds it, or the refusal to give
+    if there is none now."""
+    held, key = await store.roster(home), await store.home_key(home)
+    if held is None or key is None:
+        return StartupError(
+            f"no roster is held for home {home!r}: enroll it and let its box connect first"
+        )
+    try:
+        roster = verify_roster(held[1], home_key=key, home=home)
+    except RosterRefused as exc:
+        return StartupError(f"the roster held for home {home!r} does not verify: {exc}")
+    for agent_key, grant in roster.agents().items():
+        if grant.id == agent:
+            return agent_key, grant
+    return StartupError(
+        f"the roster of home {home!r} lists no agent {agent!r}: its owner approves it at home"
+    )
 
 
 WRITES_STATE = {("serve", None), ("keys", None), ("home", "enroll"), ("agent", "create")}
@@ -506,7 +594,7 @@ def main(argv: list[str] | None = None) -> None:
         ("keys", None): lambda: _keys(config, args.socket, args.listen),
         ("home", "enroll"): lambda: _enroll(config, args.home, args.key),
         ("agent", "create"): lambda: _agent_create(config, args.home),
-        ("token", "issue"): lambda: _issue(config, args.home, args.agent),
+        ("token", "issue"): lambda: _issue(config, args.home, args.agent, args.wait),
         ("db", "migrate"): lambda: _migrate(config),
         ("db", "import"): lambda: _import(config, args.state_dir, args.keys_file, args.dry_run),
     }

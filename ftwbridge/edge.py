@@ -299,6 +299,15 @@ class GuardedTCPServer(TCPServer):
             self._close_timer.cancel()  # the connection has ended: no Close left to wait for
             # and no keep-alive timer either: it would hold the socket 5 s more (issue 11)
             self.idle_task.end()  # type: ignore[attr-defined]
+            if self._upgraded:
+                # hypercorn's WebSocket ping task sleeps `websocket_ping_interval` (the door's
+                # 15 s) between pings, and the connection, its socket and its buffers with it,
+                # waited for it to wake: 100 strangers held 20 MiB for 15 s. What is left of
+                # an ended WebSocket gets `LAST_WORDS_S`, then is cancelled.
+                nursery = self._task_group._nursery
+                if nursery is not None:
+                    scope = nursery.cancel_scope
+                    scope.deadline = min(scope.deadline, trio.current_time() + LAST_WORDS_S)
 
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module)."""

@@ -24,11 +24,14 @@ OVERSIZED_BYTES = 1024 * 1024
 """One oversized message: 1 MiB, sixteen times the door's limit (issue 11, D4)."""
 
 
-def frame(opcode: int, payload: bytes, *, mask: bool = True) -> bytes:
-    """One RFC 6455 section 5.2 frame as a client writes it (masked unless `mask=False`)."""
+def frame(
+    opcode: int, payload: bytes = b"", *, fin: bool = True, rsv: int = 0, mask: bool = True
+) -> bytes:
+    """One RFC 6455 section 5.2 frame as a client writes it (masked unless `mask=False`;
+    `fin` and the `rsv` bits as given, so tests can write frames a server must refuse)."""
     n = len(payload)
     bit = 0x80 if mask else 0
-    head = bytes([0x80 | opcode])
+    head = bytes([(0x80 if fin else 0) | (rsv << 4) | opcode])
     if n < 126:
         head += bytes([bit | n])
     elif n < 65536:

@@ -25,7 +25,8 @@ from ftwbridge.metrics import Metrics
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.noise import generate_static
 from ftwbridge.proto.refusal import Refusal
-from tests.edge.live import WS_UPGRADE, frame
+from soak.strangers import frame
+from tests.edge.live import WS_UPGRADE
 from tests.harness import Rig
 
 

@@ -176,6 +176,8 @@ class Control:
             assert isinstance(listed, RequestList)
             return ok_result(to_json(listed.to_body()))
         assert scope.cancelled_caught
+        if tool is CHARGE_NOW or tool is STOP:  # it may have reached the box: say so
+            self._audit(token, args.charger, "timeout")
         raise Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})
 
     async def _grant(self, token: TokenRecord) -> AgentGrant:
@@ -187,6 +189,39 @@ class Control:
     async def _command(
         self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
     ) -> dict[str, Any] | InputRequired:
+        """Check, confirm and send one command; every way it ends leaves one audit line
+        (`_audit`), a refusal at the bridge before anything is sent included."""
+        try:
+            ready = await self._prepare(tool, args, token, route)
+        except Refusal as exc:
+            self._audit(token, args.charger, exc.code)
+            raise
+        if not isinstance(ready, tuple):
+            return ready  # the person is asked, or declined (audited as such)
+        op_args, cmd_id = ready
+        try:
+            outcome = await self._homes.command(
+                token.home, token.agent_key, HOLD_OP.value, op_args, cmd_id
+            )
+        except Refusal as exc:
+            self._audit(token, args.charger, exc.code)
+            raise
+        if outcome.cmd_id != cmd_id:  # sent again under a new id after E_CONFLICT
+            self._ids.replace(cmd_id, outcome.cmd_id)
+        self._audit(token, args.charger, outcome.result.state.value)
+        return _command_result(tool, args.charger, outcome)
+
+    async def _prepare(
+        self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
+    ) -> tuple[dict[str, Any], str] | dict[str, Any] | InputRequired:
+        """The bridge's checks (grant, op, caps) and the person's confirmation: the op's
+        arguments and the `cmdId` to send under, or what to answer instead (the question, or
+        the declined result).
+
+        Raises:
+            Refusal: the grant, its ops or its caps do not allow the command; the charger is
+                not one the home lists.
+        """
         grant = await self._grant(token)
         if HOLD_OP.value not in grant.ops:  # refused here: no byte leaves for it
             raise Refusal(Code.E_OP_NOT_GRANTED, {"op": HOLD_OP.value})
@@ -230,17 +265,7 @@ class Control:
                 digest=digest,
                 now_s=trio.current_time(),
             )
-        try:
-            outcome = await self._homes.command(
-                token.home, token.agent_key, HOLD_OP.value, op_args, cmd_id
-            )
-        except Refusal as exc:
-            self._audit(token, args.charger, exc.code)
-            raise
-        if outcome.cmd_id != cmd_id:  # sent again under a new id after E_CONFLICT
-            self._ids.replace(cmd_id, outcome.cmd_id)
-        self._audit(token, args.charger, outcome.result.state.value)
-        return _command_result(tool, args.charger, outcome)
+        return op_args, cmd_id
 
     def _asks_person(self, route: Route) -> bool:
         meta = route.params.get("_meta")
@@ -329,7 +354,9 @@ class Control:
         )
 
     def _audit(self, token: TokenRecord, charger: str, outcome: str) -> None:
-        """One line per command: op, charger (an id of `CHARGER_PATTERN`), outcome."""
+        """One line per command asked for: op, charger (an id of `CHARGER_PATTERN`), outcome:
+        the result's state, a refusal's code (the bridge's before sending, or the box's),
+        `asked` and `declined` for the person's confirmation, `timeout` past the deadline."""
         audit.info(
             "cmd op=%s charger=%s home=%s agent=%s outcome=%s",
             HOLD_OP.value,

@@ -191,7 +191,7 @@ def write_postgres(
     """
     import psycopg
 
-    from .postgres import describe, first_line
+    from .postgres import describe, first_line, unreachable
 
     try:
         where = describe(url)
@@ -204,9 +204,7 @@ def write_postgres(
             with conn.transaction(force_rollback=dry_run):
                 return _write(conn, embedded, box, now_ms)
     except psycopg.OperationalError as exc:
-        raise ImportRefused(
-            f"{where} does not answer: {first_line(exc)}", setting="database_url"
-        ) from None
+        raise ImportRefused(unreachable(where, exc), setting="database_url") from None
     except psycopg.Error as exc:
         raise ImportRefused(
             f"the import into {where} failed and changed nothing: {first_line(exc)}"

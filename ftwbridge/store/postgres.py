@@ -61,6 +61,17 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def unreachable(where: str, exc: BaseException) -> str:
+    """One sentence for a failed connection to `where`: the server's own refusal when it gave
+    one (a database that does not exist, a wrong password: libpq's "FATAL:" line), otherwise
+    that it does not answer."""
+    line = first_line(exc)
+    _, fatal, reason = line.partition("FATAL:")
+    if fatal:
+        return f"{where} refuses the connection: {reason.strip()}"
+    return f"{where} does not answer: {line}"
+
+
 class PgStore:
     """`BridgeStore` on PostgreSQL, shared by every instance that has the same `database_url`.
 
@@ -163,7 +174,7 @@ class PgStore:
                 abandon_on_cancel=abandon_on_cancel,
             )
         except psycopg.OperationalError as exc:  # PoolTimeout is one too
-            raise StoreError(f"{self.where} does not answer: {first_line(exc)}") from None
+            raise StoreError(unreachable(self.where, exc)) from None
 
     async def query(self, fn: Callable[[Conn], T], *, idempotent: bool = True) -> T:
         """`fn` on a pooled connection in a worker thread. When the connection fails under

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
 from typing import Any
 
 import trio
@@ -187,23 +189,41 @@ async def test_operator_flow_from_the_cli(env: Env) -> None:
     )
     key = bytes.fromhex(done.stdout.decode().strip())
     expires = env.bridge.clock() + 3_600_000
-    await home.console(
-        op="put_agent",
-        key=key.hex(),
-        id="cli-agent",
-        name="CLI",
-        scopes=["ftw.live.read"],
-        expiresAtMs=expires,
-    )
+    argv = [*cli, "token", "issue", "--home", "h1", "--agent", "cli-agent", "--wait", "60"]
     with trio.fail_after(REAL_WAIT_S):
-        await env.bridge.door.wait_roster("h1", lambda r: key in r.agents())
-    done = await trio.run_process(
-        [*cli, "token", "issue", "--home", "h1", "--agent", "cli-agent"],
-        capture_stdout=True,
-        env=run_env,
-        check=True,
-    )
-    token = done.stdout.decode().strip()
+        # asked before the owner approves: it says it waits, then gives the token once the
+        # roster listing the agent reaches the bridge's store
+        async with trio.open_nursery() as nursery:
+            proc = await nursery.start(
+                functools.partial(
+                    trio.run_process,
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=run_env,
+                    check=False,
+                )
+            )
+            assert proc.stderr is not None and proc.stdout is not None
+            said = b""
+            while b"waiting" not in said:
+                chunk = await proc.stderr.receive_some(4096)
+                assert chunk, said  # it ended without waiting
+                said += chunk
+            assert b"owner to approve agent 'cli-agent' of home 'h1'" in said, said
+            await home.console(
+                op="put_agent",
+                key=key.hex(),
+                id="cli-agent",
+                name="CLI",
+                scopes=["ftw.live.read"],
+                expiresAtMs=expires,
+            )
+            out = b""
+            while chunk := await proc.stdout.receive_some(4096):
+                out += chunk
+        assert proc.returncode == 0, said
+    token = out.decode().strip()
     r = await post_call(env, token, "status")
     assert r.status_code == 200 and not r.json()["result"]["isError"]
     done = await trio.run_process(

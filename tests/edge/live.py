@@ -10,7 +10,6 @@ ports the kernel picks), the stub home dials the door, `ftwbridge agent create`,
 from __future__ import annotations
 
 import json
-import os
 import select
 import socket
 import struct
@@ -43,25 +42,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def frame(
-    opcode: int, payload: bytes = b"", *, fin: bool = True, rsv: int = 0, mask: bool = True
-) -> bytes:
-    """One RFC 6455 section 5.2 frame as a client writes it (masked unless `mask=False`)."""
-    head = bytes([(0x80 if fin else 0) | (rsv << 4) | opcode])
-    n = len(payload)
-    bit = 0x80 if mask else 0
-    if n < 126:
-        head += bytes([bit | n])
-    elif n < 65536:
-        head += bytes([bit | 126]) + struct.pack("!H", n)
-    else:
-        head += bytes([bit | 127]) + struct.pack("!Q", n)
-    if not mask:
-        return head + payload
-    key = os.urandom(4)
-    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
 def read_close_code(
@@ -207,14 +187,11 @@ class LiveBridge:
             with socket.create_connection(("127.0.0.1", console_port), timeout=WAIT_S) as c:
                 c.sendall(json.dumps(grant).encode() + b"\n")
                 assert b'"ok"' in c.recv(65536)
-        deadline = time.monotonic() + WAIT_S
-        while len(live.tokens) < AGENTS:  # the roster travels box -> door -> store: no event
-            try:  # crosses the processes, so ask until the bridge holds it
-                agent = f"edge-agent-{len(live.tokens)}"
-                live.tokens.append(live._cli("token", "issue", "--home", HOME, "--agent", agent))
-            except subprocess.CalledProcessError:
-                assert time.monotonic() < deadline, "the granted roster never reached the bridge"
-                time.sleep(0.1)
+        for n in range(AGENTS):  # the roster travels box -> door -> store: `--wait` for it
+            agent = f"edge-agent-{n}"
+            live.tokens.append(
+                live._cli("token", "issue", "--home", HOME, "--agent", agent, "--wait", str(WAIT_S))
+            )
         return live
 
     @property

@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 from ftwbridge.demo import assistant_session
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
+from soak.strangers import frame
 
-from .live import WAIT_S, WS_UPGRADE, LiveBridge, frame, read_close_code, read_until_closed
+from .live import WAIT_S, WS_UPGRADE, LiveBridge, read_close_code, read_until_closed
 
 # -- HTTP/1.1, on the main listener and on the admin listener -------------------------------
 
@@ -309,6 +310,28 @@ def test_strangers_with_big_messages_leave_no_memory_behind(live: LiveBridge) ->
     # the allocator keeps some of what it grew (5 to 10 MiB here); the defect held about 1 MiB
     # per stranger (100 MiB for 100) until each socket's 45 s read timeout
     assert after - before < 16 * 1024, (before, after)
+
+
+def test_an_ended_stranger_is_let_go_at_once_not_at_the_next_ping(live: LiveBridge) -> None:
+    """Ten strangers' 1 MiB messages are refused (1009) and they hang up: their sockets (and
+    what hypercorn holds for them) are freed within seconds. They used to wait for hypercorn's
+    WebSocket ping task to wake, `door_ping_s` (15 s) later."""
+    pid = live.procs[0].pid
+    before = len(os.listdir(f"/proc/{pid}/fd"))
+    socks = []
+    for _ in range(10):
+        sock, _after = live.upgrade()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(frame(2, b"\xa0" * (1024 * 1024)))
+        socks.append(sock)
+    assert {read_close_code(sock) for sock in socks} == {1009}
+    for sock in socks:
+        sock.close()
+    hung_up = time.monotonic()
+    while (now := len(os.listdir(f"/proc/{pid}/fd"))) > before + 2:
+        assert time.monotonic() - hung_up < 8, f"{now - before} sockets still open"  # ping: 15 s
+        time.sleep(0.05)
+    live.assert_serving()
 
 
 KEEP_ALIVE_S = HypercornConfig().keep_alive_timeout

@@ -20,8 +20,9 @@ from quart import websocket
 from quart_trio import QuartTrio
 
 from ftwbridge import edge
+from soak.strangers import frame
 
-from .live import WS_UPGRADE, frame
+from .live import WS_UPGRADE
 
 UNGUARDED = TCPServer
 

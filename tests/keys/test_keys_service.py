@@ -103,12 +103,9 @@ async def test_bridges_reach_sealed_keys_through_keys_services(pg_url: str, tmp_
             assert created.returncode == 0, created
             agent_key = created.stdout.decode().strip()
             await console(stub_line["console"], _agent_row(agent_key))
-            while True:  # the roster reaches PostgreSQL through the bridge's roster applier
-                issued = await _command(
-                    "token", "issue", "--home", HOME, "--agent", "a1", env=bridge_env
-                )
-                if issued.returncode == 0 or b"lists no agent" not in issued.stderr:
-                    break
+            issued = await _command(  # the roster reaches PostgreSQL through the bridge
+                "token", "issue", "--home", HOME, "--agent", "a1", "--wait", "60", env=bridge_env
+            )
             assert issued.returncode == 0, issued
             token = issued.stdout.decode().strip()
             # ... and the bridge opens the session through the first

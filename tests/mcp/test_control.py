@@ -478,3 +478,32 @@ async def test_a_goal_by_a_time_already_past_is_audited_as_invalid_arguments(
     said = [r.getMessage() for r in caplog.records if "goal_request" in r.getMessage()]
     assert said and all("status=invalid_arguments" in line for line in said), said
     assert homes.sent == []
+
+
+async def test_a_command_refused_at_the_bridge_or_timed_out_is_audited_too(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.abc.Clock
+) -> None:
+    """Operators read the `cmd` lines for every command an assistant asked for, not only those
+    that reached the box: a refusal before a byte leaves has its line, and so has a command
+    whose answer did not come within the call deadline (it may have reached the box)."""
+
+    class Slow(Homes):
+        async def command(self, *args: Any, **kwargs: Any) -> CommandOutcome:
+            await trio.sleep(3600)
+            raise AssertionError("the deadline ends it first")
+
+    no_ops = Homes(dataclasses.replace(GRANT, ops=()))
+    short = Homes(dataclasses.replace(GRANT, caps={"hold_s": 600}))
+    with caplog.at_level("INFO", logger="ftwbridge.audit"):
+        await post(service(no_ops, confirm_ttl_s=None), *call("ev_stop", {"charger": "lp1"}))
+        await post(service(short, confirm_ttl_s=None), *call("ev_charge_now", CHARGE))
+        _, body = await post(
+            service(Slow(), confirm_ttl_s=None), *call("ev_stop", {"charger": "lp1"})
+        )
+    assert body["result"]["isError"]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cmd ")]
+    assert [line.split()[-1] for line in lines] == [
+        "outcome=E_OP_NOT_GRANTED",
+        "outcome=E_CAP_EXCEEDED",
+        "outcome=timeout",
+    ]

@@ -123,14 +123,10 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
                 },
             )
             # `token issue` reads the roster from PostgreSQL, where the bridge's roster applier
-            # puts it soon after the box sent it; nothing outside the bridge announces that
-            # moment, so the command is run again (each run takes a process start) until then.
-            while True:
-                issued = await _command(
-                    "token", "issue", "--home", HOME, "--agent", "agent-pg", env=env
-                )
-                if issued.returncode == 0 or b"lists no agent" not in issued.stderr:
-                    break
+            # puts it soon after the box sent it: `--wait` is woken by the roster's event
+            issued = await _command(
+                "token", "issue", "--home", HOME, "--agent", "agent-pg", "--wait", "60", env=env
+            )
             assert issued.returncode == 0, issued
             token = issued.stdout.decode().strip()
             result = await _status(url, token)

@@ -102,8 +102,12 @@ async def test_an_unreachable_database_is_one_sentence_without_the_password(
     assert text.startswith(f"PostgreSQL database ftw at 127.0.0.1:{port} does not answer: ")
     assert "hunter2" not in text and "\n" not in text
     wrong_db = pg_server.url_of("no_such_db")
-    with pytest.raises(StoreError, match='database "no_such_db" does not exist'):
+    with pytest.raises(StoreError) as refused:
         await PgStore(wrong_db).start()
+    expected = 'refuses the connection: database "no_such_db" does not exist'
+    assert str(refused.value) == (  # the server refused: it did answer
+        f"PostgreSQL database no_such_db at 127.0.0.1:{pg_server.port} {expected}"
+    )
     assert describe("postgresql://x:pw@db.internal/ftw") == "PostgreSQL database ftw at db.internal"
 
 
