@@ -142,7 +142,14 @@ class OAuthService(ClientRegistration, TokenGrants):
         now = self._clock()
         await self._expire(now)
         await self._limits.start(address, now)
-        if len(self._pending) >= MAX_PENDING:
+        # shared: every instance's open requests count (the per-address limit alone does not
+        # bound a stranger with many addresses); instances racing may pass it by a few
+        open_now = (
+            await self._store.count_oauth_states(CONSENT, now)
+            if self._shared
+            else len(self._pending)
+        )
+        if open_now >= MAX_PENDING:
             raise OAuthError(
                 "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
             )

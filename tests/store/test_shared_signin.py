@@ -227,3 +227,23 @@ async def test_an_expired_request_drops_its_key_once(two: Two) -> None:
     assert await a.oauth.get(p.id) is None
     await opened(a, keys)  # a new sign-in sweeps what expired
     assert not await keys.has(asked.agent_key)
+
+
+async def test_open_consent_requests_are_bounded_for_the_cluster(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound on open consent requests (`MAX_PENDING`) holds when the store is the truth:
+    a stranger with many addresses cannot grow `oauth_state` without end; the refusal is in
+    words, and a request that ends makes room again."""
+    a, b, _, _ = two
+    monkeypatch.setattr("ftwbridge.oauth.service.MAX_PENDING", 3)
+    client = await a.oauth.register({"redirect_uris": [REDIRECT]}, "10.0.0.1")
+    _, challenge = pkce()
+    params = authorize_params(client["client_id"], REDIRECT, challenge)
+    opened_ = [await (a, b)[n % 2].oauth.start(params, f"198.51.100.{n}") for n in range(3)]
+    for at in (a, b):
+        with pytest.raises(OAuthError) as full:
+            await at.oauth.start(params, "203.0.113.7")  # a fresh address: its limit is full
+        assert full.value.status == 503 and "too many sign-ins" in full.value.description
+    await b.oauth.forget(opened_[0])
+    await a.oauth.start(params, "203.0.113.7")
