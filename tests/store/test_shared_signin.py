@@ -17,7 +17,7 @@ from ftwbridge.oauth import OAuthError, OAuthService
 from ftwbridge.proto.claim import code_hash, new_code
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.roster import AgentGrant
-from ftwbridge.store import BridgeStore
+from ftwbridge.store import BridgeStore, StoreError
 from tests.oauth.helpers import authorize_params, pkce
 from tests.store.conftest import OpenSame
 
@@ -247,3 +247,49 @@ async def test_open_consent_requests_are_bounded_for_the_cluster(
         assert full.value.status == 503 and "too many sign-ins" in full.value.description
     await b.oauth.forget(opened_[0])
     await a.oauth.start(params, "203.0.113.7")
+
+
+class _Outage:
+    """A store whose database stops answering as the consent request is marked asked (the
+    write that names the new agent's key); everything else reaches the real store."""
+
+    def __init__(self, store: BridgeStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def change_oauth_state(self, kind: str, key: str, changes: Any, *a: Any, **k: Any) -> Any:
+        if "agent_key" in changes:
+            raise StoreError("the database does not answer (a test's outage)")
+        return await self._store.change_oauth_state(kind, key, changes, *a, **k)
+
+
+async def test_an_outage_as_the_request_is_asked_leaves_no_agent_key(two: Two) -> None:
+    """The database stops answering after the keys part made the agent's key and before the
+    request names it: the person is told in words (StoreError, the edge's 503), and the key,
+    which no record names and no roster will list, is dropped, not kept forever."""
+    a, b, _, now = two
+    made: list[bytes] = []
+
+    class Keys(KeysService):
+        async def create(self, home: str) -> bytes:
+            made.append(await super().create(home))
+            return made[-1]
+
+    keys = Keys(None)
+    failing = OAuthService(
+        store=_Outage(b.store),  # type: ignore[arg-type]
+        keys=keys,
+        door=b.door,  # type: ignore[arg-type]
+        issuer=lambda: "https://b",
+        resource=lambda: "https://b/mcp",
+        clock=lambda: now[0],
+        issue_access=lambda *_: None,  # type: ignore[arg-type,return-value]
+        shared=True,
+    )
+    pending, _, _ = await opened(Instance(failing, b.door, b.store), keys)
+    with pytest.raises(StoreError):
+        await failing.claim(pending.id, pending.csrf, await offered(a, "h1", now))
+    assert len(made) == 1 and not await keys.has(made[0])
+    assert b.door.sent == []  # the box was asked nothing
