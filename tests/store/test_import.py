@@ -453,3 +453,16 @@ async def test_a_keys_file_nested_too_deep_is_refused_in_words(tmp_path: Path, p
     (tmp_path / "agent-keys.json").write_text("[" * 100_000)
     with pytest.raises(ImportRefused, match=r"agent-keys\.json is not the keys part's"):
         await _import(tmp_path, pg_url)
+
+
+async def test_a_keys_file_named_that_is_not_there_is_refused(tmp_path: Path, pg_url: str) -> None:
+    """`--keys-file` names a file that does not exist (a typo, the wrong folder): refused in
+    words, not read as "no agent keys", which would move every token without its agent's
+    key and make each assistant sign in again. Not naming one keeps the default's rule: no
+    file there, no keys from it."""
+    await _embedded(tmp_path)
+    (await _started(pg_url)).close()
+    typo = tmp_path / "agent-key.json"
+    with pytest.raises(ImportRefused, match="there is no agent keys file"):
+        await import_embedded(tmp_path, database_url=pg_url, kek=KEK, keys_file=typo, now_ms=NOW_MS)
+    assert _counts(pg_url)["homes"] == 0
