@@ -19,7 +19,13 @@ from quart_trio import QuartTrio
 from ftwbridge.door import Door
 from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.edge import framing_and_coding
-from ftwbridge.mcp.asgi import CORS_REQUEST_HEADERS, STORE_HEADERS, STORE_WORDS, McpRoute
+from ftwbridge.mcp.asgi import (
+    CORS_REQUEST_HEADERS,
+    STORE_HEADERS,
+    STORE_RETRY_AFTER_S,
+    STORE_WORDS,
+    McpRoute,
+)
 from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import McpService
@@ -221,8 +227,17 @@ async def _store_unavailable(exc: StoreError) -> Response:
     """A Quart route needed the database while it does not answer (`StoreError`): 503 with
     `Retry-After` and the OAuth error `temporarily_unavailable` (RFC 6749 section 4.1.2.1)
     in words. The words name no host; the log line does. (`/mcp` answers its own form:
-    `ftwbridge.mcp.asgi.store_unavailable`.)"""
+    `ftwbridge.mcp.asgi.store_unavailable`.) The consent pages are a person's browser: a
+    page in the same words, which reloads itself after `Retry-After` when it was a GET (the
+    waiting page polls; a JSON body would stop it for good)."""
     log.warning("%s %s refused: %s", request.method, request.path, exc)
+    if request.path.startswith("/authorize"):
+        again = STORE_RETRY_AFTER_S if request.method == "GET" else None
+        return Response(
+            pages.problem(STORE_WORDS, refresh_s=again),
+            503,
+            pages.PAGE_HEADERS | STORE_HEADERS,
+        )
     body = {"error": "temporarily_unavailable", "error_description": STORE_WORDS}
     return _json_response(503, body, STORE_HEADERS)
 

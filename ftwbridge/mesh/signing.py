@@ -44,6 +44,9 @@ DOMAIN = b"ftwbridge-mesh-v1"
 _ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _SIG = re.compile(r"[0-9a-f]{64}")
+_COUNT = re.compile(r"[0-9]{1,18}")
+"""A time (ms) or an epoch: ASCII digits only (`str.isdigit` also takes '²', which `int`
+refuses), and few enough to fit a PostgreSQL BIGINT."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +217,8 @@ class Checker:
         if not (
             _ID.fullmatch(values[FROM])
             and _ID.fullmatch(to)
-            and epoch_text.isdigit()
-            and values[TS].isdigit()
+            and _COUNT.fullmatch(epoch_text)
+            and _COUNT.fullmatch(values[TS])
             and _NONCE.fullmatch(values[NONCE])
             and _SIG.fullmatch(values[SIG])
         ):

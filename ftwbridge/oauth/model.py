@@ -160,6 +160,11 @@ class OAuthStore(Protocol):
         """Delete every item of `kind` whose record matches `where`; returns how many."""
         ...
 
+    async def count_oauth_states(self, kind: str, now_ms: int) -> int:
+        """How many items of `kind` are live at `now_ms` (ms since the epoch): the open
+        consent requests of every instance, for `MAX_PENDING`."""
+        ...
+
 
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
 

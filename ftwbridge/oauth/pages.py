@@ -104,6 +104,11 @@ def waiting(p: Pending) -> bytes:
     return _page("Waiting for your home", body, refresh_s=2)
 
 
-def problem(message: str) -> bytes:
-    """A page for errors that must not go back to the client's redirect URI."""
-    return _page("Cannot connect", f"<h1>Cannot connect the assistant</h1><p>{shown(message)}</p>")
+def problem(message: str, refresh_s: int | None = None) -> bytes:
+    """A page for errors that must not go back to the client's redirect URI; with
+    `refresh_s`, it reloads itself after that many seconds (a passing fault)."""
+    return _page(
+        "Cannot connect",
+        f"<h1>Cannot connect the assistant</h1><p>{shown(message)}</p>",
+        refresh_s,
+    )

@@ -142,7 +142,14 @@ class OAuthService(ClientRegistration, TokenGrants):
         now = self._clock()
         await self._expire(now)
         await self._limits.start(address, now)
-        if len(self._pending) >= MAX_PENDING:
+        # shared: every instance's open requests count (the per-address limit alone does not
+        # bound a stranger with many addresses); instances racing may pass it by a few
+        open_now = (
+            await self._store.count_oauth_states(CONSENT, now)
+            if self._shared
+            else len(self._pending)
+        )
+        if open_now >= MAX_PENDING:
             raise OAuthError(
                 "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
             )
@@ -220,6 +227,8 @@ class OAuthService(ClientRegistration, TokenGrants):
         Raises:
             OAuthError: unknown request, a bad form token, a wrong code (the request is burned
                 after 5), or an offline home (`temporarily_unavailable`, 503).
+            StoreError: the database does not answer (the edge answers 503 in words); a key
+                made for the request is dropped.
         """
         pending = await self.get(req)
         if pending is None or not secrets.compare_digest(pending.csrf, csrf):
@@ -241,9 +250,14 @@ class OAuthService(ClientRegistration, TokenGrants):
             raise OAuthError("access_denied", "that code is not one a home is showing now")
         await self._limits.right_guess(address, self._clock())
         key = await self._keys.create(home)
-        if not await self._change(
-            pending, {"status": "new"}, status="asked", home=home, agent_key=key
-        ):
+        try:
+            asked = await self._change(
+                pending, {"status": "new"}, status="asked", home=home, agent_key=key
+            )
+        except StoreError:  # no record names the key, and no roster will list it
+            await self._keys.drop(key)
+            raise
+        if not asked:
             await self._keys.drop(key)  # another post of the form got there first
             now = await self.get(req)
             if now is None:

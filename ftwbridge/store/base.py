@@ -167,3 +167,6 @@ class BridgeStore(Store, Protocol):
 
     async def drop_oauth_states(self, kind: str, where: dict[str, Any]) -> int:
         """Delete the items of `kind` whose records match `where`; returns how many."""
+
+    async def count_oauth_states(self, kind: str, now_ms: int) -> int:
+        """How many items of `kind` are live at `now_ms`."""

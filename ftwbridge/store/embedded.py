@@ -104,6 +104,18 @@ def read_embedded(state_dir: Path, keys_file: Path, box: nacl.secret.SecretBox) 
     return embedded
 
 
+def _blob(value: object) -> bytes:
+    """A BLOB column's value. SQLite keeps any type in any column, and `bytes(n)` of an
+    integer would be n zero bytes (a damaged row read as a key or hash, or gigabytes).
+
+    Raises:
+        TypeError: the value is not bytes (`_read_sqlite` reports the row as damaged).
+    """
+    if not isinstance(value, bytes):
+        raise TypeError(f"a {type(value).__name__} where bytes belong")
+    return value
+
+
 def _read_sqlite(path: Path) -> tuple[Embedded, list[SealedKey]]:
     uri = f"{path.resolve().as_uri()}?mode=ro"  # read-only: the import never changes it
     db = sqlite3.connect(uri, uri=True, isolation_level=None)
@@ -120,14 +132,14 @@ def _read_sqlite(path: Path) -> tuple[Embedded, list[SealedKey]]:
         withdrawn = "withdrawn" if "withdrawn" in columns else "0"
         embedded = Embedded(
             homes={
-                str(h): bytes(k) for h, k in rows("homes", "SELECT home, public_key FROM homes")
+                str(h): _blob(k) for h, k in rows("homes", "SELECT home, public_key FROM homes")
             },
             rosters={
-                str(h): (int(s), bytes(b))
+                str(h): (int(s), _blob(b))
                 for h, s, b in rows("rosters", "SELECT home, seq, signed FROM rosters")
             },
             tokens=[
-                (bytes(t), TokenRecord(h, a, bytes(k), tuple(json.loads(s)), r, c, int(e), bool(w)))
+                (_blob(t), TokenRecord(h, a, _blob(k), tuple(json.loads(s)), r, c, int(e), bool(w)))
                 for t, h, a, k, s, r, c, e, w in rows(
                     "tokens",
                     "SELECT hash, home, agent_id, agent_key, scopes, resource, client,"
@@ -141,7 +153,7 @@ def _read_sqlite(path: Path) -> tuple[Embedded, list[SealedKey]]:
                 )
             ],
             refresh=[
-                RefreshRow(bytes(t), str(f), bool(u), dict(json.loads(r)), int(e))
+                RefreshRow(_blob(t), str(f), bool(u), dict(json.loads(r)), int(e))
                 for t, f, u, r, e in rows(
                     "refresh_tokens",
                     "SELECT hash, family, used, record, expires_at_ms FROM refresh_tokens",
@@ -150,13 +162,13 @@ def _read_sqlite(path: Path) -> tuple[Embedded, list[SealedKey]]:
             keys=[],
         )
         sealed = [
-            SealedKey(bytes(p), str(h), bytes(s), bool(listed))
+            SealedKey(_blob(p), str(h), _blob(s), bool(listed))
             for p, h, s, listed in rows(
                 "agent_keys", "SELECT public_key, home, sealed, listed FROM agent_keys"
             )
         ]
         db.execute("COMMIT")
-    except (ValueError, TypeError) as exc:  # a JSON column that is not JSON, a NULL
+    except (ValueError, TypeError, RecursionError) as exc:  # not JSON (or too deep), a NULL
         raise sqlite3.DatabaseError(f"a row is not the bridge's ({exc})") from None
     finally:
         db.close()
@@ -174,6 +186,11 @@ def _read_keys_file(path: Path) -> list[AgentKey]:
         value = read_json(path)
     except StateFileError as exc:
         raise ImportRefused(str(exc)) from None
+    except RecursionError:  # JSON nested deeper than Python's parser goes: not the keys part's
+        raise ImportRefused(
+            f"the agent keys file {path} is not the keys part's (its JSON is nested too deep);"
+            " restore it from a backup, or move it aside to import no agent keys"
+        ) from None
     if value is None:
         return []
     keys: list[AgentKey] = []

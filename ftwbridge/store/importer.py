@@ -143,9 +143,10 @@ async def import_embedded(
     Holds `state_dir`'s lock throughout.
 
     Raises:
-        ImportRefused: a bridge serves on `state_dir`; the state is missing or damaged; `kek`
-            does not open keys sealed in the state or on PostgreSQL; the database does not
-            answer, is not migrated, or refused a write (nothing was changed).
+        ImportRefused: a bridge serves on `state_dir`; the state is missing or damaged, or
+            `keys_file`, when named, is not there; `kek` does not open keys sealed in the
+            state or on PostgreSQL; the database does not answer, is not migrated, or
+            refused a write (nothing was changed).
     """
     box = nacl.secret.SecretBox(kek)
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
@@ -153,6 +154,11 @@ async def import_embedded(
 
     def work() -> Tally:
         with _held(Path(state_dir)):
+            if keys_file is not None and not keys_path.is_file():  # named: it must be there
+                raise ImportRefused(
+                    f"there is no agent keys file {keys_path}: name the file the embedded"
+                    " keys part kept, or leave out --keys-file"
+                )
             embedded = read_embedded(Path(state_dir), keys_path, box)
             return write_postgres(database_url, embedded, box, now_ms=now, dry_run=dry_run)
 

@@ -497,3 +497,12 @@ class PgStore:
         return await self._exec(
             "DELETE FROM oauth_state WHERE kind = %s AND record @> %s", (kind, Jsonb(where))
         )
+
+    async def count_oauth_states(self, kind: str, now_ms: int) -> int:
+        """See `OAuthStore.count_oauth_states` (the `oauth_state_expiry` index of
+        migrations/0006_oauth_state_shared.sql)."""
+        row = await self._one(
+            "SELECT COUNT(*) FROM oauth_state WHERE kind = %s AND expires_at_ms > %s",
+            (kind, now_ms),
+        )
+        return int(row[0])

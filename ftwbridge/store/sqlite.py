@@ -391,6 +391,13 @@ class SqliteStore:
 
         return await self._run(work)
 
+    async def count_oauth_states(self, kind: str, now_ms: int) -> int:
+        """See `OAuthStore.count_oauth_states`."""
+        row = await self._one(
+            "SELECT COUNT(*) FROM oauth_state WHERE kind = ? AND expires_at_ms > ?", (kind, now_ms)
+        )
+        return int(row[0])
+
 
 def _immediate(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
     """`fn` run in one `BEGIN IMMEDIATE` transaction (the write lock taken before the first

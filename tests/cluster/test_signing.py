@@ -84,3 +84,20 @@ def test_nonces_are_forgotten_after_the_window_and_bounded() -> None:
     hs = {k: [v] for k, v in later.items()}
     assert checker.check("POST", "/mcp", hs, BODY, NOW + 61_000).epoch == 7
     assert _refused(checker, first, now_ms=NOW + 61_000) == "stale"
+
+
+@pytest.mark.parametrize("field", ["ts", "epoch"])
+@pytest.mark.parametrize("digits", ["\xb2", "\u0663", "1" * 5000])
+def test_a_time_or_epoch_not_in_ascii_digits_is_unsigned_not_a_crash(
+    field: str, digits: str
+) -> None:
+    """Header values are Latin-1 text (byte 0xB2 is '²'); `str.isdigit` says yes to '²', to
+    Arabic-Indic digits and to 5,000 digits, of which `int` refuses the first and the last
+    (Python's 4,300-digit bound): a stranger's headers are refused in words, before any
+    signature is worked out, never a ValueError out of the route."""
+    headers = _headers()
+    if field == "ts":
+        headers[signing.TS] = [digits]
+    else:
+        headers[signing.TO] = [f"b-2;{digits}"]
+    assert _refused(Checker(KEY, "b-2"), headers) == "unsigned"

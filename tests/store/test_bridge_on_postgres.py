@@ -212,3 +212,41 @@ async def _status(url: str, token: str) -> object:
     )
     async with http, Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as c:
         return await c.call_tool("status", {})
+
+
+async def test_the_waiting_page_keeps_polling_through_an_outage(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The person's browser polls `/authorize/wait` (a page that reloads itself), and every
+    poll reads the database when it is PostgreSQL. While the database does not answer, the
+    poll is answered by a page in words that reloads itself too, so the sign-in carries on
+    by itself once the database is back; a JSON body would end the reloading for good."""
+    import httpx2
+
+    from ftwbridge.config import Config
+    from ftwbridge.run import Bridge
+
+    port = _free_port()
+    config = Config(
+        database_url=pg_url,
+        state_dir=tmp_path,
+        bind=f"127.0.0.1:{port}",
+        public_url=f"http://127.0.0.1:{port}",
+        admin_bind=None,
+    )
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(Bridge(config).serve)
+            url = f"http://127.0.0.1:{port}/authorize/wait?req=r1"
+            async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+                assert (await http.get(url)).status_code == 400  # unknown: a page, as always
+                await trio.to_thread.run_sync(_allow_connections, pg_url, False)
+                try:
+                    resp = await http.get(url)
+                finally:
+                    await trio.to_thread.run_sync(_allow_connections, pg_url, True)
+            assert resp.status_code == 503 and resp.headers["retry-after"]
+            assert resp.headers["content-type"].startswith("text/html")
+            assert "database does not answer" in resp.text
+            assert '<meta http-equiv="refresh"' in resp.text
+            nursery.cancel_scope.cancel()

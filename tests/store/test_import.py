@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import secrets
+import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -419,3 +420,49 @@ async def test_a_token_and_an_agent_key_of_an_embedded_bridge_work_on_postgres(
             assert not getattr(result, "is_error", True), result
             assert "pv_w" in json.dumps(getattr(result, "structured_content", None))
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE tokens SET hash = 9223372036854775807 WHERE rowid = 1",  # bytes(n): n zeros
+        "UPDATE homes SET public_key = 32",  # a home key of 32 zero bytes
+        "UPDATE refresh_tokens SET hash = 32",
+        "UPDATE rosters SET signed = 7",
+        "UPDATE oauth_clients SET metadata = printf('%.*c', 100000, '[')",  # too deep for json
+    ],
+)
+async def test_a_damaged_row_is_refused_in_words(tmp_path: Path, pg_url: str, damage: str) -> None:
+    """A damaged bridge.sqlite (SQLite keeps any type in any column): an integer in a BLOB
+    column is refused as a damaged row, never read as that many zero bytes; JSON nested too
+    deep for Python's parser is a damaged row too, not a traceback."""
+    await _embedded(tmp_path)
+    (await _started(pg_url)).close()
+    db = sqlite3.connect(sqlite_path(tmp_path))
+    with db:
+        db.execute(damage)
+    db.close()
+    with pytest.raises(ImportRefused, match="cannot be read"):
+        await _import(tmp_path, pg_url)
+    assert _counts(pg_url)["homes"] == 0  # nothing changed
+
+
+async def test_a_keys_file_nested_too_deep_is_refused_in_words(tmp_path: Path, pg_url: str) -> None:
+    await _embedded(tmp_path)
+    (await _started(pg_url)).close()
+    (tmp_path / "agent-keys.json").write_text("[" * 100_000)
+    with pytest.raises(ImportRefused, match=r"agent-keys\.json is not the keys part's"):
+        await _import(tmp_path, pg_url)
+
+
+async def test_a_keys_file_named_that_is_not_there_is_refused(tmp_path: Path, pg_url: str) -> None:
+    """`--keys-file` names a file that does not exist (a typo, the wrong folder): refused in
+    words, not read as "no agent keys", which would move every token without its agent's
+    key and make each assistant sign in again. Not naming one keeps the default's rule: no
+    file there, no keys from it."""
+    await _embedded(tmp_path)
+    (await _started(pg_url)).close()
+    typo = tmp_path / "agent-key.json"
+    with pytest.raises(ImportRefused, match="there is no agent keys file"):
+        await import_embedded(tmp_path, database_url=pg_url, kek=KEK, keys_file=typo, now_ms=NOW_MS)
+    assert _counts(pg_url)["homes"] == 0

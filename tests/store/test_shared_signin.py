@@ -17,7 +17,7 @@ from ftwbridge.oauth import OAuthError, OAuthService
 from ftwbridge.proto.claim import code_hash, new_code
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.roster import AgentGrant
-from ftwbridge.store import BridgeStore
+from ftwbridge.store import BridgeStore, StoreError
 from tests.oauth.helpers import authorize_params, pkce
 from tests.store.conftest import OpenSame
 
@@ -227,3 +227,69 @@ async def test_an_expired_request_drops_its_key_once(two: Two) -> None:
     assert await a.oauth.get(p.id) is None
     await opened(a, keys)  # a new sign-in sweeps what expired
     assert not await keys.has(asked.agent_key)
+
+
+async def test_open_consent_requests_are_bounded_for_the_cluster(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound on open consent requests (`MAX_PENDING`) holds when the store is the truth:
+    a stranger with many addresses cannot grow `oauth_state` without end; the refusal is in
+    words, and a request that ends makes room again."""
+    a, b, _, _ = two
+    monkeypatch.setattr("ftwbridge.oauth.service.MAX_PENDING", 3)
+    client = await a.oauth.register({"redirect_uris": [REDIRECT]}, "10.0.0.1")
+    _, challenge = pkce()
+    params = authorize_params(client["client_id"], REDIRECT, challenge)
+    opened_ = [await (a, b)[n % 2].oauth.start(params, f"198.51.100.{n}") for n in range(3)]
+    for at in (a, b):
+        with pytest.raises(OAuthError) as full:
+            await at.oauth.start(params, "203.0.113.7")  # a fresh address: its limit is full
+        assert full.value.status == 503 and "too many sign-ins" in full.value.description
+    await b.oauth.forget(opened_[0])
+    await a.oauth.start(params, "203.0.113.7")
+
+
+class _Outage:
+    """A store whose database stops answering as the consent request is marked asked (the
+    write that names the new agent's key); everything else reaches the real store."""
+
+    def __init__(self, store: BridgeStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def change_oauth_state(self, kind: str, key: str, changes: Any, *a: Any, **k: Any) -> Any:
+        if "agent_key" in changes:
+            raise StoreError("the database does not answer (a test's outage)")
+        return await self._store.change_oauth_state(kind, key, changes, *a, **k)
+
+
+async def test_an_outage_as_the_request_is_asked_leaves_no_agent_key(two: Two) -> None:
+    """The database stops answering after the keys part made the agent's key and before the
+    request names it: the person is told in words (StoreError, the edge's 503), and the key,
+    which no record names and no roster will list, is dropped, not kept forever."""
+    a, b, _, now = two
+    made: list[bytes] = []
+
+    class Keys(KeysService):
+        async def create(self, home: str) -> bytes:
+            made.append(await super().create(home))
+            return made[-1]
+
+    keys = Keys(None)
+    failing = OAuthService(
+        store=_Outage(b.store),  # type: ignore[arg-type]
+        keys=keys,
+        door=b.door,  # type: ignore[arg-type]
+        issuer=lambda: "https://b",
+        resource=lambda: "https://b/mcp",
+        clock=lambda: now[0],
+        issue_access=lambda *_: None,  # type: ignore[arg-type,return-value]
+        shared=True,
+    )
+    pending, _, _ = await opened(Instance(failing, b.door, b.store), keys)
+    with pytest.raises(StoreError):
+        await failing.claim(pending.id, pending.csrf, await offered(a, "h1", now))
+    assert len(made) == 1 and not await keys.has(made[0])
+    assert b.door.sent == []  # the box was asked nothing
