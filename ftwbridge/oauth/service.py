@@ -29,6 +29,7 @@ import trio
 
 from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
+from ftwbridge.keys.service import KeysError
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.registry import Msg
@@ -249,16 +250,24 @@ class OAuthService(ClientRegistration, TokenGrants):
             )
             raise OAuthError("access_denied", "that code is not one a home is showing now")
         await self._limits.right_guess(address, self._clock())
-        key = await self._keys.create(home)
+        try:
+            key = await self._keys.create(home)
+        except KeysError:
+            raise OAuthError(
+                "temporarily_unavailable",
+                "the bridge's key service does not answer; have your home show a new code and"
+                " try again in a minute",
+                503,
+            ) from None
         try:
             asked = await self._change(
                 pending, {"status": "new"}, status="asked", home=home, agent_key=key
             )
         except StoreError:  # no record names the key, and no roster will list it
-            await self._keys.drop(key)
+            await self._drop_key(key, home)
             raise
         if not asked:
-            await self._keys.drop(key)  # another post of the form got there first
+            await self._drop_key(key, home)  # another post of the form got there first
             now = await self.get(req)
             if now is None:
                 raise OAuthError(
@@ -280,7 +289,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         try:
             await send(home, Envelope(Msg.AGENT_REQUEST, None, body))
         except HomeOffline:
-            await self._keys.drop(key)
+            await self._drop_key(key, home)
             await self._change(pending, {"status": "asked"}, status="failed")
             raise OAuthError("temporarily_unavailable", "the home is offline", 503) from None
         return pending
@@ -426,4 +435,13 @@ class OAuthService(ClientRegistration, TokenGrants):
 
     async def _drop_unlisted(self, pending: Pending) -> None:
         if pending.agent_key is not None and pending.status != "approved":
-            await self._keys.drop(pending.agent_key)
+            await self._drop_key(pending.agent_key, pending.home)
+
+    async def _drop_key(self, key: bytes, home: str | None) -> None:
+        """Drop an agent key no roster will list; when the keys part does not answer, the key
+        stays there, unused, and the sign-in goes on (logged: it is the keys part's garbage,
+        not the person's problem)."""
+        try:
+            await self._keys.drop(key)
+        except KeysError as exc:
+            log.warning("an unused agent key of home %s was not dropped: %s", home, exc)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ftwbridge.keys import KeysService
+from ftwbridge.keys.service import KeysError
 from ftwbridge.mcp.auth import TokenMinter
 from ftwbridge.oauth import OAuthError, OAuthService
 from ftwbridge.proto.claim import code_hash, new_code
@@ -293,3 +294,45 @@ async def test_an_outage_as_the_request_is_asked_leaves_no_agent_key(two: Two) -
         await failing.claim(pending.id, pending.csrf, await offered(a, "h1", now))
     assert len(made) == 1 and not await keys.has(made[0])
     assert b.door.sent == []  # the box was asked nothing
+
+
+async def test_a_keys_part_that_does_not_answer_is_words_not_a_500(
+    two: Two, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The keys part is down as the person types the code: they read that the key service does
+    not answer (503, temporarily_unavailable), not the bare 500 of an uncaught `KeysError`. A
+    key that cannot be dropped as a request ends is logged; the sign-in goes on."""
+    a, b, _, now = two
+
+    class Down(KeysService):
+        async def create(self, home: str) -> bytes:
+            raise KeysError("the keys part does not answer (a test's outage)")
+
+        async def drop(self, key: bytes) -> None:
+            raise KeysError("the keys part does not answer (a test's outage)")
+
+    def service(keys: KeysService) -> OAuthService:
+        return OAuthService(
+            store=b.store,
+            keys=keys,
+            door=b.door,  # type: ignore[arg-type]
+            issuer=lambda: "https://b",
+            resource=lambda: "https://b/mcp",
+            clock=lambda: now[0],
+            issue_access=lambda *_: None,  # type: ignore[arg-type,return-value]
+            shared=True,
+        )
+
+    down = service(Down(None))
+    pending, _, _ = await opened(Instance(down, b.door, b.store), Down(None))
+    with pytest.raises(OAuthError) as refused:
+        await down.claim(pending.id, pending.csrf, await offered(a, "h1", now))
+    assert refused.value.status == 503 and "key service does not answer" in str(
+        refused.value.description
+    )
+    up = KeysService(None)
+    asked = await service(up).claim(pending.id, pending.csrf, await offered(a, "h1", now))
+    assert asked.agent_key is not None
+    with caplog.at_level("WARNING", logger="ftwbridge.oauth"):
+        await down.forget(asked)  # its key cannot be dropped now: logged, not raised
+    assert "was not dropped" in caplog.text
