@@ -64,7 +64,14 @@ def _mode(path: Path) -> int:
 
 
 @pytest.mark.parametrize(
-    "content", [b'{"ab": {"home": "h"', b"\xff\xfe", b"[1, 2]", b'{"zz": {"home": "h"}}']
+    "content",
+    [
+        b'{"ab": {"home": "h"',
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"zz": {"home": "h"}}',
+        b"[" * 100_000 + b"]" * 100_000,  # nested past Python's recursion limit
+    ],
 )
 def test_a_damaged_key_file_is_a_sentence(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "agent-keys.json"

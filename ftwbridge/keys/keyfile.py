@@ -51,7 +51,7 @@ def read_json(path: Path) -> Any:
         raise StateFileError(f"cannot read the agent keys file {path}: {exc}") from exc
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past Python's limit
         raise StateFileError(
             f"the agent keys file {path} is not valid JSON ({exc}); restore it from a backup,"
             " or move it aside to start with no agent keys (every assistant must then be"
