@@ -184,13 +184,8 @@ def _read_keys_file(path: Path) -> list[AgentKey]:
     """
     try:
         value = read_json(path)
-    except StateFileError as exc:
+    except StateFileError as exc:  # unreadable, not JSON, or nested too deep to parse
         raise ImportRefused(str(exc)) from None
-    except RecursionError:  # JSON nested deeper than Python's parser goes: not the keys part's
-        raise ImportRefused(
-            f"the agent keys file {path} is not the keys part's (its JSON is nested too deep);"
-            " restore it from a backup, or move it aside to import no agent keys"
-        ) from None
     if value is None:
         return []
     keys: list[AgentKey] = []

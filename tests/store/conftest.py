@@ -3,10 +3,13 @@ which runs a test once on SQLite and once on PostgreSQL (a fresh database for ea
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from ftwbridge.store import BridgeStore, SqliteStore
 from tests.store.pgserver import PgServer
@@ -49,3 +52,20 @@ async def store(open_same: OpenSame) -> BridgeStore:
     made = open_same()
     await made.start()
     return made
+
+
+async def first_line(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> str:
+    """Start `argv` in `nursery` (its standard input a pipe it watches, so it stops when the
+    nursery is cancelled); returns the first line it prints (its "ready" line)."""
+    proc: trio.Process = await nursery.start(
+        functools.partial(
+            trio.run_process, argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+    )
+    assert proc.stdout is not None
+    buf = b""
+    while b"\n" not in buf:
+        chunk = await proc.stdout.receive_some(4096)
+        assert chunk, f"{argv[3:5]} exited before it started"
+        buf += chunk
+    return buf.split(b"\n", 1)[0].decode()

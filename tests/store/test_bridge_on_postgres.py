@@ -6,7 +6,6 @@ Every wait is bounded (`BOUND_S`)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import trio
 from ftwbridge.demo import console, start_stub
 from ftwbridge.store.migrate import bundled
 from ftwbridge.store.postgres import PgStore
+from tests.store.conftest import first_line
 from tests.test_cli import _free_port, ftwbridge, refused
 
 BOUND_S = 60.0
@@ -42,22 +42,6 @@ async def _command(*args: str, env: dict[str, str]) -> subprocess.CompletedProce
         capture_stderr=True,
         check=False,
     )
-
-
-async def _started(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> str:
-    """Start `argv` (its standard input a pipe it watches); returns its first line."""
-    proc: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process, argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-    )
-    assert proc.stdout is not None
-    buf = b""
-    while b"\n" not in buf:
-        chunk = await proc.stdout.receive_some(4096)
-        assert chunk, f"{argv[3:5]} exited before it started"
-        buf += chunk
-    return buf.split(b"\n", 1)[0].decode()
 
 
 def test_the_command_line_says_in_one_sentence_what_is_wrong_with_the_database(
@@ -100,7 +84,7 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
         assert enrolled.stdout == f"enrolled {HOME}\n".encode(), enrolled
         async with trio.open_nursery() as nursery:
             me = [sys.executable, "-m", "ftwbridge"]
-            line = await _started(nursery, [*me, "serve", "--exit-with-parent"], env)
+            line = await first_line(nursery, [*me, "serve", "--exit-with-parent"], env)
             url = line.removeprefix("ftwbridge serving ")
             door = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
             _stub, stub_line = await start_stub(nursery, door, home=HOME)

@@ -7,7 +7,6 @@ Every wait is bounded (`BOUND_S`)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
@@ -36,6 +35,7 @@ from ftwbridge.store.importer import ImportRefused, Tally, import_embedded
 from ftwbridge.store.inuse import importing_state
 from ftwbridge.store.postgres import PgStore
 from ftwbridge.store.sealed import PgSealedKeys, sealed_keys
+from tests.store.conftest import first_line
 from tests.store.test_bridge_on_postgres import _status
 from tests.test_cli import _free_port, refused
 
@@ -328,22 +328,6 @@ def test_every_failure_is_one_sentence(tmp_path: Path, pg_url: str) -> None:
     refused(_run("db", "import", env=bad_kek, cwd=tmp_path), "kek does not open", "change kek")
 
 
-async def _process(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> str:
-    """Start `argv` (stopped when `nursery` is cancelled); returns its first line."""
-    proc: trio.Process = await nursery.start(
-        functools.partial(
-            trio.run_process, argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-    )
-    assert proc.stdout is not None
-    buf = b""
-    while b"\n" not in buf:
-        chunk = await proc.stdout.receive_some(4096)
-        assert chunk, f"{argv[3:5]} exited before it started"
-        buf += chunk
-    return buf.split(b"\n", 1)[0].decode()
-
-
 async def _command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
         [sys.executable, "-m", "ftwbridge", *args],
@@ -399,7 +383,7 @@ async def test_a_token_and_an_agent_key_of_an_embedded_bridge_work_on_postgres(
             keys_env = _env(
                 database_url=pg_url, kek=kek, mesh_key=mesh_key, state_dir=str(tmp_path / "k")
             )
-            line = await _process(nursery, [*me, "keys", "--listen", "127.0.0.1:0"], keys_env)
+            line = await first_line(nursery, [*me, "keys", "--listen", "127.0.0.1:0"], keys_env)
             keys_url = line.removeprefix("keys service on ")
             on_pg = Bridge(
                 Config(
@@ -451,7 +435,7 @@ async def test_a_keys_file_nested_too_deep_is_refused_in_words(tmp_path: Path, p
     await _embedded(tmp_path)
     (await _started(pg_url)).close()
     (tmp_path / "agent-keys.json").write_text("[" * 100_000)
-    with pytest.raises(ImportRefused, match=r"agent-keys\.json is not the keys part's"):
+    with pytest.raises(ImportRefused, match=r"agent-keys\.json is not valid JSON"):
         await _import(tmp_path, pg_url)
 
 
