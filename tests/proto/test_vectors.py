@@ -8,15 +8,24 @@ import pytest
 
 from ftwbridge.proto.envelope import Envelope, decode_envelope
 from ftwbridge.proto.frame import decode_frame, encode_frame
-from ftwbridge.proto.noise import Initiator, Responder, Transport, TransportKeys, public_key
+from ftwbridge.proto.noise import (
+    Initiator,
+    Responder,
+    StaticKey,
+    Transport,
+    TransportKeys,
+    public_key,
+)
 
 H = bytes.fromhex
 
 
-def _pair(hs: dict[str, Any]) -> tuple[TransportKeys, TransportKeys]:
+def _pair(
+    hs: dict[str, Any], parsed: StaticKey | None = None
+) -> tuple[TransportKeys, TransportKeys]:
     prologue = H(hs["prologue"])
     ini = Initiator(
-        our_static=H(hs["initiatorStatic"]),
+        our_static=H(hs["initiatorStatic"]) if parsed is None else parsed,
         their_static=H(hs["responderStaticPublic"]),
         prologue=prologue,
         our_ephemeral=H(hs["initiatorEphemeral"]),
@@ -48,6 +57,15 @@ def test_static_public_keys(webapp_vectors: dict[str, Any]) -> None:
 
 def test_handshake_both_roles(webapp_vectors: dict[str, Any]) -> None:
     _pair(webapp_vectors["handshake"])
+
+
+def test_handshake_with_a_key_parsed_once(webapp_vectors: dict[str, Any]) -> None:
+    """A `StaticKey` (the keys part parses an agent's key once) gives the vector's bytes, and
+    serves a second handshake as well as the first."""
+    hs = webapp_vectors["handshake"]
+    key = StaticKey(H(hs["initiatorStatic"]))
+    assert key.public == H(hs["initiatorStaticPublic"])
+    assert _pair(hs, key) == _pair(hs, key) == _pair(hs)
 
 
 def test_frames_both_directions(webapp_vectors: dict[str, Any]) -> None:
