@@ -63,7 +63,8 @@ async def main(args: argparse.Namespace) -> None:
                 agents=AGENTS,
                 stub_cpu=1,
                 state=Path(tmp),
-                extra={"warm_sessions": total + 100},
+                extra={"warm_sessions": total + 100}
+                | ({"handshake_s": 120.0} if args.gate else {}),  # callgrind is ~50x slower
             )
             await warm(bridge, granted[: args.warmup])
             spy = None
@@ -125,15 +126,15 @@ def instructions(per_round: int) -> None:
         argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
         argv += [f"--callgrind-out-file={out}", sys.executable, __file__, "--gate"]
         argv += ["--rounds", "1", "--per-round", str(per_round), "--warmup", "100"]
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
+        log = (Path(tmp) / "stderr").open("wb")
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
         assert proc.stdin is not None and proc.stdout is not None
         pid = str(proc.pid)
         for word, switch in (("ready", "on"), ("done", "off")):
             while (line := proc.stdout.readline().decode()).strip() != word:
                 if not line:
-                    raise RuntimeError(f"the bench under callgrind exited before {word!r}")
+                    tail = (Path(tmp) / "stderr").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"the bench under callgrind exited before {word!r}:\n{tail}")
             subprocess.run(
                 ["callgrind_control", "-i", switch, pid], check=True, capture_output=True
             )

@@ -61,24 +61,53 @@ class StaticKey:
     for a party that begins many handshakes with the same key (the keys part, once per agent).
 
     Parsing a private key derives its public half, a scalar multiplication as dear as a DH
-    (about 40 us); a handshake given a `StaticKey` skips it. The key pair is never changed by
-    a handshake, so one `StaticKey` serves any number of them, one after another or at once.
+    (about 40 us); a handshake given a `StaticKey` skips it. So is IK's `ss` token, DH(our
+    static, their static), the same for every handshake with the same box: the last box's
+    result is kept here, next to the private key it comes from, and used again while that box's
+    key stays the same. The key pair is never changed by a handshake, so one `StaticKey` serves
+    any number of them, one after another or at once.
 
     Raises:
         LocalProtocolError: `private` is not 32 bytes.
     """
 
-    __slots__ = ("_pair",)
+    __slots__ = ("_pair", "_ss")
 
     def __init__(self, private: bytes) -> None:
         if len(private) != KEY_BYTES:
             raise LocalProtocolError("static key must be 32 bytes")
         self._pair: Any = KeyPair25519.from_private_bytes(private)
+        self._ss: tuple[Any, bytes] | None = None
+        """(the box's parsed public key, DH(ours, it)): the last box's `ss` result."""
 
     @property
     def public(self) -> bytes:
         """The public key, 32 bytes."""
         return bytes(self._pair.public_bytes)
+
+
+class _StaticDH:
+    """noiseprotocol's X25519 functions for one handshake, with DH(our static, the box's
+    static) taken from `key` when it was computed before for the same box key object (which
+    `_box_key_pair` keeps); every other DH, and key generation, go to noiseprotocol's own."""
+
+    __slots__ = ("_box", "_dh", "_key")
+
+    def __init__(self, dh: Any, key: StaticKey, box: Any) -> None:
+        self._dh = dh
+        self._key = key
+        self._box = box
+
+    def __getattr__(self, name: str) -> Any:  # klass, dhlen, generate_keypair
+        return getattr(self._dh, name)
+
+    def dh(self, private: Any, public: Any) -> bytes:
+        key, box = self._key, self._box
+        if private is not key._pair.private or public is not box.public:
+            return bytes(self._dh.dh(private, public))
+        if key._ss is None or key._ss[0] is not box:
+            key._ss = (box, bytes(self._dh.dh(private, public)))  # raises as before if bad
+        return key._ss[1]
 
 
 BOX_KEYS_CACHED: Final = 4096
@@ -133,7 +162,8 @@ class _Handshake:
         if their_static is not None:
             if len(their_static) != KEY_BYTES:
                 raise LocalProtocolError("remote static key must be 32 bytes")
-            conn.noise_protocol.keypairs["rs"] = _box_key_pair(bytes(their_static))
+            box = conn.noise_protocol.keypairs["rs"] = _box_key_pair(bytes(their_static))
+            conn.noise_protocol.dh_fn = _StaticDH(conn.noise_protocol.dh_fn, our_static, box)
         if our_ephemeral is None:
             conn.start_handshake()
         else:  # a fixed ephemeral key: test vectors only; noiseprotocol warns about it

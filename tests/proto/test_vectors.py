@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from ftwbridge.proto.envelope import Envelope, decode_envelope
+from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.frame import decode_frame, encode_frame
 from ftwbridge.proto.noise import (
     Initiator,
@@ -14,6 +15,7 @@ from ftwbridge.proto.noise import (
     StaticKey,
     Transport,
     TransportKeys,
+    generate_static,
     public_key,
 )
 
@@ -66,6 +68,23 @@ def test_handshake_with_a_key_parsed_once(webapp_vectors: dict[str, Any]) -> Non
     key = StaticKey(H(hs["initiatorStatic"]))
     assert key.public == H(hs["initiatorStaticPublic"])
     assert _pair(hs, key) == _pair(hs, key) == _pair(hs)
+
+
+def test_a_key_parsed_once_follows_the_box_key() -> None:
+    """One `StaticKey` (its `ss` result kept for the last box) against box A, B, then A
+    again: each handshake completes with that box and no other."""
+    agent = StaticKey(generate_static()[0])
+    boxes = [generate_static()[0] for _ in range(2)]
+    for box in (boxes[0], boxes[1], boxes[0], boxes[0]):
+        ini = Initiator(our_static=agent, their_static=public_key(box))
+        res = Responder(our_static=box)
+        assert res.read_message1(ini.write_message1())[0] == agent.public
+        m2, res_keys = res.write_message2()
+        assert ini.read_message2(m2)[0].handshake_hash == res_keys.handshake_hash
+        other = boxes[1] if box is boxes[0] else boxes[0]
+        wrong = Initiator(our_static=agent, their_static=public_key(box))
+        with pytest.raises(RemoteProtocolError):  # the wrong box cannot read it
+            Responder(our_static=other).read_message1(wrong.write_message1())
 
 
 def test_frames_both_directions(webapp_vectors: dict[str, Any]) -> None:
