@@ -150,7 +150,8 @@ class _Key:
     private: bytes
     listed: bool = False
     parsed: StaticKey | None = field(default=None, compare=False, repr=False)
-    """`private` parsed at its first handshake and kept for the next ones (`StaticKey`)."""
+    """`private` parsed for handshakes (`StaticKey`): at `create`, or at the first handshake of
+    a key read from the file (so starting with many keys parses none)."""
 
     def static_key(self) -> StaticKey:
         if self.parsed is None:
@@ -230,7 +231,7 @@ class KeysService:
     async def create(self, home: str) -> bytes:
         """See `KeysPort.create`."""
         private, public = generate_static()
-        key = self._keys[public] = _Key(home, private)
+        key = self._keys[public] = _Key(home, private, parsed=StaticKey(private))
         await self._save({public: key}, set())
         return public
 
