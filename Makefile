@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions bench-opens soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,13 @@ bench-profile: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/profile.py
+
+# What a session open costs the bridge (bench/opens.py): CPU ms per open and opens per second,
+# medians of 5 rounds (about 15 s), then instructions per open under callgrind (about 40 s).
+bench-opens: $(STAMP)
+	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
+	$(BIN)/python bench/opens.py
+	$(BIN)/python bench/opens.py --instructions
 
 # Instructions per bridged call under valgrind's callgrind: a figure a busy machine cannot move.
 # BENCH_BASE=REV also measures the bridge at that git revision (docs/performance.md).

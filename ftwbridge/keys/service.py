@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import trio
 
 from ftwbridge.proto.errors import ProtocolError
-from ftwbridge.proto.noise import Initiator, TransportKeys, generate_static
+from ftwbridge.proto.noise import Initiator, StaticKey, TransportKeys, generate_static
 
 from .keyfile import StateFileError, read_json, update_json
 
@@ -99,9 +99,11 @@ class Handshakes:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def begin(self, private: bytes, box_noise_key: bytes, *, now: float) -> tuple[int, bytes]:
-        """Write message 1 as `private` (32 bytes) to `box_noise_key` at `now` (monotonic
-        seconds); returns (handle, m1).
+    def begin(
+        self, private: bytes | StaticKey, box_noise_key: bytes, *, now: float
+    ) -> tuple[int, bytes]:
+        """Write message 1 as `private` (32 bytes, or parsed once: `StaticKey`) to
+        `box_noise_key` at `now` (monotonic seconds); returns (handle, m1).
 
         Raises:
             KeysError: too many unfinished handshakes, none older than `PENDING_TTL_S`; a
@@ -147,6 +149,14 @@ class _Key:
     home: str
     private: bytes
     listed: bool = False
+    parsed: StaticKey | None = field(default=None, compare=False, repr=False)
+    """`private` parsed for handshakes (`StaticKey`): at `create`, or at the first handshake of
+    a key read from the file (so starting with many keys parses none)."""
+
+    def static_key(self) -> StaticKey:
+        if self.parsed is None:
+            self.parsed = StaticKey(self.private)
+        return self.parsed
 
 
 class KeysService:
@@ -221,7 +231,7 @@ class KeysService:
     async def create(self, home: str) -> bytes:
         """See `KeysPort.create`."""
         private, public = generate_static()
-        key = self._keys[public] = _Key(home, private)
+        key = self._keys[public] = _Key(home, private, parsed=StaticKey(private))
         await self._save({public: key}, set())
         return public
 
@@ -234,7 +244,7 @@ class KeysService:
         key = self._keys.get(agent_key) or await self._reload(agent_key)
         if key is None:
             raise KeysError("the keys part holds no such agent key", unknown_key=True)
-        return self._handshakes.begin(key.private, box_noise_key, now=trio.current_time())
+        return self._handshakes.begin(key.static_key(), box_noise_key, now=trio.current_time())
 
     async def finish(self, handle: int, message2: bytes) -> TransportKeys:
         """See `KeysPort.finish`.

@@ -11,6 +11,7 @@ caught here and only here.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any, Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from noise.backends.default.keypairs import KeyPair25519
 from noise.connection import Keypair, NoiseConnection
 
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -54,6 +56,70 @@ def public_key(private: bytes) -> bytes:
     return key.public_key().public_bytes_raw()
 
 
+class StaticKey:
+    """A Noise static X25519 private key (32 bytes) parsed once into noiseprotocol's key pair,
+    for a party that begins many handshakes with the same key (the keys part, once per agent).
+
+    Parsing a private key derives its public half, a scalar multiplication as dear as a DH
+    (about 40 us); a handshake given a `StaticKey` skips it. So is IK's `ss` token, DH(our
+    static, their static), the same for every handshake with the same box: the last box's
+    result is kept here, next to the private key it comes from, and used again while that box's
+    key stays the same. The key pair is never changed by a handshake, so one `StaticKey` serves
+    any number of them, one after another or at once.
+
+    Raises:
+        LocalProtocolError: `private` is not 32 bytes.
+    """
+
+    __slots__ = ("_pair", "_ss")
+
+    def __init__(self, private: bytes) -> None:
+        if len(private) != KEY_BYTES:
+            raise LocalProtocolError("static key must be 32 bytes")
+        self._pair: Any = KeyPair25519.from_private_bytes(private)
+        self._ss: tuple[Any, bytes] | None = None
+        """(the box's parsed public key, DH(ours, it)): the last box's `ss` result."""
+
+    @property
+    def public(self) -> bytes:
+        """The public key, 32 bytes."""
+        return bytes(self._pair.public_bytes)
+
+
+class _StaticDH:
+    """noiseprotocol's X25519 functions for one handshake, with DH(our static, the box's
+    static) taken from `key` when it was computed before for the same box key object (which
+    `_box_key_pair` keeps); every other DH, and key generation, go to noiseprotocol's own."""
+
+    __slots__ = ("_box", "_dh", "_key")
+
+    def __init__(self, dh: Any, key: StaticKey, box: Any) -> None:
+        self._dh = dh
+        self._key = key
+        self._box = box
+
+    def __getattr__(self, name: str) -> Any:  # klass, dhlen, generate_keypair
+        return getattr(self._dh, name)
+
+    def dh(self, private: Any, public: Any) -> bytes:
+        key, box = self._key, self._box
+        if private is not key._pair.private or public is not box.public:
+            return bytes(self._dh.dh(private, public))
+        if key._ss is None or key._ss[0] is not box:
+            key._ss = (box, bytes(self._dh.dh(private, public)))  # raises as before if bad
+        return key._ss[1]
+
+
+BOX_KEYS_CACHED: Final = 4096
+"""Boxes' Noise public keys kept parsed (`_box_key_pair`): one per home an open reaches."""
+
+
+@functools.lru_cache(maxsize=BOX_KEYS_CACHED)
+def _box_key_pair(public: bytes) -> Any:
+    """noiseprotocol's key pair for a box's 32-byte public key, parsed once per key."""
+    return KeyPair25519.from_public_bytes(public)
+
+
 # noiseprotocol raises its own classes (no common base), ValueError from `cryptography` on an
 # all-zero DH result, and InvalidTag on a failed MAC: everything it can throw on peer input.
 _NOISE_ERRORS: Final = (Exception,)
@@ -78,24 +144,26 @@ class _Handshake:
         self,
         *,
         initiator: bool,
-        our_static: bytes,
+        our_static: bytes | StaticKey,
         prologue: bytes,
         their_static: bytes | None = None,
         our_ephemeral: bytes | None = None,
     ) -> None:
-        if len(our_static) != KEY_BYTES:
-            raise LocalProtocolError("static key must be 32 bytes")
+        if not isinstance(our_static, StaticKey):
+            our_static = StaticKey(our_static)
         conn = NoiseConnection.from_name(PROTOCOL_NAME)
         if initiator:
             conn.set_as_initiator()
         else:
             conn.set_as_responder()
         conn.set_prologue(prologue)
-        conn.set_keypair_from_private_bytes(Keypair.STATIC, our_static)
+        # What `set_keypair_from_private_bytes` / `_public_bytes` would store, parsed once.
+        conn.noise_protocol.keypairs["s"] = our_static._pair
         if their_static is not None:
             if len(their_static) != KEY_BYTES:
                 raise LocalProtocolError("remote static key must be 32 bytes")
-            conn.set_keypair_from_public_bytes(Keypair.REMOTE_STATIC, their_static)
+            box = conn.noise_protocol.keypairs["rs"] = _box_key_pair(bytes(their_static))
+            conn.noise_protocol.dh_fn = _StaticDH(conn.noise_protocol.dh_fn, our_static, box)
         if our_ephemeral is None:
             conn.start_handshake()
         else:  # a fixed ephemeral key: test vectors only; noiseprotocol warns about it
@@ -121,7 +189,7 @@ class Initiator(_Handshake):
     """The agent side of IK: `write_message1()` -> bytes, then `read_message2(bytes)` -> keys.
 
     Args:
-        our_static: the agent's X25519 private key (32 bytes).
+        our_static: the agent's X25519 private key (32 bytes, or parsed once: `StaticKey`).
         their_static: the box's Noise static public key from the roster (32 bytes).
         prologue: `session_prologue(their_static)` in production; the vectors use `ftw1`.
         our_ephemeral: a fixed ephemeral private key, for test vectors only.
@@ -130,7 +198,7 @@ class Initiator(_Handshake):
     def __init__(
         self,
         *,
-        our_static: bytes,
+        our_static: bytes | StaticKey,
         their_static: bytes,
         prologue: bytes | None = None,
         our_ephemeral: bytes | None = None,

@@ -7,16 +7,27 @@ from typing import Any
 import pytest
 
 from ftwbridge.proto.envelope import Envelope, decode_envelope
+from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.frame import decode_frame, encode_frame
-from ftwbridge.proto.noise import Initiator, Responder, Transport, TransportKeys, public_key
+from ftwbridge.proto.noise import (
+    Initiator,
+    Responder,
+    StaticKey,
+    Transport,
+    TransportKeys,
+    generate_static,
+    public_key,
+)
 
 H = bytes.fromhex
 
 
-def _pair(hs: dict[str, Any]) -> tuple[TransportKeys, TransportKeys]:
+def _pair(
+    hs: dict[str, Any], parsed: StaticKey | None = None
+) -> tuple[TransportKeys, TransportKeys]:
     prologue = H(hs["prologue"])
     ini = Initiator(
-        our_static=H(hs["initiatorStatic"]),
+        our_static=H(hs["initiatorStatic"]) if parsed is None else parsed,
         their_static=H(hs["responderStaticPublic"]),
         prologue=prologue,
         our_ephemeral=H(hs["initiatorEphemeral"]),
@@ -48,6 +59,32 @@ def test_static_public_keys(webapp_vectors: dict[str, Any]) -> None:
 
 def test_handshake_both_roles(webapp_vectors: dict[str, Any]) -> None:
     _pair(webapp_vectors["handshake"])
+
+
+def test_handshake_with_a_key_parsed_once(webapp_vectors: dict[str, Any]) -> None:
+    """A `StaticKey` (the keys part parses an agent's key once) gives the vector's bytes, and
+    serves a second handshake as well as the first."""
+    hs = webapp_vectors["handshake"]
+    key = StaticKey(H(hs["initiatorStatic"]))
+    assert key.public == H(hs["initiatorStaticPublic"])
+    assert _pair(hs, key) == _pair(hs, key) == _pair(hs)
+
+
+def test_a_key_parsed_once_follows_the_box_key() -> None:
+    """One `StaticKey` (its `ss` result kept for the last box) against box A, B, then A
+    again: each handshake completes with that box and no other."""
+    agent = StaticKey(generate_static()[0])
+    boxes = [generate_static()[0] for _ in range(2)]
+    for box in (boxes[0], boxes[1], boxes[0], boxes[0]):
+        ini = Initiator(our_static=agent, their_static=public_key(box))
+        res = Responder(our_static=box)
+        assert res.read_message1(ini.write_message1())[0] == agent.public
+        m2, res_keys = res.write_message2()
+        assert ini.read_message2(m2)[0].handshake_hash == res_keys.handshake_hash
+        other = boxes[1] if box is boxes[0] else boxes[0]
+        wrong = Initiator(our_static=agent, their_static=public_key(box))
+        with pytest.raises(RemoteProtocolError):  # the wrong box cannot read it
+            Responder(our_static=other).read_message1(wrong.write_message1())
 
 
 def test_frames_both_directions(webapp_vectors: dict[str, Any]) -> None:
