@@ -300,10 +300,20 @@ def test_strangers_with_big_messages_leave_no_memory_behind(live: LiveBridge) ->
             sock.close()
         return codes
 
+    sockets = len(os.listdir(f"/proc/{pid}/fd"))
+
+    def let_go() -> None:  # every stranger's socket closed: what is left is what is kept
+        deadline = time.monotonic() + WAIT_S
+        while len(os.listdir(f"/proc/{pid}/fd")) > sockets + 2:
+            assert time.monotonic() < deadline, "the strangers' sockets stay open"
+            time.sleep(0.05)
+
     assert strangers() == {1009}  # the allocator's first growth is not a leak: warm it
+    let_go()
     live.assert_serving()
     before = _rss_kib(pid)
     assert strangers() == {1009}
+    let_go()
     live.assert_serving()
     after = _rss_kib(pid)
     print(f"bridge RSS before {before / 1024:.1f} MiB, after 100 strangers {after / 1024:.1f} MiB")
