@@ -19,7 +19,8 @@ from ftwbridge.demo import console, start_stub
 from ftwbridge.keys.mesh import WRONG_KEY
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.proto.noise import generate_static
-from tests.store.test_bridge_on_postgres import _command, _env, _started, _status
+from tests.store.conftest import first_line
+from tests.store.test_bridge_on_postgres import _command, _env, _status
 from tests.test_cli import _free_port, ftwbridge, refused
 
 BOUND_S = 90.0
@@ -93,7 +94,7 @@ async def test_bridges_reach_sealed_keys_through_keys_services(pg_url: str, tmp_
                 "home", "enroll", "--home", HOME, "--key", home_key, env=bridge_env
             )
             assert enrolled.returncode == 0, enrolled
-            line = await _started(nursery, [*ME, "serve", "--exit-with-parent"], bridge_env)
+            line = await first_line(nursery, [*ME, "serve", "--exit-with-parent"], bridge_env)
             url = line.removeprefix("ftwbridge serving ")
             door = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
             _stub, stub_line = await start_stub(nursery, door, home=HOME)
