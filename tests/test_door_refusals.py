@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ftwbridge.cli import _enroll
+from ftwbridge.admin import enroll
 from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.door.door import HOME_KEY_CHECK_S
@@ -110,10 +110,10 @@ async def test_a_key_enrolled_by_another_process_closes_the_uplink(
         await ws.up.wait()
     assert door.online("h1")
     config = Config(state_dir=tmp_path)
-    assert await _enroll(config, "h1", old.home_public_key.hex()) == 0  # the same key: no-op
+    assert await enroll(config, "h1", old.home_public_key.hex()) == 0  # the same key: no-op
     await trio.sleep(2 * HOME_KEY_CHECK_S)
     assert door.online("h1") and door.stats.home_key_changes == 0
-    assert await _enroll(config, "h1", new.home_public_key.hex()) == 0
+    assert await enroll(config, "h1", new.home_public_key.hex()) == 0
     with trio.fail_after(5 * HOME_KEY_CHECK_S):
         await ws.closed.wait()
     assert ws.code == CLOSE_BAD_SIGNATURE and door.stats.home_key_changes == 1
@@ -131,9 +131,9 @@ async def test_a_key_enrolled_by_another_process_closes_the_uplink(
 async def test_enroll_says_what_it_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = Config(state_dir=tmp_path)
     a, b = Owner("h1", seed="a").home_public_key.hex(), Owner("h1", seed="b").home_public_key.hex()
-    assert await _enroll(config, "h1", a) == 0
+    assert await enroll(config, "h1", a) == 0
     assert capsys.readouterr().out == "enrolled h1\n"
-    assert await _enroll(config, "h1", a) == 0
+    assert await enroll(config, "h1", a) == 0
     assert "already enrolled with this key; nothing changed" in capsys.readouterr().out
-    assert await _enroll(config, "h1", b) == 0
+    assert await enroll(config, "h1", b) == 0
     assert capsys.readouterr().out.startswith("re-enrolled h1 with a new key")

@@ -23,7 +23,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from ftwbridge.cli import _enroll
+from ftwbridge.admin import enroll
 from ftwbridge.demo import console, start_stub
 from ftwbridge.proto.door import CLOSE_BAD_SIGNATURE, CLOSE_UNKNOWN_HOME
 from ftwbridge.proto.envelope import decode_envelope
@@ -185,7 +185,7 @@ async def test_re_enrolled_key_reaches_the_running_bridge(
     assert door.online("k1")
     new_owner = Owner("k1", seed="the new box")
     new_key = new_owner.home_public_key.hex()
-    assert await _enroll(env.bridge.config, "k1", new_key) == 0  # the CLI's own connection
+    assert await enroll(env.bridge.config, "k1", new_key) == 0  # the CLI's own connection
     await _until(lambda: door.stats.home_key_changes == 1 and not door.online("k1"))
     assert any(
         "home key changed home=k1" in r.getMessage() and "uplink is closed" in r.getMessage()
