@@ -208,6 +208,8 @@ global
 
 defaults
     mode http
+    log stdout format raw local0
+    option httplog
     option dontlognull
     timeout connect 2s
     timeout client 60s

@@ -378,6 +378,15 @@ async def restart_postgres_under_load(cluster: Cluster) -> None:
         assert outcome.kind == "ok", (home.name, outcome)
 
 
+def aborted_at_haproxy(root: Path) -> list[str]:
+    """HAProxy's log lines (`option httplog`) whose termination state says the client or
+    the server ended the request (`C...`, `S...`): what to read when a call through HAProxy
+    did not end in words."""
+    log = root / "haproxy.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [line for line in lines if re.search(r" [CS][A-Za-z-]{3} ", line)][-20:]
+
+
 async def roll_a_restart(cluster: Cluster) -> None:
     """Every instance in turn out of HAProxy (maint), stopped (SIGTERM: it drains), started
     again and put back, while every home is called through HAProxy (docs/operations.md,
@@ -405,7 +414,10 @@ async def roll_a_restart(cluster: Cluster) -> None:
         for calls in loads.values():
             calls.stop.set()
     for home, calls in loads.items():
-        assert not_in_words(calls.outcomes) == [], f"calls to {home} that did not end in words"
+        assert not_in_words(calls.outcomes) == [], (
+            f"calls to {home} that did not end in words; HAProxy's aborted requests:"
+            f" {aborted_at_haproxy(cluster.root)}"
+        )
     for made in cluster.instances:  # none left: HAProxy's own 503 is a JSON-RPC error in words
         await cluster.set_instance_state(made.name, "maint")
     async with httpx2.AsyncClient(timeout=60) as http:
