@@ -210,6 +210,10 @@ class GuardedTCPServer(TCPServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._bytes_sent = 0
+        self._held = b""
+        """A response head waiting to be written with its body (`protocol_send`)."""
+        self._ended_by_empty = False
+        """A held head went out with its body: the empty chunk that ends it writes nothing."""
         self._upgraded = False
         self._close_sent = False
         self._faulted = False
@@ -235,24 +239,28 @@ class GuardedTCPServer(TCPServer):
         return State.REQUEST if self._busy else State.IDLE
 
     async def protocol_send(self, event: Event) -> None:
-        """hypercorn's send, noting what went out: any bytes, the 101, a Close frame, and
-        whether a request is under way (hypercorn's `Updated`)."""
-        if isinstance(event, RawData) and event.data:
-            head = event.data[:1024].lower()
-            if head.startswith(b"http/1.1 101 ") and b"\r\nupgrade: websocket" in head:
-                self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
-            elif self._upgraded and event.data[0] == 0x88 and not self._close_sent:
-                self._close_sent = True
-                code = int.from_bytes(event.data[2:4], "big") if event.data[1] >= 2 else None
-                failing = code in FAILING_CODES
-                self._discarding = failing  # what it still sends is read and dropped
-                if code in PEER_FAULTS and not self._faulted:
-                    self._report(ProtocolViolation(f"Close {code}: {PEER_FAULTS[code]}"))
-                self._task_group.spawn(
-                    self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
-                )
-            self._bytes_sent += len(event.data)
-        elif isinstance(event, Closed) and self._upgraded and not self._close_sent:
+        """hypercorn's send, noting what went out (any bytes, the 101, a Close frame, whether
+        a request is under way) and writing it with fewer waits than hypercorn's own:
+
+        - an HTTP/1.1 2xx or 3xx response head that announces a `Content-Length` is held and
+          written in one `send` with what follows it (its body, or nothing for HEAD and empty
+          bodies); hypercorn writes head, body and end of message in three, each a turn of the
+          scheduler. A streamed response (no length) is written as it comes, and so are 4xx and
+          5xx heads: hypercorn's own refusals (a request h11 cannot parse, a WebSocket
+          rejected) race the app's answer, and their order decides how the connection ends;
+        - on those two hot paths (a held head with what follows it, and a WebSocket data frame)
+          the send lock is taken without a scheduler turn when it is free, and the empty
+          chunk that ends a response with a length writes nothing. Everything else goes
+          through hypercorn's own write, turns included: its error paths depend on them.
+        """
+        if isinstance(event, RawData):
+            await self._send_data(event.data)
+            return
+        if self._held:  # a held head goes out before the connection idles or closes
+            held, self._held = self._held, b""
+            self._bytes_sent += len(held)
+            await self._write(held)
+        if isinstance(event, Closed) and self._upgraded and not self._close_sent:
             # hypercorn ends a WebSocket whose frame wsproto could not parse without a Close;
             # RFC 6455 section 7.1.7 asks for one first, with 1002 for a protocol error.
             self._report(ProtocolViolation("a frame that breaks RFC 6455 section 5"))
@@ -261,6 +269,62 @@ class GuardedTCPServer(TCPServer):
         elif isinstance(event, Updated):
             self._busy = not event.idle
         await super().protocol_send(event)
+
+    async def _send_data(self, data: bytes) -> None:
+        """Write what hypercorn sends as `RawData` (see `protocol_send`)."""
+        if self._held:  # the body or the end of a held head: both in one write
+            data, self._held = self._held + data, b""
+            self._ended_by_empty = True
+            self._bytes_sent += len(data)
+            await self._write(data)
+            return
+        if not data and self._ended_by_empty:  # the end of the response just written
+            self._ended_by_empty = False
+            return
+        self._ended_by_empty = False
+        if self._upgraded:
+            if data and data[0] != 0x88:  # a WebSocket frame other than Close
+                self._bytes_sent += len(data)
+                await self._write(data)
+                return
+            if data and not self._close_sent:
+                self._close_sent = True
+                code = int.from_bytes(data[2:4], "big") if data[1] >= 2 else None
+                failing = code in FAILING_CODES
+                self._discarding = failing  # what it still sends is read and dropped
+                if code in PEER_FAULTS and not self._faulted:
+                    self._report(ProtocolViolation(f"Close {code}: {PEER_FAULTS[code]}"))
+                self._task_group.spawn(
+                    self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
+                )
+        elif data.startswith(b"HTTP/1.1 "):
+            head = data[:2048].lower()
+            if head.startswith(b"http/1.1 101 "):
+                if b"\r\nupgrade: websocket" in head:
+                    self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
+            elif head[9:10] in b"23" and b"\r\ncontent-length:" in head:
+                self._held = data  # written with its body, or at the next event
+                return
+        self._bytes_sent += len(data)
+        await super().protocol_send(RawData(data))
+
+    async def _write(self, data: bytes) -> None:
+        """hypercorn's write of `data` (`TCPServer.protocol_send`, `RawData`): whole, under the
+        send lock, shielded; a peer that is gone closes the connection. The lock is taken at
+        once when free (`acquire_nowait`), else waited for as hypercorn does."""
+        lock = self.send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
+            try:
+                with trio.CancelScope(shield=True):
+                    await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.protocol.handle(Closed())
+        finally:
+            lock.release()
 
     async def _close_unanswered(self, wait_s: float) -> None:
         """RFC 6455 section 7.1.1: after its Close, the server closes the TCP connection; give

@@ -1,0 +1,166 @@
+"""How `GuardedTCPServer` writes responses: one write for a response with a length, streams
+as they come, hypercorn's refusals unchanged.
+
+Each test serves a small ASGI app through hypercorn's trio worker with the guard installed, on
+a real socket, and records every `send_all` of the server's side of the connection.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import pytest
+import trio
+from hypercorn.trio import serve
+
+from ftwbridge import edge
+from ftwbridge.edge import EdgeConfig
+
+from .live import WAIT_S
+
+Scope = MutableMapping[str, Any]
+App = Callable[[Scope, Any, Any], Awaitable[None]]
+GET = b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"
+HEAD = b"HEAD /x HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+class Writes:
+    """Every `send_all` the server makes, in order (the client here writes with `socket`)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
+    seen = Writes()
+    original = trio.SocketStream.send_all
+
+    async def send_all(self: trio.SocketStream, data: Any) -> None:
+        seen.chunks.append(bytes(data))
+        await original(self, data)
+
+    monkeypatch.setattr(trio.SocketStream, "send_all", send_all)
+    edge.install()
+    return seen
+
+
+async def _serve(nursery: trio.Nursery, app: App) -> int:
+    async def asgi(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await app(scope, receive, send)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    config = EdgeConfig()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    nursery.start_soon(serve, asgi, config)
+    with trio.fail_after(WAIT_S):
+        while True:
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+            except OSError:
+                await trio.sleep(0.02)
+            else:
+                await stream.aclose()
+                return port
+
+
+async def _exchange(
+    port: int, request: bytes, until: bytes, on_chunk: Callable[[bytes], None] | None = None
+) -> bytes:
+    """Send `request`; return what arrives until `until` has been seen (or the server closed).
+    `on_chunk` is told what has arrived so far after each chunk."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    got = b""
+    async with stream:
+        await stream.send_all(request)
+        while until not in got:
+            chunk = await stream.receive_some()
+            if not chunk:
+                break
+            got += chunk
+            if on_chunk is not None:
+                on_chunk(got)
+    return got
+
+
+async def _answer(send: Any, body: bytes, length: bool = True) -> None:
+    headers = [(b"content-type", b"text/plain")]
+    if length:
+        headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _responses(writes: Writes) -> list[bytes]:
+    return [c for c in writes.chunks if not c.startswith((b"GET ", b"HEAD ", b"POST "))]
+
+
+async def test_a_response_with_a_length_is_one_write(writes: Writes) -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await _answer(send, b"hello " * 100)
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _exchange(port, GET, b"hello " * 100)
+        assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"hello " * 100)
+        nursery.cancel_scope.cancel()
+    (only,) = _responses(writes)  # hypercorn alone writes head, body and an empty end
+    assert only == got
+
+
+async def test_a_head_request_is_one_write_with_no_body(writes: Writes) -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await _answer(send, b"" if scope["method"] == "HEAD" else b"hello")
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            await _exchange(port, HEAD, b"\r\n\r\n")
+        nursery.cancel_scope.cancel()
+    (only,) = _responses(writes)
+    assert only.startswith(b"HTTP/1.1 200 ") and only.endswith(b"\r\n\r\n")
+
+
+async def test_a_streamed_response_sends_its_head_before_its_body(writes: Writes) -> None:
+    head_seen = trio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await head_seen.wait()  # held back, the head would never arrive: the test times out
+        await send({"type": "http.response.body", "body": b"late", "more_body": False})
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _exchange(
+                port, GET, b"late", lambda got: head_seen.set() if b"\r\n\r\n" in got else None
+            )
+        nursery.cancel_scope.cancel()
+    assert b"late" in got
+
+
+async def test_a_refusal_by_hypercorn_is_written_as_before(writes: Writes) -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await _answer(send, b"never")
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _exchange(
+                port, b"GET /x HTTP/1.1\r\nHost: t\r\nX: a\x00b\r\n\r\n", b"\r\n\r\n"
+            )
+        nursery.cancel_scope.cancel()
+    assert got.startswith(b"HTTP/1.1 400 ")
+    assert b"never" not in b"".join(writes.chunks)
