@@ -88,6 +88,24 @@ def _declared_length(headers: dict[str, list[str]]) -> int | None:
         return None  # h11 refuses such a request before any app sees it
 
 
+async def receive_ready(receive: Receive) -> MutableMapping[str, Any]:
+    """The next ASGI event: taken at once when hypercorn has queued it already, else awaited.
+
+    hypercorn's `receive` is its memory channel's `receive`, which takes a scheduler turn even
+    when the event is waiting (trio makes every channel receive a checkpoint); a request's body
+    is nearly always queued before its app task first runs. Any other `receive` is awaited.
+    """
+    channel = getattr(receive, "__self__", None)
+    if isinstance(channel, trio.MemoryReceiveChannel):
+        try:
+            event: MutableMapping[str, Any] = channel.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        else:
+            return event
+    return await receive()
+
+
 async def read_body(receive: Receive, max_bytes: int, timeout_s: float) -> bytes:
     """The whole request body from ASGI `http.request` events.
 
@@ -100,7 +118,7 @@ async def read_body(receive: Receive, max_bytes: int, timeout_s: float) -> bytes
     size = 0
     with trio.move_on_after(timeout_s):
         while True:
-            event = await receive()
+            event = await receive_ready(receive)
             if event["type"] != "http.request":
                 raise BodyGone()
             chunk = event.get("body", b"")

@@ -13,7 +13,7 @@ from typing import Any, cast
 import trio
 
 from ftwbridge.app import Site
-from ftwbridge.mcp.asgi import McpRoute
+from ftwbridge.mcp.asgi import McpRoute, receive_ready
 from ftwbridge.mcp.server import (
     BodyGone,
     BodyTooLarge,
@@ -194,3 +194,31 @@ async def test_other_paths_and_scopes_go_to_the_next_app() -> None:
         service, peer = Service(), Peer()
         await route(service)(sc, peer.receive, peer.send)
         assert peer.status == 404 and service.seen == []
+
+
+async def test_receive_ready_takes_a_queued_event_without_a_turn_and_waits_for_the_rest() -> None:
+    send, receive = trio.open_memory_channel[MutableMapping[str, Any]](4)
+    await send.send({"type": "http.request", "body": b"a"})
+    turns = 0
+
+    class Count(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            nonlocal turns
+            turns += 1
+
+    me = Count()
+    trio.lowlevel.add_instrument(me)
+    try:
+        before = turns
+        assert (await receive_ready(receive.receive))["body"] == b"a"
+        assert turns == before  # taken at once: this task never gave up its turn
+    finally:
+        trio.lowlevel.remove_instrument(me)
+    async with trio.open_nursery() as nursery:  # nothing queued: it waits as `receive` does
+        nursery.start_soon(send.send, {"type": "http.request", "body": b"b"})
+        assert (await receive_ready(receive.receive))["body"] == b"b"
+
+    async def other() -> MutableMapping[str, Any]:  # not hypercorn's channel: awaited
+        return {"type": "http.disconnect"}
+
+    assert (await receive_ready(other))["type"] == "http.disconnect"
