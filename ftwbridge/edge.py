@@ -217,6 +217,7 @@ class GuardedTCPServer(TCPServer):
         self._discarding = False
         self._busy = False
         self._closing = False
+        self._held_head: bytes | None = None
         self.idle_task = IdleTimer(  # type: ignore[assignment]
             self.config.keep_alive_timeout,
             self.context.terminated,
@@ -236,7 +237,23 @@ class GuardedTCPServer(TCPServer):
 
     async def protocol_send(self, event: Event) -> None:
         """hypercorn's send, noting what went out: any bytes, the 101, a Close frame, and
-        whether a request is under way (hypercorn's `Updated`)."""
+        whether a request is under way (hypercorn's `Updated`).
+
+        An HTTP/1.1 response head with a `Content-Length` is held until hypercorn's next send
+        (the body, which the app hands over with it) and goes out in the same write: an
+        instance killed between two writes would leave a peer (HAProxy) with a head whose
+        body never comes, which no one can turn into words or send again, where one killed
+        before the single write leaves an empty answer that a proxy may send elsewhere."""
+        if self._held_head is not None:
+            held, self._held_head = self._held_head, None
+            if isinstance(event, RawData):
+                event = RawData(held + event.data)
+            else:
+                self._bytes_sent += len(held)
+                await super().protocol_send(RawData(held))
+        elif isinstance(event, RawData) and _fixed_length_head(event.data) and not self._upgraded:
+            self._held_head = event.data
+            return
         if isinstance(event, RawData) and event.data:
             head = event.data[:1024].lower()
             if head.startswith(b"http/1.1 101 ") and b"\r\nupgrade: websocket" in head:
@@ -380,6 +397,17 @@ class GuardedTCPServer(TCPServer):
         nursery = self._task_group._nursery
         if nursery is not None:
             nursery.cancel_scope.cancel()
+
+
+def _fixed_length_head(data: bytes) -> bool:
+    """Whether `data` is exactly one HTTP/1.1 final response head whose `Content-Length`
+    announces a body (h11 writes a head alone, in one piece). A 1xx, a chunked (streamed)
+    answer, and a head with no body to follow (hypercorn's own 400 before it closes) are
+    not held back."""
+    if not data.startswith(b"HTTP/1.1 ") or data[9:10] == b"1" or not data.endswith(b"\r\n\r\n"):
+        return False
+    _, found, rest = data.lower().partition(b"\r\ncontent-length:")
+    return bool(found) and rest.split(b"\r\n", 1)[0].strip() not in (b"0", b"")
 
 
 def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:

@@ -14,6 +14,7 @@ import hypercorn
 import hypercorn.trio.run as hypercorn_run
 import pytest
 import trio
+from hypercorn.events import RawData
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 from quart import websocket
@@ -139,3 +140,31 @@ async def test_a_close_for_the_peers_fault_is_reported_once(
     assert faults == ["websocket"]
     warnings = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.edge"]
     assert len(warnings) == 1 and "Close 1009" in warnings[0], warnings
+
+
+async def test_a_response_head_and_its_body_go_out_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An instance killed between the head's write and the body's leaves HAProxy a head with no
+    body, which nothing can turn into words; one write leaves either all or nothing
+    (docs/operations.md, "Keep-alive behind a proxy")."""
+    monkeypatch.setattr(hypercorn_run, "TCPServer", edge.GuardedTCPServer)
+    writes: list[bytes] = []
+    send = TCPServer.protocol_send
+
+    async def recorded(self: TCPServer, event: Any) -> None:
+        if isinstance(event, RawData) and event.data:
+            writes.append(event.data)
+        await send(self, event)
+
+    monkeypatch.setattr(TCPServer, "protocol_send", recorded)
+    config = edge.EdgeConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(serve, _app(), config)
+            answer = await trio.to_thread.run_sync(_get, int(binds[0].rsplit(":", 1)[1]))
+            nursery.cancel_scope.cancel()
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\nok"), answer
+    assert writes == [answer], writes
