@@ -19,6 +19,8 @@ from typing import Any
 
 import trio
 
+from ftwbridge.mcp.tools import TOOLS
+
 from .procs import PY, CannotStart, Child, start_child, wait_port
 
 PG_READY = "database system is ready to accept connections"
@@ -230,6 +232,21 @@ frontend public
 
 backend bridges
     balance {calls}
+    # a new connection to the instance for each request: HAProxy 2.6 keeps an idle server
+    # connection with no time bound, and one the instance closes after its keep_alive_s as a
+    # request crosses the close loses that request (docs/operations.md, "Keep-alive behind a
+    # proxy")
+    option http-server-close
+    # sent again elsewhere: a request no instance took (the default), and one an instance
+    # ended with no answer when repeating it changes nothing: a read (below). HAProxy keeps
+    # a request to send again only when it has the whole of it before it sends any
+    option http-buffer-request
+    retry-on conn-failure empty-response
+    acl mcp path /mcp
+    acl listing req.hdr(mcp-method) -m str tools/list server/discover
+    acl tool_call req.hdr(mcp-method) -m str tools/call
+    acl read_tool req.hdr(mcp-name) -m str {read_tools}
+    http-request disable-l7-retry unless mcp listing || mcp tool_call read_tool
     option httpchk GET /readyz
     http-check expect status 200
 {servers}
@@ -274,6 +291,7 @@ def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
         servers=servers,
         calls="roundrobin",
         boxes="leastconn",
+        read_tools=" ".join(tool.name for tool in TOOLS),
     )
     path = root / "haproxy.cfg"
     path.write_text(text)

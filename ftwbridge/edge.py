@@ -242,12 +242,15 @@ class GuardedTCPServer(TCPServer):
         """hypercorn's send, noting what went out (any bytes, the 101, a Close frame, whether
         a request is under way) and writing it with fewer waits than hypercorn's own:
 
-        - an HTTP/1.1 2xx or 3xx response head that announces a `Content-Length` is held and
-          written in one `send` with what follows it (its body, or nothing for HEAD and empty
-          bodies); hypercorn writes head, body and end of message in three, each a turn of the
-          scheduler. A streamed response (no length) is written as it comes, and so are 4xx and
-          5xx heads: hypercorn's own refusals (a request h11 cannot parse, a WebSocket
-          rejected) race the app's answer, and their order decides how the connection ends;
+        - an HTTP/1.1 final response head that announces a body by its `Content-Length` is
+          held and written in one `send` with what follows it (its body, or nothing for HEAD);
+          hypercorn writes head, body and end of message in three, each a turn of the
+          scheduler. One write also means an instance killed mid-answer leaves a whole answer
+          or none, never a head whose body does not come (which a proxy in front can neither
+          word nor send elsewhere; docs/operations.md, "Keep-alive behind a proxy"). A streamed
+          response (no length) is written as it comes, and so are heads with no body to
+          follow: hypercorn's own refusals (`content-length: 0`) race the app's answer, and
+          their order decides how the connection ends;
         - on those two hot paths (a held head with what follows it, and a WebSocket data frame)
           the send lock is taken without a scheduler turn when it is free, and the empty
           chunk that ends a response with a length writes nothing. Everything else goes
@@ -302,7 +305,7 @@ class GuardedTCPServer(TCPServer):
             if head.startswith(b"http/1.1 101 "):
                 if b"\r\nupgrade: websocket" in head:
                     self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
-            elif head[9:10] in b"23" and b"\r\ncontent-length:" in head:
+            elif _fixed_length_head(data):
                 self._held = data  # written with its body, or at the next event
                 return
         self._bytes_sent += len(data)
@@ -444,6 +447,17 @@ class GuardedTCPServer(TCPServer):
         nursery = self._task_group._nursery
         if nursery is not None:
             nursery.cancel_scope.cancel()
+
+
+def _fixed_length_head(data: bytes) -> bool:
+    """Whether `data` is exactly one HTTP/1.1 final response head whose `Content-Length`
+    announces a body (h11 writes a head alone, in one piece). A 1xx, a chunked (streamed)
+    answer, and a head with no body to follow (hypercorn's own 400 before it closes) are
+    not held back."""
+    if not data.startswith(b"HTTP/1.1 ") or data[9:10] == b"1" or not data.endswith(b"\r\n\r\n"):
+        return False
+    _, found, rest = data.lower().partition(b"\r\ncontent-length:")
+    return bool(found) and rest.split(b"\r\n", 1)[0].strip() not in (b"0", b"")
 
 
 def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:

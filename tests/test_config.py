@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pydantic
 import pytest
+from hypercorn.config import Config as HypercornConfig
 
 from ftwbridge.config import Config, ConfigError, load_config
 
@@ -130,3 +131,11 @@ def test_forwarding_settings() -> None:
     assert load_config(env={"FTWBRIDGE_MESH_KEY": "A" * 43 + "="}).mesh_key == "A" * 43 + "="
     with pytest.raises(ConfigError, match="instance_id must be 1 to 64"):
         load_config(env={"FTWBRIDGE_INSTANCE_ID": "a b"})
+
+
+def test_keep_alive_is_a_setting() -> None:
+    """An HTTP/1.1 connection idle for `keep_alive_s` is closed (hypercorn's default, 5 s,
+    unless set); a proxy in front must drop its idle connections sooner (docs/operations.md,
+    "Keep-alive behind a proxy")."""
+    assert Config().keep_alive_s == HypercornConfig().keep_alive_timeout == 5
+    assert load_config(env={"FTWBRIDGE_KEEP_ALIVE_S": "75"}).keep_alive_s == 75

@@ -71,14 +71,22 @@ class ForwardStats:
     guarded: int = 0
 
 
-def new_client(deadline_s: float) -> httpx2.AsyncClient:
+def new_client(deadline_s: float, *, keep_alive_s: float) -> httpx2.AsyncClient:
     """The HTTP client forwards go through: `CONNECT_S` to connect or get a pooled
     connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
-    redirects, no environment proxies."""
+    redirects, no environment proxies.
+
+    `keep_alive_s` is the other instances' `keep_alive_s` (the same setting on every
+    instance): a pooled connection idle for half of it is dropped, never reused. A request
+    sent on a connection the holder is closing for idleness gets no answer, and a forward
+    that went out is never sent twice (`holder_lost`); httpx's own expiry (5 s) equals
+    hypercorn's keep-alive (5 s), so without the margin a forward could cross the close."""
     return httpx2.AsyncClient(
         timeout=httpx2.Timeout(deadline_s, connect=CONNECT_S, pool=CONNECT_S),
         limits=httpx2.Limits(
-            max_connections=POOL_CONNECTIONS, max_keepalive_connections=POOL_CONNECTIONS // 2
+            max_connections=POOL_CONNECTIONS,
+            max_keepalive_connections=POOL_CONNECTIONS // 2,
+            keepalive_expiry=keep_alive_s / 2,
         ),
         follow_redirects=False,
         trust_env=False,

@@ -68,7 +68,9 @@ class Node:
         self.holdings = Holdings(self.directory, door)
         door.on_up = self.holdings.up
         door.on_down = self.holdings.down
-        self._http = new_client(config.call_deadline_s + CALL_SLACK_S)
+        self._http = new_client(
+            config.call_deadline_s + CALL_SLACK_S, keep_alive_s=config.keep_alive_s
+        )
         self.forwarder: Forwarder | None = None
         self.relay: BoxRelay | None = None
         """Sends `agent.request` to a home's box wherever its uplink is (with forwarding)."""
@@ -181,6 +183,7 @@ class Node:
                     hc.accesslog = None
                     hc.errorlog = logging.getLogger("hypercorn.error")
                     hc.read_timeout = int(c.door_silence_s)
+                    hc.keep_alive_timeout = c.keep_alive_s
                     hc.graceful_timeout = 1.0
                     await nursery.start(_serve_internal, app, hc)
                     log.info("instance %s: internal listener at %s", self.instance_id, url)

@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 import trio
-from hypercorn.config import Config as HypercornConfig
 
+from ftwbridge.config import Config
 from ftwbridge.edge import IdleTimer
 
 from .live import WAIT_S, LiveBridge
@@ -109,7 +109,7 @@ async def test_an_ended_connection_leaves_no_timer_and_no_close(
 
 
 def test_a_real_keep_alive_connection_is_closed_when_idle(live: LiveBridge) -> None:
-    keep_alive_s = HypercornConfig().keep_alive_timeout
+    keep_alive_s = Config().keep_alive_s  # the live bridge keeps the default
     with socket.create_connection(live.main, timeout=WAIT_S) as sock:
         host, port = live.main
         sock.sendall(
