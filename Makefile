@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions bench-opens soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions bench-opens bench-turns soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -88,6 +88,11 @@ bench-instructions: $(STAMP)
 	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	cd bench && ../$(BIN)/python instructions.py $(if $(BENCH_BASE),--base $(BENCH_BASE))
+
+# Scheduler turns per warm bridged call (bench/turns.py): trio's run loop counted by an
+# instrument, with where the bridge's tasks gave up the CPU; about 15 s, no load can move it.
+bench-turns: $(STAMP)
+	$(BIN)/python bench/turns.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
