@@ -33,7 +33,6 @@ from typing import Any
 
 import trio
 
-from ftwbridge import admin
 from ftwbridge.config import (
     ENV_PREFIX,
     Config,
@@ -200,6 +199,8 @@ async def _keys(config: Config, socket: Path | None, listen: str | None) -> int:
     try:
         service: KeysPort
         if config.kek is not None:
+            from ftwbridge import admin  # the one-shot commands' module: loaded when used
+
             store = await admin.started_store(config)
             service = await admin.sealed_keys_service(store, kek_bytes(config.kek))
         elif config.database_url is not None:
@@ -322,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     else:  # the commands that print a result keep stderr for what went wrong
         level = "info" if args.command == "serve" else "warning"
     configure_logging(level, config.log_format)
+    from ftwbridge import admin  # loaded here, not at import: `--help` and errors stay quick
+
     jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
         ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
         ("keys", None): lambda: _keys(config, args.socket, args.listen),
