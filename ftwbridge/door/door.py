@@ -40,6 +40,7 @@ from ftwbridge.store import Store
 
 from .applier import RosterApplier
 from .refusals import RefusalLog, RosterBehind, peer_text
+from .stats import DoorStats
 from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSocketLike, close_ws
 
 log = logging.getLogger("ftwbridge.door")
@@ -51,23 +52,6 @@ HOOK_DOWN_S = 2.0
 """The longest an ended uplink waits for `on_down` (the directory's release), seconds."""
 HOME_KEY_CHECK_S = 1.0
 """How often `watch_home_keys` asks the store whether another process wrote it (seconds)."""
-
-
-@dataclass(slots=True)
-class DoorStats:
-    """Counters (they only grow): tunnels dropped past the limits each way, uplinks taken
-    over, rosters and uplinks refused (totals, and by code or reason), home keys changed."""
-
-    dropped_from_box: int = 0
-    dropped_to_box: int = 0
-    takeovers: int = 0
-    rosters_refused: int = 0
-    uplinks_refused: int = 0
-    rosters_refused_by: dict[str, int] = field(default_factory=dict)
-    """Rosters refused by code (`RosterProblem` values)."""
-    uplinks_refused_by: dict[str, int] = field(default_factory=dict)
-    """Uplinks refused by reason: `unknown_home`, `bad_signature`, `no_hello`."""
-    home_key_changes: int = 0
 
 
 RosterHook = Callable[[str, Roster], Awaitable[None]]
