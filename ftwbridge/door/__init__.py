@@ -1,4 +1,5 @@
-"""The door: boxes' uplinks at `/v1/box`, tunnel carriage and per-home limits (PROTOCOL.md part C)."""
+"""The door (PROTOCOL.md part C): boxes' uplinks at `/v1/box`, tunnel carriage and per-home
+limits (`door.py`), and the homes' keys and rosters (`rosters.py`)."""
 
 from .door import Door
 from .rosters import Rosters
