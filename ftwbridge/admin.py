@@ -60,7 +60,7 @@ async def enroll(config: Config, home: str, key_hex: str) -> int:
         print(f"enrolled {home}")
     elif before == key:
         print(f"{home} was already enrolled with this key; nothing changed")
-    else:  # a running bridge on this state notices within `door.HOME_KEY_CHECK_S`
+    else:  # a running bridge on this state notices within `rosters.HOME_KEY_CHECK_S`
         print(
             f"re-enrolled {home} with a new key: a bridge running on this state closes the"
             " home's uplink within a second and verifies its next uplink and roster with the"

@@ -78,7 +78,7 @@ class _Homes:
         return self._pool.new_cmd_id()
 
     async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        roster = await self._door.roster(home)
+        roster = await self._door.rosters.roster(home)
         return None if roster is None else roster.agents().get(agent_key)
 
 
@@ -181,8 +181,13 @@ class Bridge:
             wall_ms=clock,
         )
         self.metrics = Metrics()
-        self.door = Door(config=config, store=self.store, on_roster=self._on_roster, wall_ms=clock)
-        self.door.on_persist = self._persist_roster
+        self.door = Door(
+            config=config,
+            store=self.store,
+            on_roster=self._on_roster,
+            on_persist=self._persist_roster,
+            wall_ms=clock,
+        )
         self.door.on_fault = self.metrics.on_connection_fault
         self.pool = Pool(
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
@@ -402,7 +407,7 @@ class Bridge:
             http_per_s=c.http_per_s,
             on_call=self.metrics.on_call,
             on_request=self.metrics.on_request,
-            roster_behind=self.door.roster_behind,
+            roster_behind=self.door.rosters.roster_behind,
             anonymous_token=c.test_anonymous_token,
             confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands else None,
             mesh=None if self.node is None else self.node.forwarder,

@@ -144,7 +144,7 @@ class Rig:
         await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped)
 
     async def start(self) -> None:
-        self.door.on_persist = self._persist
+        self.door.rosters.on_persist = self._persist
         await self.nursery.start(self.pool.run)
         await self.nursery.start(self.door.apply_rosters)
 

@@ -18,8 +18,8 @@ import trio
 from ftwbridge.admin import enroll
 from ftwbridge.config import Config
 from ftwbridge.door import Door
-from ftwbridge.door.door import HOME_KEY_CHECK_S
 from ftwbridge.door.refusals import REFUSAL_LOG_S
+from ftwbridge.door.rosters import HOME_KEY_CHECK_S
 from ftwbridge.proto.door import CLOSE_BAD_SIGNATURE, door_signature
 from ftwbridge.proto.envelope import Envelope, decode_envelope
 from ftwbridge.proto.registry import Msg

@@ -1,9 +1,10 @@
-"""Uplinks, tunnels and rosters at the door (PROTOCOL.md part C).
+"""Uplinks and tunnels at the door (PROTOCOL.md part C).
 
 One `Door` per bridge process. `serve_uplink(ws)` runs one box's uplink from challenge to
-close: it authenticates the box with its home key, takes its rosters, routes `tun` messages to
-their `Tun` by `sid`, and applies the per-home limits each way (a `tun` over a limit is dropped
-and counted; the uplink stays up). The pool opens tunnels with `open_tun(home)`. A newer
+close: it authenticates the box with its home key, hands its rosters to the door's `Rosters`
+(`rosters.py`, which keeps the home keys and rosters), routes `tun` messages to their `Tun` by
+`sid`, and applies the per-home limits each way (a `tun` over a limit is dropped and
+counted; the uplink stays up). The pool opens tunnels with `open_tun(home)`. A newer
 authenticated uplink for the same home takes over: the older one is closed with 4409 and its
 tunnels end `superseded`. Silence is bounded by the HTTP server's read timeout (45 s) under
 its WebSocket pings (15 s), which the bridge configures.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import trio
@@ -35,11 +36,12 @@ from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.names import TunEndReason
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.registry import Msg, peer_reason
-from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
+from ftwbridge.proto.roster import Roster, RosterProblem
 from ftwbridge.store import Store
 
-from .applier import RosterApplier
 from .refusals import RefusalLog, RosterBehind, peer_text
+from .rosters import PersistHook, RosterHook, Rosters
+from .stats import DoorStats
 from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSocketLike, close_ws
 
 log = logging.getLogger("ftwbridge.door")
@@ -49,62 +51,34 @@ CLAIM_MAX_MS = 600_000
 
 HOOK_DOWN_S = 2.0
 """The longest an ended uplink waits for `on_down` (the directory's release), seconds."""
-HOME_KEY_CHECK_S = 1.0
-"""How often `watch_home_keys` asks the store whether another process wrote it (seconds)."""
-
-
-@dataclass(slots=True)
-class DoorStats:
-    """Counters (they only grow): tunnels dropped past the limits each way, uplinks taken
-    over, rosters and uplinks refused (totals, and by code or reason), home keys changed."""
-
-    dropped_from_box: int = 0
-    dropped_to_box: int = 0
-    takeovers: int = 0
-    rosters_refused: int = 0
-    uplinks_refused: int = 0
-    rosters_refused_by: dict[str, int] = field(default_factory=dict)
-    """Rosters refused by code (`RosterProblem` values)."""
-    uplinks_refused_by: dict[str, int] = field(default_factory=dict)
-    """Uplinks refused by reason: `unknown_home`, `bad_signature`, `no_hello`."""
-    home_key_changes: int = 0
-
-
-RosterHook = Callable[[str, Roster], Awaitable[None]]
-PersistHook = Callable[[str, Roster, frozenset[bytes]], Awaitable[None]]
-"""(home, newest roster, agent keys dropped by the rosters since the last save)."""
 
 
 @dataclass(slots=True)
 class Door:
-    """The bridge's door: uplinks by home, their tunnels, rosters, limits.
+    """The bridge's door: uplinks by home, their tunnels, limits, and (through `rosters`)
+    the homes' keys and rosters.
 
     Args:
         config: limits and timeouts (`door_*` settings).
-        store: home keys and newest rosters.
-        on_roster: awaited in the uplink's reader once a newer roster is accepted and held in
-            memory; it must do no I/O (the pool closes dropped agents' sessions at once).
-        on_persist: awaited by the roster applier (`apply_rosters`) after the store has the
-            roster: the slow effects (the keys part's sync, dropping tokens), in order per home,
-            with the agents dropped since the last save.
+        store: home keys and newest rosters; held by `rosters`.
+        on_roster: `Rosters.on_roster`: awaited in the uplink's reader once a newer roster is
+            accepted and held in memory; it must do no I/O.
+        on_persist: `Rosters.on_persist`: awaited by the roster applier (`apply_rosters`)
+            after the store has the roster, with the agents dropped since the last save.
         wall_ms: the bridge's wall clock in ms since the epoch (injected for tests).
 
-    A roster takes effect for admission when its uplink's reader accepts it; the store write
-    and `on_persist` follow in `apply_rosters`, one task in the bridge's nursery, so a slow disk
-    or keys part never holds a home's traffic (issue 12, item 4).
+    The roster methods here (`roster`, `wait_roster`, `apply_rosters`, ...) hand over to
+    `rosters`; the uplink's reader calls `rosters` itself.
     """
 
     config: Config
-    store: Store
-    on_roster: RosterHook | None = None
-    on_persist: PersistHook | None = None
+    store: InitVar[Store]
+    on_roster: InitVar[RosterHook | None] = None
+    on_persist: InitVar[PersistHook | None] = None
     wall_ms: Callable[[], int] = field(default=lambda: 0)
     stats: DoorStats = field(default_factory=DoorStats)
     _uplinks: dict[str, Uplink] = field(default_factory=dict)
-    _rosters: dict[str, Roster] = field(default_factory=dict)
-    _home_keys: dict[str, bytes] = field(default_factory=dict)
     _buckets: dict[tuple[str, bool], Limits] = field(default_factory=dict)
-    _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
     claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
     """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer` (one
     process; with `on_claim` they go to the store instead)."""
@@ -123,34 +97,78 @@ class Door:
     on_down: Callable[[str], Awaitable[None]] | None = None
     """Awaited (shielded, at most `HOOK_DOWN_S`) with the home once its uplink ended while it
     was still the home's (the directory's release)."""
-    _applier: RosterApplier = field(init=False)
-    _behind: dict[str, RosterBehind] = field(default_factory=dict)
-    """Homes whose box's roster is older than the held one (see `roster_behind`)."""
     _refusal_log: RefusalLog = field(default_factory=RefusalLog)
+    rosters: Rosters = field(init=False)
+    """The homes' keys and rosters (`rosters.py`), sharing `stats` and the refusal log."""
 
-    def __post_init__(self) -> None:
-        self._applier = RosterApplier(self._save_roster)
+    def __post_init__(
+        self, store: Store, on_roster: RosterHook | None, on_persist: PersistHook | None
+    ) -> None:
+        self.rosters = Rosters(
+            store,
+            stats=self.stats,
+            on_roster=on_roster,
+            on_persist=on_persist,
+            refusal_log=self._refusal_log,
+        )
 
-    async def _save_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
-        await self.store.put_roster(home, roster.seq, roster.signed)
-        if self.on_persist is not None:
-            await self.on_persist(home, roster, dropped)
+    # -- rosters and home keys: handed over to `self.rosters` (rosters.py) --
 
     async def apply_rosters(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """The roster applier (`door.applier`), until cancelled: each home's newest accepted
-        roster is stored, then `on_persist` runs with the agents dropped since the last save."""
-        await self._applier.run(task_status=task_status)
+        """`Rosters.apply_rosters`: the roster applier, until cancelled."""
+        await self.rosters.apply_rosters(task_status=task_status)
 
     @property
     def rosters_unsaved(self) -> int:
-        """Homes whose newest accepted roster the applier has not finished yet."""
-        return self._applier.unsaved
+        """`Rosters.rosters_unsaved`: homes whose newest roster is not stored yet."""
+        return self.rosters.rosters_unsaved
 
     async def rosters_saved(self) -> None:
-        """Wait until the applier has nothing left to store (the caller bounds the time)."""
-        await self._applier.saved()
+        """`Rosters.rosters_saved`: wait until nothing is left to store (caller bounds time)."""
+        await self.rosters.rosters_saved()
+
+    async def roster(self, home: str) -> Roster | None:
+        """`Rosters.roster`: `home`'s newest verified roster (memory, else store), or None."""
+        return await self.rosters.roster(home)
+
+    def forget_roster(self, home: str | None = None) -> None:
+        """Drop the roster held in memory for `home` (None: for every home) unless its uplink
+        is here: another instance took a newer one from the box, and the next look reads it
+        from the store (issue 13: a `roster` event, or events lost)."""
+        self.rosters.forget_roster(home, keep=self._uplinks)
+
+    async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
+        """`Rosters.wait_roster`: wait until `home`'s newest roster satisfies `accept`."""
+        return await self.rosters.wait_roster(home, accept)
+
+    def roster_behind(self, home: str, agent_key: bytes) -> RosterBehind | None:
+        """`Rosters.roster_behind`: whether `home`'s box is behind for `agent_key`, or None."""
+        return self.rosters.roster_behind(home, agent_key)
+
+    @property
+    def rosters_behind_count(self) -> int:
+        """Homes whose connected box sent an older roster than the held one."""
+        return self.rosters.rosters_behind_count
+
+    async def watch_home_keys(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """`Rosters.watch_home_keys` until cancelled: when another process wrote the store
+        (e.g. `ftwbridge home enroll`), `check_home_keys` at once (issue 15 item 3)."""
+        await self.rosters.watch_home_keys(self.check_home_keys, task_status=task_status)
+
+    async def check_home_keys(self) -> list[str]:
+        """`Rosters.check_home_keys`: apply the home keys changed in the store; each such
+        home's uplink is closed 4401 (its box dials again and must sign with the new key).
+        Returns the homes changed."""
+        return await self.rosters.check_home_keys(self._uplinks, self._close_for_new_key)
+
+    async def _close_for_new_key(self, home: str) -> None:
+        uplink = self._uplinks.get(home)
+        if uplink is not None:
+            await close_ws(uplink.ws, CLOSE_BAD_SIGNATURE, "home key changed")
 
     async def _bad_message(self, ws: WebSocketLike, why: str) -> None:
         """Close an uplink that sent a message breaking part C (4400), logged and counted."""
@@ -191,50 +209,6 @@ class Door:
         """Whether `home` has an uplink now."""
         return home in self._uplinks
 
-    async def _home_key(self, home: str) -> bytes | None:
-        key = self._home_keys.get(home)
-        if key is None:
-            key = await self.store.home_key(home)
-            if key is not None:
-                self._home_keys[home] = key
-        return key
-
-    async def roster(self, home: str) -> Roster | None:
-        """The newest verified roster of `home` (from memory, else from the store), or None."""
-        cached = self._rosters.get(home)
-        if cached is not None:
-            return cached
-        stored = await self.store.roster(home)
-        key = await self._home_key(home)
-        if stored is None or key is None:
-            return None
-        try:
-            roster = verify_roster(stored[1], home_key=key, home=home)
-        except RosterRefused:
-            return None
-        newer = self._rosters.get(home)  # the box's roster may have come during the reads
-        if newer is not None and newer.seq >= roster.seq:
-            return newer
-        self._rosters[home] = roster
-        return roster
-
-    def forget_roster(self, home: str | None = None) -> None:
-        """Drop the roster held in memory for `home` (None: for every home) unless its uplink
-        is here: another instance took a newer one from the box, and the next look reads it
-        from the store (issue 13: a `roster` event, or events lost)."""
-        for h in [home] if home is not None else list(self._rosters):
-            if h not in self._uplinks:
-                self._rosters.pop(h, None)
-
-    async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
-        """Wait until `home`'s newest roster satisfies `accept`; returns it (caller bounds time)."""
-        while True:
-            changed = self._roster_changed.setdefault(home, trio.Event())  # before the look: a
-            roster = await self.roster(home)  # roster taken during it still wakes us
-            if roster is not None and accept(roster):
-                return roster
-            await changed.wait()
-
     async def send_to_box(self, home: str, env: Envelope) -> None:
         """Send one door message to `home`'s box (e.g. `agent.request`).
 
@@ -265,115 +239,6 @@ class Door:
         t = Tun(uplink, uplink.new_sid())
         uplink.tuns[t.sid] = t
         return t
-
-    async def take_roster(self, home: str, signed: bytes) -> tuple[bool, int, str]:
-        """Verify and keep a roster from `home`'s box; returns (accepted, seq, refusal code)."""
-        key = await self._home_key(home)
-        held = await self.roster(home)
-        if held is not None and signed == held.signed:
-            self._behind.pop(home, None)
-            self._applier.retry(home, held)  # a save that failed is tried again now
-            return True, held.seq, ""  # the same roster again (a box reconnecting): nothing new
-        try:
-            if key is None:
-                raise RemoteProtocolError("unknown home")
-            roster = verify_roster(
-                signed, home_key=key, home=home, held_seq=None if held is None else held.seq
-            )
-        except RosterRefused as exc:
-            self._roster_refused(exc.problem.value)
-            if exc.problem is RosterProblem.STALE_SEQ and key is not None and held is not None:
-                self._box_behind(home, signed, key, held)
-            return False, held.seq if held else 0, exc.problem.value
-        self._behind.pop(home, None)
-        self._rosters[home] = roster
-        if self.on_roster is not None:
-            await self.on_roster(home, roster)
-        self._roster_changed.pop(home, trio.Event()).set()  # waiters see it in effect
-        self._applier.add(home, roster, held)  # stored and synced by `apply_rosters`
-        return True, roster.seq, ""
-
-    def _box_behind(self, home: str, signed: bytes, key: bytes, held: Roster) -> None:
-        """The box sent a roster older than the held one (`stale_seq`): remember which agents
-        its own roster lists, so calls of the others are refused in words at once instead of
-        waiting `handshake_s` for a box that will not answer them, and warn (rate-limited)."""
-        try:
-            theirs = verify_roster(signed, home_key=key, home=home)
-        except RosterRefused:
-            return  # not the home's own older roster: refused, nothing to learn from it
-        self._behind[home] = RosterBehind(theirs.seq, held.seq, frozenset(theirs.agents()))
-        self._refusal_log.warn(
-            "stale_seq",
-            home,
-            "roster refused home=%s: stale_seq: the box sent roster seq %d, the bridge holds "
-            "seq %d; the box has lost its roster (reset, or restored from an old backup): "
-            "assistants its roster does not list are refused until its owner approves them "
-            'again at home (docs/operations.md, "When something is wrong")',
-            home,
-            theirs.seq,
-            held.seq,
-        )
-
-    def roster_behind(self, home: str, agent_key: bytes) -> RosterBehind | None:
-        """Whether `home`'s box sent an older roster than the held one that does not list
-        `agent_key` (its box would not answer that agent's handshake), or None."""
-        behind = self._behind.get(home)
-        if behind is None or agent_key in behind.box_agents:
-            return None
-        return behind
-
-    @property
-    def rosters_behind_count(self) -> int:
-        """Homes whose connected box sent an older roster than the held one."""
-        return len(self._behind)
-
-    async def watch_home_keys(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Until cancelled: every `HOME_KEY_CHECK_S` seconds ask the store whether another
-        process has written it (`Store.write_mark`, e.g. `ftwbridge home enroll`), and if so
-        apply changed home keys at once (`check_home_keys`). This is how a key re-enrolled by
-        the command line reaches the running bridge (issue 15 item 3)."""
-        mark = await self.store.write_mark()
-        task_status.started()
-        while True:
-            await trio.sleep(HOME_KEY_CHECK_S)
-            now = await self.store.write_mark()
-            if now != mark:
-                mark = now
-                await self.check_home_keys()
-
-    async def check_home_keys(self) -> list[str]:
-        """Compare the home keys this door holds with the store's; for each home whose key
-        changed (or went): use the new key from now on, forget the held roster (the old key
-        signed it; the box's next roster, verified by the new key, is taken whatever its
-        `seq`), log it, and close the home's uplink 4401 (its box dials again and must sign
-        with the new key). Returns the homes changed."""
-        homes = sorted(set(self._home_keys) | set(self._uplinks))
-        if not homes:
-            return []
-        keys = await self.store.home_keys(homes)
-        changed = [h for h in homes if keys.get(h) != self._home_keys.get(h)]
-        for home in changed:
-            new = keys.get(home)
-            if new is None:
-                self._home_keys.pop(home, None)
-            else:
-                self._home_keys[home] = new
-            self.stats.home_key_changes += 1
-            self._rosters.pop(home, None)
-            self._behind.pop(home, None)
-            uplink = self._uplinks.get(home)
-            log.warning(
-                "home key changed home=%s (%s): %s; the new key verifies its next uplink and "
-                "roster",
-                home,
-                "re-enrolled" if new is not None else "no longer enrolled",
-                "its uplink is closed" if uplink is not None else "it has no uplink now",
-            )
-            if uplink is not None:
-                await close_ws(uplink.ws, CLOSE_BAD_SIGNATURE, "home key changed")
-        return changed
 
     async def close_all(self, code: int, reason: str) -> None:
         """Close every uplink with a Close frame `code` (e.g. 1001 at drain), all at once, each
@@ -414,7 +279,7 @@ class Door:
             uplink.end_all(LocalEnd.UPLINK_LOST.value)
             if self._uplinks.get(home) is uplink:
                 del self._uplinks[home]
-                self._behind.pop(home, None)  # its next uplink sends its roster again
+                self.rosters.forget_behind(home)  # its next uplink sends its roster again
                 if self.on_down is not None:
                     with trio.CancelScope(shield=True), trio.move_on_after(HOOK_DOWN_S):
                         await self.on_down(home)
@@ -440,7 +305,7 @@ class Door:
                 self._uplink_refused("no_hello")
                 await close_ws(ws, CLOSE_BAD_SIGNATURE, "door.hello expected")
                 return None
-            key = await self._home_key(home)
+            key = await self.rosters.home_key(home)
             if key is None:
                 self._uplink_refused("unknown_home")
                 self._refusal_log.warn(
@@ -474,11 +339,6 @@ class Door:
         self.stats.uplinks_refused += 1
         by = self.stats.uplinks_refused_by
         by[reason] = by.get(reason, 0) + 1
-
-    def _roster_refused(self, code: str) -> None:
-        self.stats.rosters_refused += 1
-        by = self.stats.rosters_refused_by
-        by[code] = by.get(code, 0) + 1
 
     async def _read(self, uplink: Uplink) -> None:
         while not uplink.closed:
@@ -530,10 +390,10 @@ class Door:
             b = env.b if isinstance(env.b, dict) else {}
             signed = b.get("roster")
             if isinstance(signed, bytes):
-                ok, seq, code = await self.take_roster(uplink.home, signed)
+                ok, seq, code = await self.rosters.take_roster(uplink.home, signed)
             else:
-                held = await self.roster(uplink.home)
-                self._roster_refused(RosterProblem.MALFORMED.value)
+                held = await self.rosters.roster(uplink.home)
+                self.rosters.count_refused(RosterProblem.MALFORMED.value)
                 ok, seq, code = False, held.seq if held else 0, RosterProblem.MALFORMED.value
             reply = (
                 Envelope(Msg.ROSTER_OK, None, {"seq": seq})

@@ -96,7 +96,7 @@ ROSTER_BEHIND_WORDS = (
     "holds (its list {box_seq}, the bridge's {held_seq}), and its list does not name this "
     "assistant; the home's owner must approve it again at home."
 )
-"""The words of a call refused because the box's roster is behind (`Door.roster_behind`)."""
+"""The words of a call refused because the box's roster is behind (`Rosters.roster_behind`)."""
 
 
 def roster_behind_result(behind: Any) -> dict[str, Any]:

@@ -162,7 +162,7 @@ class McpService:
         on_request: told (method, outcome) after each request (metrics), if given.
         roster_behind: (home, agent key) -> a `RosterBehind`-like value with `box_seq` and
             `held_seq` when the home's box sent an older roster that does not list the agent
-            (`Door.roster_behind`), else None; such a call is refused in words at once.
+            (`Rosters.roster_behind`), else None; such a call is refused in words at once.
         anonymous_token: the test profile's token for requests without one (never in production).
         confirm_ttl_s: how long a person has to confirm a charge where the client can ask
             (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.

@@ -316,7 +316,7 @@ class Pool:
             raise refusal_for_end(reason)
 
     async def _admit(self, home: str, agent_key: bytes) -> tuple[Roster, AgentGrant]:
-        roster = await self._door.roster(home)
+        roster = await self._door.rosters.roster(home)
         if roster is None:
             raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "home"})
         decision = admit(roster, agent_key, self._wall_ms())

@@ -29,7 +29,7 @@ async def test_a_slow_disk_does_not_hold_the_homes_traffic(
     nursery: trio.Nursery, autojump_clock: trio.abc.Clock
 ) -> None:
     rig = Rig(nursery)
-    store = rig.store = rig.door.store = SlowStore()
+    store = rig.store = rig.door.rosters.store = SlowStore()
     await rig.start()
     stub = await rig.add_home()
     other = await rig.add_home("h2")
@@ -68,7 +68,7 @@ async def test_a_roster_taken_while_a_waiter_reads_the_store_wakes_it(
     """`wait_roster` looks at the store; a roster accepted during that look must still wake it
     (it once waited forever, and homes enrolled late in a fleet never came up)."""
     rig = Rig(nursery)
-    rig.store = rig.door.store = SlowReadStore()
+    rig.store = rig.door.rosters.store = SlowReadStore()
     await rig.start()
     stub = StubHome("h1", seed="h1", clock=wall_ms)
     await rig.store.enroll_home("h1", stub.owner.home_public_key)

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from ftwbridge.door import Door
+from ftwbridge.door import Rosters
 from ftwbridge.pool.command import HOUR_S, CommandBudget
 from ftwbridge.proto.control import CmdState, Hold, Release
 from ftwbridge.proto.names import Code, Read
@@ -137,14 +137,14 @@ async def test_a_command_waiting_behind_reads_is_never_dropped_for_a_read(
     assert any(o in ("applied", "unconfirmed") for o in outcomes)
 
 
-class _LaggingDoor(Door):
-    """A door that, once `lag` is set, answers the box's new rosters without taking them: the
-    bridge still lists an agent its home has dropped."""
+class _LaggingRosters(Rosters):
+    """A door's rosters that, once `lag` is set, answer the box's new rosters without taking
+    them: the bridge still lists an agent its home has dropped."""
 
     lag = False
 
     async def take_roster(self, home: str, signed: bytes) -> tuple[bool, int, str]:
-        if type(self).lag:
+        if self.lag:
             held = await self.roster(home)
             return True, held.seq if held else 0, ""
         return await super().take_roster(home, signed)
@@ -157,8 +157,11 @@ async def test_a_revoked_agent_is_refused_at_the_box_while_the_bridge_lags(
     while the bridge still lists it (the bridge's own refusal, with a roster in time, is in
     tests/e2e/test_control.py). Its session ends `revoked`, a new one is never answered, and
     the hold it set is gone."""
-    door_cls: type[_LaggingDoor] = type("D", (_LaggingDoor,), {})
-    rig = Rig(nursery, door_cls=door_cls)
+    rig = Rig(nursery)
+    r = rig.door.rosters
+    rosters = rig.door.rosters = _LaggingRosters(
+        r.store, stats=r.stats, on_roster=r.on_roster, refusal_log=r.refusal_log
+    )
     await rig.start()
     stub = await rig.add_home()
     stub.box.frozen_ms = wall_ms() - wall_ms() % 86_400_000 + 19 * 3_600_000  # the car is in
@@ -166,7 +169,7 @@ async def test_a_revoked_agent_is_refused_at_the_box_while_the_bridge_lags(
     await rig.pool.command("h1", key, "loadpoint.hold", HOLD, rig.pool.new_cmd_id())
     held = stub.box.home.controls.hold("lp1", stub.box.frozen_ms)
     assert held is not None and held.by == key.hex()
-    door_cls.lag = True
+    rosters.lag = True
     await stub.drop_agent(key)
     assert (await rig.door.roster("h1")).agents().get(key) is not None  # type: ignore[union-attr]
     with pytest.raises(Refusal) as refused:

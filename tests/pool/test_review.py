@@ -108,13 +108,13 @@ async def test_a_slow_store_read_does_not_roll_back_a_newer_roster(
     box had just sent. At a bridge restart the memory is empty, so any request for the home
     races the box's first roster."""
     rig = Rig(nursery)
-    rig.store = rig.door.store = SnapshotStore()
+    rig.store = rig.door.rosters.store = SnapshotStore()
     await rig.start()
     stub = await rig.add_home()
     key, _ = await rig.grant(stub)
     with trio.fail_after(5):
         await rig.door.rosters_saved()
-    rig.door._rosters.clear()  # a restarted bridge: only the store knows the roster
+    rig.door.rosters._rosters.clear()  # a restarted bridge: only the store knows the roster
     nursery.start_soon(stub.drop_agent, key)  # the reader takes it (its own store look: 1 s)
     await trio.sleep(0.5)
     await rig.door.roster("h1")  # e.g. a token check at that moment: its look ends at 1.5 s
@@ -250,7 +250,7 @@ async def test_a_roster_whose_write_failed_is_stored_when_the_box_sends_it_again
     answered an identical roster with `roster.ok` alone, so the store kept the older roster
     (and `on_persist` never ran) until the owner changed the roster again."""
     rig = Rig(nursery)
-    store = rig.store = rig.door.store = FailOnceStore()
+    store = rig.store = rig.door.rosters.store = FailOnceStore()
     await rig.start()
     stub = await rig.add_home()
     with trio.fail_after(5):

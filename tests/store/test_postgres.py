@@ -9,7 +9,7 @@ import psycopg
 import pytest
 import trio
 
-from ftwbridge.door.door import HOME_KEY_CHECK_S
+from ftwbridge.door.rosters import HOME_KEY_CHECK_S
 from ftwbridge.store import StoreError, hash_token
 from ftwbridge.store.migrate import Migration, bundled, plan
 from ftwbridge.store.postgres import PgStore, describe

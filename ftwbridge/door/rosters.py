@@ -1,0 +1,265 @@
+"""Rosters and home keys at the door (PROTOCOL.md part C, issue 12 item 4, issue 15).
+
+One `Rosters` per `Door`, which holds it and delegates to it. It keeps each home's Ed25519
+key (read from the store once, then held), takes the signed rosters a box sends in its
+uplink's reader (verified against that key, never older than the one held), holds the newest
+per home in memory, answers `roster(home)` from memory or else the store, wakes
+`wait_roster`, remembers a box whose roster is older than the held one ("behind"), and hands
+each accepted roster to the roster applier (`applier.py`), which stores it away from the
+reader. Uplinks, their tunnels and their limits stay in `door.py`; where a change reaches
+both (a home key re-enrolled, a roster forgotten, an uplink gone) the door passes in what it
+knows of its uplinks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Collection, Container
+from dataclasses import dataclass, field
+
+import trio
+
+from ftwbridge.proto.errors import RemoteProtocolError
+from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
+from ftwbridge.store import Store
+
+from .applier import RosterApplier
+from .refusals import RefusalLog, RosterBehind
+from .stats import DoorStats
+
+log = logging.getLogger("ftwbridge.door")
+HOME_KEY_CHECK_S = 1.0
+"""How often `watch_home_keys` asks the store whether another process wrote it (seconds)."""
+
+RosterHook = Callable[[str, Roster], Awaitable[None]]
+"""(home, newest roster): awaited in the uplink's reader; it must do no I/O."""
+PersistHook = Callable[[str, Roster, frozenset[bytes]], Awaitable[None]]
+"""(home, newest roster, agent keys dropped by the rosters since the last save)."""
+KeyChanged = Callable[[str], Awaitable[None]]
+"""(home): awaited once the held key of `home` has changed and been logged."""
+
+
+@dataclass(slots=True)
+class Rosters:
+    """The door's rosters and home keys, per home.
+
+    Args:
+        store: home keys and newest rosters.
+        stats: the door's counters; this counts rosters refused (by code) and home keys
+            changed in them.
+        on_roster: awaited in the uplink's reader once a newer roster is accepted and held in
+            memory; it must do no I/O (the pool closes dropped agents' sessions at once).
+        on_persist: awaited by the roster applier (`apply_rosters`) after the store has the
+            roster: the slow effects (the keys part's sync, dropping tokens), in order per home,
+            with the agents dropped since the last save.
+        refusal_log: the door's rate-limited warnings (one per home and kind a minute), shared
+            with the uplinks' refusals.
+
+    A roster takes effect for admission when its uplink's reader accepts it; the store write
+    and `on_persist` follow in `apply_rosters`, one task in the bridge's nursery, so a slow disk
+    or keys part never holds a home's traffic (issue 12, item 4).
+    """
+
+    store: Store
+    stats: DoorStats = field(default_factory=DoorStats)
+    on_roster: RosterHook | None = None
+    on_persist: PersistHook | None = None
+    refusal_log: RefusalLog = field(default_factory=RefusalLog)
+    _rosters: dict[str, Roster] = field(default_factory=dict)
+    _home_keys: dict[str, bytes] = field(default_factory=dict)
+    _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
+    _applier: RosterApplier = field(init=False)
+    _behind: dict[str, RosterBehind] = field(default_factory=dict)
+    """Homes whose box's roster is older than the held one (see `roster_behind`)."""
+
+    def __post_init__(self) -> None:
+        self._applier = RosterApplier(self._save_roster)
+
+    async def _save_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
+        await self.store.put_roster(home, roster.seq, roster.signed)
+        if self.on_persist is not None:
+            await self.on_persist(home, roster, dropped)
+
+    async def apply_rosters(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The roster applier (`door.applier`), until cancelled: each home's newest accepted
+        roster is stored, then `on_persist` runs with the agents dropped since the last save."""
+        await self._applier.run(task_status=task_status)
+
+    @property
+    def rosters_unsaved(self) -> int:
+        """Homes whose newest accepted roster the applier has not finished yet."""
+        return self._applier.unsaved
+
+    async def rosters_saved(self) -> None:
+        """Wait until the applier has nothing left to store (the caller bounds the time)."""
+        await self._applier.saved()
+
+    async def home_key(self, home: str) -> bytes | None:
+        """`home`'s Ed25519 public key (32 bytes), held once read from the store, or None
+        when the home is not enrolled."""
+        key = self._home_keys.get(home)
+        if key is None:
+            key = await self.store.home_key(home)
+            if key is not None:
+                self._home_keys[home] = key
+        return key
+
+    async def roster(self, home: str) -> Roster | None:
+        """The newest verified roster of `home` (from memory, else from the store), or None."""
+        cached = self._rosters.get(home)
+        if cached is not None:
+            return cached
+        stored = await self.store.roster(home)
+        key = await self.home_key(home)
+        if stored is None or key is None:
+            return None
+        try:
+            roster = verify_roster(stored[1], home_key=key, home=home)
+        except RosterRefused:
+            return None
+        newer = self._rosters.get(home)  # the box's roster may have come during the reads
+        if newer is not None and newer.seq >= roster.seq:
+            return newer
+        self._rosters[home] = roster
+        return roster
+
+    def forget_roster(self, home: str | None, *, keep: Container[str]) -> None:
+        """Drop the roster held in memory for `home` (None: for every home) unless the home is
+        in `keep` (the homes whose uplink is here); the next look reads it from the store."""
+        for h in [home] if home is not None else list(self._rosters):
+            if h not in keep:
+                self._rosters.pop(h, None)
+
+    async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
+        """Wait until `home`'s newest roster satisfies `accept`; returns it (caller bounds time)."""
+        while True:
+            changed = self._roster_changed.setdefault(home, trio.Event())  # before the look: a
+            roster = await self.roster(home)  # roster taken during it still wakes us
+            if roster is not None and accept(roster):
+                return roster
+            await changed.wait()
+
+    async def take_roster(self, home: str, signed: bytes) -> tuple[bool, int, str]:
+        """Verify and keep a roster from `home`'s box; returns (accepted, seq, refusal code)."""
+        key = await self.home_key(home)
+        held = await self.roster(home)
+        if held is not None and signed == held.signed:
+            self._behind.pop(home, None)
+            self._applier.retry(home, held)  # a save that failed is tried again now
+            return True, held.seq, ""  # the same roster again (a box reconnecting): nothing new
+        try:
+            if key is None:
+                raise RemoteProtocolError("unknown home")
+            roster = verify_roster(
+                signed, home_key=key, home=home, held_seq=None if held is None else held.seq
+            )
+        except RosterRefused as exc:
+            self.count_refused(exc.problem.value)
+            if exc.problem is RosterProblem.STALE_SEQ and key is not None and held is not None:
+                self._box_behind(home, signed, key, held)
+            return False, held.seq if held else 0, exc.problem.value
+        self._behind.pop(home, None)
+        self._rosters[home] = roster
+        if self.on_roster is not None:
+            await self.on_roster(home, roster)
+        self._roster_changed.pop(home, trio.Event()).set()  # waiters see it in effect
+        self._applier.add(home, roster, held)  # stored and synced by `apply_rosters`
+        return True, roster.seq, ""
+
+    def count_refused(self, code: str) -> None:
+        """Count one roster refused with `code` (a `RosterProblem` value) in `stats`."""
+        self.stats.rosters_refused += 1
+        by = self.stats.rosters_refused_by
+        by[code] = by.get(code, 0) + 1
+
+    def _box_behind(self, home: str, signed: bytes, key: bytes, held: Roster) -> None:
+        """The box sent a roster older than the held one (`stale_seq`): remember which agents
+        its own roster lists, so calls of the others are refused in words at once instead of
+        waiting `handshake_s` for a box that will not answer them, and warn (rate-limited)."""
+        try:
+            theirs = verify_roster(signed, home_key=key, home=home)
+        except RosterRefused:
+            return  # not the home's own older roster: refused, nothing to learn from it
+        self._behind[home] = RosterBehind(theirs.seq, held.seq, frozenset(theirs.agents()))
+        self.refusal_log.warn(
+            "stale_seq",
+            home,
+            "roster refused home=%s: stale_seq: the box sent roster seq %d, the bridge holds "
+            "seq %d; the box has lost its roster (reset, or restored from an old backup): "
+            "assistants its roster does not list are refused until its owner approves them "
+            'again at home (docs/operations.md, "When something is wrong")',
+            home,
+            theirs.seq,
+            held.seq,
+        )
+
+    def roster_behind(self, home: str, agent_key: bytes) -> RosterBehind | None:
+        """Whether `home`'s box sent an older roster than the held one that does not list
+        `agent_key` (its box would not answer that agent's handshake), or None."""
+        behind = self._behind.get(home)
+        if behind is None or agent_key in behind.box_agents:
+            return None
+        return behind
+
+    def forget_behind(self, home: str) -> None:
+        """`home`'s uplink ended: its box is no longer behind here (its next uplink sends its
+        roster again)."""
+        self._behind.pop(home, None)
+
+    @property
+    def rosters_behind_count(self) -> int:
+        """Homes whose connected box sent an older roster than the held one."""
+        return len(self._behind)
+
+    async def watch_home_keys(
+        self,
+        check: Callable[[], Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Until cancelled: every `HOME_KEY_CHECK_S` seconds ask the store whether another
+        process has written it (`Store.write_mark`, e.g. `ftwbridge home enroll`), and if so
+        await `check` (the door's `check_home_keys`), which applies changed home keys at once.
+        This is how a key re-enrolled by the command line reaches the running bridge (issue 15
+        item 3)."""
+        mark = await self.store.write_mark()
+        task_status.started()
+        while True:
+            await trio.sleep(HOME_KEY_CHECK_S)
+            now = await self.store.write_mark()
+            if now != mark:
+                mark = now
+                await check()
+
+    async def check_home_keys(self, online: Collection[str], on_changed: KeyChanged) -> list[str]:
+        """Compare the home keys held here, and those of the homes in `online` (those with an
+        uplink), with the store's; for each home whose key changed (or went): use the new key
+        from now on, forget the held roster (the old key signed it; the box's next roster,
+        verified by the new key, is taken whatever its `seq`) and whether its box was behind,
+        count and log it, then await `on_changed` (the door closes the home's uplink).
+        Returns the homes changed, in order."""
+        homes = sorted(set(self._home_keys) | set(online))
+        if not homes:
+            return []
+        keys = await self.store.home_keys(homes)
+        changed = [h for h in homes if keys.get(h) != self._home_keys.get(h)]
+        for home in changed:
+            new = keys.get(home)
+            if new is None:
+                self._home_keys.pop(home, None)
+            else:
+                self._home_keys[home] = new
+            self.stats.home_key_changes += 1
+            self._rosters.pop(home, None)
+            self._behind.pop(home, None)
+            log.warning(
+                "home key changed home=%s (%s): %s; the new key verifies its next uplink and "
+                "roster",
+                home,
+                "re-enrolled" if new is not None else "no longer enrolled",
+                "its uplink is closed" if home in online else "it has no uplink now",
+            )
+            await on_changed(home)
+        return changed
