@@ -111,6 +111,7 @@ async def test_a_response_with_a_length_is_one_write(writes: Writes) -> None:
     mid-answer leaves a whole answer or none: never a head whose body does not come, which a
     proxy in front can neither word nor send elsewhere (docs/operations.md, "Keep-alive
     behind a proxy")."""
+
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         await _answer(send, b"hello " * 100)
 
