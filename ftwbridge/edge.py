@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, Final
 
+import h11
 import hypercorn.trio.run as hypercorn_run
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -42,6 +43,10 @@ log = logging.getLogger("ftwbridge.edge")
 
 BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 """The last words to an HTTP peer that has been sent nothing yet (RFC 9112 section 9.6)."""
+SERVER_ERROR: Final = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+)
+"""What replaces a held response head whose body will never come (its app failed before it)."""
 CLOSE_PROTOCOL_ERROR: Final = b"\x88\x02\x03\xea"
 """An unmasked server Close frame with code 1002 (RFC 6455 sections 5.5.1 and 7.4.1)."""
 LAST_WORDS_S: Final = 1.0
@@ -247,7 +252,9 @@ class GuardedTCPServer(TCPServer):
           hypercorn writes head, body and end of message in three, each a turn of the
           scheduler. One write also means an instance killed mid-answer leaves a whole answer
           or none, never a head whose body does not come (which a proxy in front can neither
-          word nor send elsewhere; docs/operations.md, "Keep-alive behind a proxy"). A streamed
+          word nor send elsewhere; docs/operations.md, "Keep-alive behind a proxy"); when the
+          connection closes with a head still held (its app failed before the body, or the
+          peer broke its request's body), a 500 or 400 goes out in its place. A streamed
           response (no length) is written as it comes, and so are heads with no body to
           follow: hypercorn's own refusals (`content-length: 0`) race the app's answer, and
           their order decides how the connection ends;
@@ -261,6 +268,8 @@ class GuardedTCPServer(TCPServer):
             return
         if self._held:  # a held head goes out before the connection idles or closes
             held, self._held = self._held, b""
+            if isinstance(event, Closed):  # its body will never come: words instead
+                held = self._words_for_held_head()
             self._bytes_sent += len(held)
             await self._write(held)
         if isinstance(event, Closed) and self._upgraded and not self._close_sent:
@@ -310,6 +319,17 @@ class GuardedTCPServer(TCPServer):
                 return
         self._bytes_sent += len(data)
         await super().protocol_send(RawData(data))
+
+    def _words_for_held_head(self) -> bytes:
+        """What goes out instead of a held head when the connection closes before its body:
+        a head whose body never comes can be neither worded nor sent elsewhere by the client
+        or a proxy, while nothing of this response is on the wire yet. 400 when hypercorn
+        closes for the peer's bytes (h11 holds their side in ERROR), else 500 as hypercorn
+        answers an app that fails before its head."""
+        h11_connection = getattr(getattr(self.protocol, "protocol", None), "connection", None)
+        if getattr(h11_connection, "their_state", None) is h11.ERROR:
+            return BAD_REQUEST
+        return SERVER_ERROR
 
     async def _write(self, data: bytes) -> None:
         """hypercorn's write of `data` (`TCPServer.protocol_send`, `RawData`): whole, under the

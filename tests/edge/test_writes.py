@@ -111,6 +111,7 @@ async def test_a_response_with_a_length_is_one_write(writes: Writes) -> None:
     mid-answer leaves a whole answer or none: never a head whose body does not come, which a
     proxy in front can neither word nor send elsewhere (docs/operations.md, "Keep-alive
     behind a proxy")."""
+
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         await _answer(send, b"hello " * 100)
 
@@ -170,3 +171,59 @@ async def test_a_refusal_by_hypercorn_is_written_as_before(writes: Writes) -> No
         nursery.cancel_scope.cancel()
     assert got.startswith(b"HTTP/1.1 400 ")
     assert b"never" not in b"".join(writes.chunks)
+
+
+async def _until_closed(port: int, request: bytes, on_chunk: Callable[[bytes], None]) -> bytes:
+    """Send `request`; return everything the server sends until it closes."""
+    return await _exchange(port, request, b"\x00never\x00", on_chunk)
+
+
+async def test_an_app_that_fails_after_its_head_gets_words_not_a_head_without_a_body(
+    writes: Writes,
+) -> None:
+    """The held head of an app that fails before its body is replaced by a 500: a head whose
+    body never comes is what the one write exists to prevent (nothing of it is on the wire)."""
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"5")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("the app fails between its head and its body")
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _until_closed(port, GET, lambda got: None)
+        nursery.cancel_scope.cancel()
+    assert got == edge.SERVER_ERROR
+    assert not any(c.startswith(b"HTTP/1.1 200 ") for c in writes.chunks)
+
+
+async def test_a_body_the_peer_breaks_after_a_held_head_gets_a_400() -> None:
+    """An app that answers before it reads the body (a refusal, say) has its head held; a
+    chunked body that then breaks RFC 9112 ends the connection with a 400, not that head."""
+    edge.install()
+    head_held = trio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"5")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        head_held.set()
+        while (await receive())["type"] == "http.request":
+            pass  # the body never ends well: hypercorn closes first
+        await send({"type": "http.response.body", "body": b"never"})
+
+    post = b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(post)
+                await head_held.wait()
+                await stream.send_all(b"zz\r\nhello\r\n")  # a chunk size that is not hex
+                got = b""
+                while chunk := await stream.receive_some():
+                    got += chunk
+        nursery.cancel_scope.cancel()
+    assert got == edge.BAD_REQUEST
