@@ -219,6 +219,9 @@ class GuardedTCPServer(TCPServer):
         """A response head waiting to be written with its body (`protocol_send`)."""
         self._ended_by_empty = False
         """A held head went out with its body: the empty chunk that ends it writes nothing."""
+        self._head_due = True
+        """HTTP/1.1 with no response under way: the next bytes are a head, not body bytes
+        (which may look like one)."""
         self._upgraded = False
         self._close_sent = False
         self._faulted = False
@@ -280,6 +283,8 @@ class GuardedTCPServer(TCPServer):
             await super().protocol_send(RawData(CLOSE_PROTOCOL_ERROR))
         elif isinstance(event, Updated):
             self._busy = not event.idle
+            if event.idle:
+                self._head_due = True  # the response is done; the next one starts with a head
         await super().protocol_send(event)
 
     async def _send_data(self, data: bytes) -> None:
@@ -309,14 +314,17 @@ class GuardedTCPServer(TCPServer):
                 self._task_group.spawn(
                     self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
                 )
-        elif data.startswith(b"HTTP/1.1 "):
+        elif self._head_due and data.startswith(b"HTTP/1.1 "):
             head = data[:2048].lower()
             if head.startswith(b"http/1.1 101 "):
+                self._head_due = False
                 if b"\r\nupgrade: websocket" in head:
                     self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
-            elif _fixed_length_head(data):
-                self._held = data  # written with its body, or at the next event
-                return
+            elif head[9:10] != b"1":  # a final head (100 Continue comes before one)
+                self._head_due = False
+                if _fixed_length_head(data):
+                    self._held = data  # written with its body, or at the next event
+                    return
         self._bytes_sent += len(data)
         await super().protocol_send(RawData(data))
 

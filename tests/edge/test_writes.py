@@ -227,3 +227,56 @@ async def test_a_body_the_peer_breaks_after_a_held_head_gets_a_400() -> None:
                     got += chunk
         nursery.cancel_scope.cancel()
     assert got == edge.BAD_REQUEST
+
+
+async def test_body_bytes_that_look_like_a_head_go_out_as_they_come(writes: Writes) -> None:
+    """Only the start of a response is read as a head: a later body chunk that looks like a
+    head with a length is not held back for what follows it."""
+    looks_like_a_head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"
+    seen = trio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        length = str(5 + len(looks_like_a_head)).encode()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", length)]}
+        )
+        await send({"type": "http.response.body", "body": b"first", "more_body": True})
+        await send({"type": "http.response.body", "body": looks_like_a_head, "more_body": True})
+        await seen.wait()  # held back, the chunk would never arrive: the test times out
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _exchange(
+                port,
+                GET,
+                looks_like_a_head,
+                lambda got: seen.set() if got.endswith(looks_like_a_head) else None,
+            )
+        nursery.cancel_scope.cancel()
+    assert got.endswith(b"first" + looks_like_a_head)
+
+
+async def test_body_bytes_that_look_like_a_websocket_101_leave_the_connection_http() -> None:
+    """A body chunk that reads like hypercorn's 101 to a WebSocket does not make the guard
+    take the connection for a WebSocket (it used to end it with a Close frame)."""
+    edge.install()
+    like_101 = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        length = str(5 + len(like_101)).encode()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", length)]}
+        )
+        await send({"type": "http.response.body", "body": b"first", "more_body": True})
+        await send({"type": "http.response.body", "body": like_101, "more_body": False})
+
+    close = GET.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _until_closed(port, GET + close, lambda got: None)
+        nursery.cancel_scope.cancel()
+    assert got.count(b"first" + like_101) == 2
+    assert got.endswith(b"first" + like_101)  # no Close frame (\x88...) after the answer
