@@ -264,7 +264,10 @@ class GuardedTCPServer(TCPServer):
         - on those two hot paths (a held head with what follows it, and a WebSocket data frame)
           the send lock is taken without a scheduler turn when it is free, and the empty
           chunk that ends a response with a length writes nothing. Everything else goes
-          through hypercorn's own write, turns included: its error paths depend on them.
+          through hypercorn's own write (`_locked_send`), turns included: its error paths
+          depend on them;
+        - every write is bounded by the listener's read timeout (`_send_all`): a peer that
+          takes none of our bytes is let go, not waited for as long as it keeps the socket.
         """
         if isinstance(event, RawData):
             await self._send_data(event.data)
@@ -280,7 +283,7 @@ class GuardedTCPServer(TCPServer):
             # RFC 6455 section 7.1.7 asks for one first, with 1002 for a protocol error.
             self._report(ProtocolViolation("a frame that breaks RFC 6455 section 5"))
             self._close_sent = True
-            await super().protocol_send(RawData(CLOSE_PROTOCOL_ERROR))
+            await self._locked_send(CLOSE_PROTOCOL_ERROR)
         elif isinstance(event, Updated):
             self._busy = not event.idle
             if event.idle:
@@ -326,7 +329,7 @@ class GuardedTCPServer(TCPServer):
                     self._held = data  # written with its body, or at the next event
                     return
         self._bytes_sent += len(data)
-        await super().protocol_send(RawData(data))
+        await self._locked_send(data)
 
     def _words_for_held_head(self) -> bytes:
         """What goes out instead of a held head when the connection closes before its body:
@@ -341,8 +344,9 @@ class GuardedTCPServer(TCPServer):
 
     async def _write(self, data: bytes) -> None:
         """hypercorn's write of `data` (`TCPServer.protocol_send`, `RawData`): whole, under the
-        send lock, shielded; a peer that is gone closes the connection. The lock is taken at
-        once when free (`acquire_nowait`), else waited for as hypercorn does."""
+        send lock, shielded and bounded (`_send_all`); a peer that is gone closes the
+        connection. The lock is taken at once when free (`acquire_nowait`), else waited for as
+        hypercorn does."""
         lock = self.send_lock
         if lock.locked():
             await lock.acquire()
@@ -350,12 +354,46 @@ class GuardedTCPServer(TCPServer):
             lock.acquire_nowait()
         try:
             try:
-                with trio.CancelScope(shield=True):
-                    await self.stream.send_all(data)
+                await self._send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.protocol.handle(Closed())
         finally:
             lock.release()
+
+    async def _locked_send(self, data: bytes) -> None:
+        """hypercorn's write of `data` exactly (`TCPServer.protocol_send`, `RawData`: the send
+        lock taken with its scheduler turn, which hypercorn's error paths depend on), with the
+        bound of `_send_all`."""
+        async with self.send_lock:
+            try:
+                await self._send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.protocol.handle(Closed())
+
+    async def _send_all(self, data: bytes) -> None:
+        """`send_all(data)`, shielded as hypercorn does (a write cut midway would break the
+        stream), but bounded by the listener's read timeout: a peer that has not taken our
+        bytes by then (it reads nothing, and its buffers and ours are full) is let go, the
+        socket closed and every task of the connection cancelled. hypercorn waits for it for
+        ever, holding the socket, the tasks and the answer's buffers.
+
+        Raises:
+            trio.BrokenResourceError: the peer is gone, or was let go here.
+            trio.ClosedResourceError: the socket was closed meanwhile.
+        """
+        limit = self.config.read_timeout
+        deadline = trio.current_time() + limit if limit else math.inf
+        with trio.CancelScope(shield=True, deadline=deadline) as scope:
+            await self.stream.send_all(data)
+        if scope.cancelled_caught:
+            log.debug("a peer took no answer bytes for %s s; its connection is closed", limit)
+            self._closing = True
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+            nursery = self._task_group._nursery
+            if nursery is not None:
+                nursery.cancel_scope.cancel()
+            raise trio.BrokenResourceError("the peer took none of our bytes in time")
 
     async def _close_unanswered(self, wait_s: float) -> None:
         """RFC 6455 section 7.1.1: after its Close, the server closes the TCP connection; give

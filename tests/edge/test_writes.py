@@ -47,7 +47,7 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
     return seen
 
 
-async def _serve(nursery: trio.Nursery, app: App) -> int:
+async def _serve(nursery: trio.Nursery, app: App, *, read_timeout: int | None = None) -> int:
     async def asgi(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
@@ -63,6 +63,7 @@ async def _serve(nursery: trio.Nursery, app: App) -> int:
     config.bind = [f"127.0.0.1:{port}"]
     config.accesslog = None
     config.errorlog = None
+    config.read_timeout = read_timeout
     nursery.start_soon(serve, asgi, config)
     with trio.fail_after(WAIT_S):
         while True:
@@ -280,3 +281,29 @@ async def test_body_bytes_that_look_like_a_websocket_101_leave_the_connection_ht
         nursery.cancel_scope.cancel()
     assert got.count(b"first" + like_101) == 2
     assert got.endswith(b"first" + like_101)  # no Close frame (\x88...) after the answer
+
+
+@pytest.mark.parametrize("length", [True, False])
+async def test_a_peer_that_reads_nothing_is_let_go_after_the_read_timeout(length: bool) -> None:
+    """A client that sends requests and never reads our answers filled its socket's buffers,
+    and the shielded write waited for it for ever: its connection, socket and tasks stayed
+    as long as the peer kept it open. A write that takes none of its bytes for the read
+    timeout ends the connection, on the one-write path (a length) and on hypercorn's (a stream)."""
+    edge.install()
+    ended = trio.Event()
+    big = b"x" * (64 * 1024 * 1024)  # past what the kernel buffers on both ends
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await _answer(send, big, length=length)
+        finally:
+            ended.set()
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app, read_timeout=1)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(GET)  # and never reads
+            with trio.fail_after(WAIT_S):
+                await ended.wait()
+        nursery.cancel_scope.cancel()
