@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, Final
 
+import h11
 import hypercorn.trio.run as hypercorn_run
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -42,6 +43,10 @@ log = logging.getLogger("ftwbridge.edge")
 
 BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 """The last words to an HTTP peer that has been sent nothing yet (RFC 9112 section 9.6)."""
+SERVER_ERROR: Final = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+)
+"""What replaces a held response head whose body will never come (its app failed before it)."""
 CLOSE_PROTOCOL_ERROR: Final = b"\x88\x02\x03\xea"
 """An unmasked server Close frame with code 1002 (RFC 6455 sections 5.5.1 and 7.4.1)."""
 LAST_WORDS_S: Final = 1.0
@@ -214,6 +219,9 @@ class GuardedTCPServer(TCPServer):
         """A response head waiting to be written with its body (`protocol_send`)."""
         self._ended_by_empty = False
         """A held head went out with its body: the empty chunk that ends it writes nothing."""
+        self._head_due = True
+        """HTTP/1.1 with no response under way: the next bytes are a head, not body bytes
+        (which may look like one)."""
         self._upgraded = False
         self._close_sent = False
         self._faulted = False
@@ -247,20 +255,27 @@ class GuardedTCPServer(TCPServer):
           hypercorn writes head, body and end of message in three, each a turn of the
           scheduler. One write also means an instance killed mid-answer leaves a whole answer
           or none, never a head whose body does not come (which a proxy in front can neither
-          word nor send elsewhere; docs/operations.md, "Keep-alive behind a proxy"). A streamed
+          word nor send elsewhere; docs/operations.md, "Keep-alive behind a proxy"); when the
+          connection closes with a head still held (its app failed before the body, or the
+          peer broke its request's body), a 500 or 400 goes out in its place. A streamed
           response (no length) is written as it comes, and so are heads with no body to
           follow: hypercorn's own refusals (`content-length: 0`) race the app's answer, and
           their order decides how the connection ends;
         - on those two hot paths (a held head with what follows it, and a WebSocket data frame)
           the send lock is taken without a scheduler turn when it is free, and the empty
           chunk that ends a response with a length writes nothing. Everything else goes
-          through hypercorn's own write, turns included: its error paths depend on them.
+          through hypercorn's own write (`_locked_send`), turns included: its error paths
+          depend on them;
+        - every write is bounded by the listener's read timeout (`_send_all`): a peer that
+          takes none of our bytes is let go, not waited for as long as it keeps the socket.
         """
         if isinstance(event, RawData):
             await self._send_data(event.data)
             return
         if self._held:  # a held head goes out before the connection idles or closes
             held, self._held = self._held, b""
+            if isinstance(event, Closed):  # its body will never come: words instead
+                held = self._words_for_held_head()
             self._bytes_sent += len(held)
             await self._write(held)
         if isinstance(event, Closed) and self._upgraded and not self._close_sent:
@@ -268,9 +283,11 @@ class GuardedTCPServer(TCPServer):
             # RFC 6455 section 7.1.7 asks for one first, with 1002 for a protocol error.
             self._report(ProtocolViolation("a frame that breaks RFC 6455 section 5"))
             self._close_sent = True
-            await super().protocol_send(RawData(CLOSE_PROTOCOL_ERROR))
+            await self._locked_send(CLOSE_PROTOCOL_ERROR)
         elif isinstance(event, Updated):
             self._busy = not event.idle
+            if event.idle:
+                self._head_due = True  # the response is done; the next one starts with a head
         await super().protocol_send(event)
 
     async def _send_data(self, data: bytes) -> None:
@@ -300,21 +317,36 @@ class GuardedTCPServer(TCPServer):
                 self._task_group.spawn(
                     self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
                 )
-        elif data.startswith(b"HTTP/1.1 "):
+        elif self._head_due and data.startswith(b"HTTP/1.1 "):
             head = data[:2048].lower()
             if head.startswith(b"http/1.1 101 "):
+                self._head_due = False
                 if b"\r\nupgrade: websocket" in head:
                     self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
-            elif _fixed_length_head(data):
-                self._held = data  # written with its body, or at the next event
-                return
+            elif head[9:10] != b"1":  # a final head (100 Continue comes before one)
+                self._head_due = False
+                if _fixed_length_head(data):
+                    self._held = data  # written with its body, or at the next event
+                    return
         self._bytes_sent += len(data)
-        await super().protocol_send(RawData(data))
+        await self._locked_send(data)
+
+    def _words_for_held_head(self) -> bytes:
+        """What goes out instead of a held head when the connection closes before its body:
+        a head whose body never comes can be neither worded nor sent elsewhere by the client
+        or a proxy, while nothing of this response is on the wire yet. 400 when hypercorn
+        closes for the peer's bytes (h11 holds their side in ERROR), else 500 as hypercorn
+        answers an app that fails before its head."""
+        h11_connection = getattr(getattr(self.protocol, "protocol", None), "connection", None)
+        if getattr(h11_connection, "their_state", None) is h11.ERROR:
+            return BAD_REQUEST
+        return SERVER_ERROR
 
     async def _write(self, data: bytes) -> None:
         """hypercorn's write of `data` (`TCPServer.protocol_send`, `RawData`): whole, under the
-        send lock, shielded; a peer that is gone closes the connection. The lock is taken at
-        once when free (`acquire_nowait`), else waited for as hypercorn does."""
+        send lock, shielded and bounded (`_send_all`); a peer that is gone closes the
+        connection. The lock is taken at once when free (`acquire_nowait`), else waited for as
+        hypercorn does."""
         lock = self.send_lock
         if lock.locked():
             await lock.acquire()
@@ -322,12 +354,46 @@ class GuardedTCPServer(TCPServer):
             lock.acquire_nowait()
         try:
             try:
-                with trio.CancelScope(shield=True):
-                    await self.stream.send_all(data)
+                await self._send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.protocol.handle(Closed())
         finally:
             lock.release()
+
+    async def _locked_send(self, data: bytes) -> None:
+        """hypercorn's write of `data` exactly (`TCPServer.protocol_send`, `RawData`: the send
+        lock taken with its scheduler turn, which hypercorn's error paths depend on), with the
+        bound of `_send_all`."""
+        async with self.send_lock:
+            try:
+                await self._send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.protocol.handle(Closed())
+
+    async def _send_all(self, data: bytes) -> None:
+        """`send_all(data)`, shielded as hypercorn does (a write cut midway would break the
+        stream), but bounded by the listener's read timeout: a peer that has not taken our
+        bytes by then (it reads nothing, and its buffers and ours are full) is let go, the
+        socket closed and every task of the connection cancelled. hypercorn waits for it for
+        ever, holding the socket, the tasks and the answer's buffers.
+
+        Raises:
+            trio.BrokenResourceError: the peer is gone, or was let go here.
+            trio.ClosedResourceError: the socket was closed meanwhile.
+        """
+        limit = self.config.read_timeout
+        deadline = trio.current_time() + limit if limit else math.inf
+        with trio.CancelScope(shield=True, deadline=deadline) as scope:
+            await self.stream.send_all(data)
+        if scope.cancelled_caught:
+            log.debug("a peer took no answer bytes for %s s; its connection is closed", limit)
+            self._closing = True
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+            nursery = self._task_group._nursery
+            if nursery is not None:
+                nursery.cancel_scope.cancel()
+            raise trio.BrokenResourceError("the peer took none of our bytes in time")
 
     async def _close_unanswered(self, wait_s: float) -> None:
         """RFC 6455 section 7.1.1: after its Close, the server closes the TCP connection; give

@@ -362,3 +362,60 @@ def test_rapid_connect_and_close_frees_every_socket_at_once(live: LiveBridge) ->
         assert time.monotonic() < deadline, f"{now - before} sockets still open"
         time.sleep(0.05)
     live.assert_serving()
+
+
+def _responses(data: bytes, methods: list[str]) -> list[int]:
+    """The statuses of the final responses in `data`, one per request method in `methods`,
+    framed by RFC 9112 section 6.3 (1xx skipped; HEAD, 204 and 304 have no body); each must
+    be whole, and nothing may follow the last."""
+    statuses = []
+    for method in methods:
+        while True:
+            head, found, data = data.partition(b"\r\n\r\n")
+            assert found, (method, head[:200])
+            status = int(head.split(b" ", 2)[1])
+            if status >= 200:
+                break
+        lengths = [
+            int(line.split(b":", 1)[1])
+            for line in head.lower().split(b"\r\n")[1:]
+            if line.startswith(b"content-length:")
+        ]
+        length = 0 if method == "HEAD" or status in (204, 304) else lengths[0]
+        assert len(data) >= length, (method, status, "a body cut short")
+        data = data[length:]
+        statuses.append(status)
+    assert data == b"", data[:200]
+    return statuses
+
+
+def test_pipelined_requests_are_answered_whole_and_in_order(live: LiveBridge) -> None:
+    """Requests sent in one packet, and one sent while the answer before it is under way, are
+    each answered whole, in order, with nothing between or after: HEAD's head, a CORS
+    preflight's 204, a tool call with `Expect: 100-continue`, and a `Connection: close` last."""
+    host, port = live.main
+    h = f"Host: {host}:{port}\r\n"
+    metadata = f"GET /.well-known/oauth-protected-resource HTTP/1.1\r\n{h}\r\n"
+    body = (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"status","arguments":{}}}'
+    )
+    call = (
+        f"POST /mcp HTTP/1.1\r\n{h}Authorization: Bearer {live.tokens[0]}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    first = (
+        metadata
+        + metadata.replace("GET ", "HEAD ", 1)
+        + f"OPTIONS /mcp HTTP/1.1\r\n{h}Origin: http://{host}:{port}\r\n"
+        "Access-Control-Request-Method: POST\r\n\r\n"
+    ).encode() + call
+    last = f"GET /.well-known/oauth-protected-resource HTTP/1.1\r\n{h}Connection: close\r\n\r\n"
+    with live.connect() as sock:
+        sock.sendall(first)
+        sock.sendall(call)  # while the answers before it are still going out
+        sock.sendall(last.encode())
+        data = read_until_closed(sock, WAIT_S)
+    methods = ["GET", "HEAD", "OPTIONS", "POST", "POST", "GET"]
+    assert _responses(data, methods) == [200, 200, 204, 200, 200, 200]
+    live.assert_serving()

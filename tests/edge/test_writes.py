@@ -47,7 +47,7 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
     return seen
 
 
-async def _serve(nursery: trio.Nursery, app: App) -> int:
+async def _serve(nursery: trio.Nursery, app: App, *, read_timeout: int | None = None) -> int:
     async def asgi(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
@@ -63,6 +63,7 @@ async def _serve(nursery: trio.Nursery, app: App) -> int:
     config.bind = [f"127.0.0.1:{port}"]
     config.accesslog = None
     config.errorlog = None
+    config.read_timeout = read_timeout
     nursery.start_soon(serve, asgi, config)
     with trio.fail_after(WAIT_S):
         while True:
@@ -171,3 +172,138 @@ async def test_a_refusal_by_hypercorn_is_written_as_before(writes: Writes) -> No
         nursery.cancel_scope.cancel()
     assert got.startswith(b"HTTP/1.1 400 ")
     assert b"never" not in b"".join(writes.chunks)
+
+
+async def _until_closed(port: int, request: bytes, on_chunk: Callable[[bytes], None]) -> bytes:
+    """Send `request`; return everything the server sends until it closes."""
+    return await _exchange(port, request, b"\x00never\x00", on_chunk)
+
+
+async def test_an_app_that_fails_after_its_head_gets_words_not_a_head_without_a_body(
+    writes: Writes,
+) -> None:
+    """The held head of an app that fails before its body is replaced by a 500: a head whose
+    body never comes is what the one write exists to prevent (nothing of it is on the wire)."""
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"5")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("the app fails between its head and its body")
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _until_closed(port, GET, lambda got: None)
+        nursery.cancel_scope.cancel()
+    assert got == edge.SERVER_ERROR
+    assert not any(c.startswith(b"HTTP/1.1 200 ") for c in writes.chunks)
+
+
+async def test_a_body_the_peer_breaks_after_a_held_head_gets_a_400() -> None:
+    """An app that answers before it reads the body (a refusal, say) has its head held; a
+    chunked body that then breaks RFC 9112 ends the connection with a 400, not that head."""
+    edge.install()
+    head_held = trio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"5")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        head_held.set()
+        while (await receive())["type"] == "http.request":
+            pass  # the body never ends well: hypercorn closes first
+        await send({"type": "http.response.body", "body": b"never"})
+
+    post = b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(post)
+                await head_held.wait()
+                await stream.send_all(b"zz\r\nhello\r\n")  # a chunk size that is not hex
+                got = b""
+                while chunk := await stream.receive_some():
+                    got += chunk
+        nursery.cancel_scope.cancel()
+    assert got == edge.BAD_REQUEST
+
+
+async def test_body_bytes_that_look_like_a_head_go_out_as_they_come(writes: Writes) -> None:
+    """Only the start of a response is read as a head: a later body chunk that looks like a
+    head with a length is not held back for what follows it."""
+    looks_like_a_head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"
+    seen = trio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        length = str(5 + len(looks_like_a_head)).encode()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", length)]}
+        )
+        await send({"type": "http.response.body", "body": b"first", "more_body": True})
+        await send({"type": "http.response.body", "body": looks_like_a_head, "more_body": True})
+        await seen.wait()  # held back, the chunk would never arrive: the test times out
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _exchange(
+                port,
+                GET,
+                looks_like_a_head,
+                lambda got: seen.set() if got.endswith(looks_like_a_head) else None,
+            )
+        nursery.cancel_scope.cancel()
+    assert got.endswith(b"first" + looks_like_a_head)
+
+
+async def test_body_bytes_that_look_like_a_websocket_101_leave_the_connection_http() -> None:
+    """A body chunk that reads like hypercorn's 101 to a WebSocket does not make the guard
+    take the connection for a WebSocket (it used to end it with a Close frame)."""
+    edge.install()
+    like_101 = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        length = str(5 + len(like_101)).encode()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", length)]}
+        )
+        await send({"type": "http.response.body", "body": b"first", "more_body": True})
+        await send({"type": "http.response.body", "body": like_101, "more_body": False})
+
+    close = GET.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        with trio.fail_after(WAIT_S):
+            got = await _until_closed(port, GET + close, lambda got: None)
+        nursery.cancel_scope.cancel()
+    assert got.count(b"first" + like_101) == 2
+    assert got.endswith(b"first" + like_101)  # no Close frame (\x88...) after the answer
+
+
+@pytest.mark.parametrize("length", [True, False])
+async def test_a_peer_that_reads_nothing_is_let_go_after_the_read_timeout(length: bool) -> None:
+    """A client that sends requests and never reads our answers filled its socket's buffers,
+    and the shielded write waited for it for ever: its connection, socket and tasks stayed
+    as long as the peer kept it open. A write that takes none of its bytes for the read
+    timeout ends the connection, on the one-write path (a length) and on hypercorn's (a stream)."""
+    edge.install()
+    ended = trio.Event()
+    big = b"x" * (64 * 1024 * 1024)  # past what the kernel buffers on both ends
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await _answer(send, big, length=length)
+        finally:
+            ended.set()
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app, read_timeout=1)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(GET)  # and never reads
+            with trio.fail_after(WAIT_S):
+                await ended.wait()
+        nursery.cancel_scope.cancel()
