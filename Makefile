@@ -51,13 +51,15 @@ postgres:
 haproxy:
 	command -v haproxy >/dev/null || (apt-get update -qq && apt-get install -y -qq haproxy)
 
-# The tests run on pytest-xdist workers: most of their time is spent waiting on processes
-# they start and on real sockets, so more workers than this machine's 2 cores pay. The tests
-# that share one server stay on one worker, and the longest go first (tests/conftest.py).
+# The tests run on pytest-xdist workers: much of their time is spent waiting on processes
+# they start and on real sockets, so more workers than this machine's 2 cores pay; 3 rather
+# than 4, as each worker costs its own imports, collection and PostgreSQL, and 3 already keep
+# both cores busy. Tests that share one server stay on one worker, and the longest go first
+# (tests/conftest.py).
 # Bytecode is written (PYTHONDONTWRITEBYTECODE cleared; __pycache__ is ignored by git), so
 # the workers and the hundreds of bridge and stub processes the tests start do not each
 # compile the same sources again.
-UNIT_WORKERS ?= 4
+UNIT_WORKERS ?= 3
 UNIT_ARGS ?= -n $(UNIT_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 unit: $(STAMP) $(PEERS) browser postgres haproxy
