@@ -51,10 +51,24 @@ postgres:
 haproxy:
 	command -v haproxy >/dev/null || (apt-get update -qq && apt-get install -y -qq haproxy)
 
-unit: $(STAMP) $(PEERS) browser postgres haproxy
-	$(BIN)/python -m pytest -q -W error
+# The tests run on pytest-xdist workers: much of their time is spent waiting on processes
+# they start and on real sockets, so more workers than this machine's 2 cores pay; 3 rather
+# than 4, as each worker costs its own imports, collection and PostgreSQL, and 3 already keep
+# both cores busy. Tests that share one server stay on one worker, and the longest go first
+# (tests/conftest.py).
+# Bytecode is written (PYTHONDONTWRITEBYTECODE cleared; __pycache__ is ignored by git), so
+# the workers and the hundreds of bridge and stub processes the tests start do not each
+# compile the same sources again.
+UNIT_WORKERS ?= 3
+UNIT_ARGS ?= -n $(UNIT_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-test: lint typecheck unit
+unit: $(STAMP) $(PEERS) browser postgres haproxy
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -W error $(UNIT_ARGS)
+
+# lint, typecheck and unit side by side; each one's output is printed whole when it ends
+# (--output-sync), and any one failing fails the target.
+test: $(STAMP) $(PEERS) browser postgres haproxy
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck unit
 
 # Speed and memory figures (docs/performance.md); needs wrk, which this installs from Debian,
 # and PostgreSQL and HAProxy for the cluster case (bench/cluster_hop.py).

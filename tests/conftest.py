@@ -2,6 +2,10 @@
 
 `@pytest.mark.config(**fields)` sets `Config` fields for the test's bridge: the `env` fixture's
 here, the in-memory `rig`'s in tests/pool.
+
+`make test` runs the tests on several pytest-xdist workers (`--dist loadgroup`); the hooks at
+the end of this file keep the tests that share one server on one worker and hand out the
+longest tests first.
 """
 
 from __future__ import annotations
@@ -107,3 +111,80 @@ def pg_server() -> Iterator[PgServer]:
         pytest.skip(NO_POSTGRES)
     with running_postgres(bindir) as server:
         yield server
+
+
+ONE_WORKER = {
+    "tests/edge/test_hostile.py": "the edge bridge",
+    "tests/edge/test_idle.py::test_a_real_keep_alive_connection_is_closed_when_idle": (
+        "the edge bridge"
+    ),
+    "tests/cluster/test_forwarding.py": "the cluster of test_forwarding",
+    "tests/cluster/test_signin.py": "the cluster of test_signin",
+}
+"""Tests that share processes started once for many of them run on one xdist worker: the
+edge suite's one bridge (the session's `live`) and each module's cluster (`cluster`). Each
+prefix of test ids here names its group; on other workers those tests would start the same
+processes again."""
+SHARED = ("live", "cluster")
+"""The fixtures of those processes: a test that uses one must be in a group of `ONE_WORKER`."""
+
+LONGEST_FIRST = (
+    "tests/cluster/test_make_cluster.py::test_kill_9",
+    "tests/e2e/test_load.py::test_2000",
+    "tests/edge/",
+    "tests/cluster/test_signin.py",
+    "tests/cluster/test_forwarding.py",
+    "tests/cluster/",
+    "tests/keys/test_keys_service.py",
+    "tests/store/test_bridge_on_postgres.py",
+    "tests/store/test_import.py",
+    "tests/soak/",
+    "tests/browser/",
+    "tests/test_children.py",
+    "tests/test_cli.py::test_demo_runs_twice",
+    "tests/test_parts.py::test_cli_demo",
+    "tests/peers/",
+)
+"""Where the tests that take longest (tens of seconds each: real processes, a cluster, a
+browser) are, longest first. Under xdist they are handed out before the rest, so that no
+worker takes one of them up when the others have nothing left to do."""
+
+
+def group_of(nodeid: str) -> str:
+    """The xdist work unit of the test `nodeid`: its `ONE_WORKER` group, or itself."""
+    return next((g for prefix, g in ONE_WORKER.items() if nodeid.startswith(prefix)), nodeid)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a test that uses a `SHARED` fixture outside `ONE_WORKER`; on an xdist worker,
+    put the longest first (`LONGEST_FIRST`; every worker sorts alike, as xdist requires)."""
+    for item in items:
+        shared = [f for f in SHARED if f in getattr(item, "fixturenames", ())]
+        if shared and group_of(item.nodeid) == item.nodeid:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses `{shared[0]}`, which starts processes once for many"
+                " tests: add its file to ONE_WORKER in tests/conftest.py"
+            )
+    if hasattr(config, "workerinput"):
+
+        def rank(item: pytest.Item) -> int:
+            hits = [n for n, p in enumerate(LONGEST_FIRST) if item.nodeid.startswith(p)]
+            return hits[0] if hits else len(LONGEST_FIRST)
+
+        items.sort(key=rank)  # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` with the groups of `ONE_WORKER`. pytest-xdist's own groups
+    (`xdist_group` marks) rename test ids, which pytest 9.2 no longer allows: its ids are
+    made from the collection tree, so those marks are silently ignored."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return Groups(config, log)
