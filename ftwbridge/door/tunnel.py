@@ -241,23 +241,15 @@ class Uplink:
 
         Cancellation reaches the caller only while it waits its turn, so a cancelled send sent
         nothing; once its turn comes the message goes out whole (shielded, at most `SEND_S`).
-        A free lock is taken without a scheduler turn (the send itself takes one).
         """
         if self.closed:
             return
-        lock = self._lock
-        if lock.locked():  # a release hands the lock straight to the next waiter
-            await lock.acquire()  # the one wait that a cancellation can end
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()  # free: no scheduler turn
-            lock.acquire_nowait()
         try:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_S):
-                await self.ws.send(data)
+            async with self._lock:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_S):
+                    await self.ws.send(data)
         except WS_GONE as exc:  # the socket is gone: the reader notices and cleans up
             log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
-        finally:
-            lock.release()
 
     async def send_tun(self, sid: int, d: bytes) -> bool:
         """Send one Noise message on tunnel `sid`; False when the home's limit dropped it."""

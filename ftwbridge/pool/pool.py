@@ -379,11 +379,7 @@ class Pool:
         Raises:
             Refusal: the box refused, the door dropped the message, or the session ended.
         """
-        try:  # a free slot is taken without a scheduler turn; the send takes one
-            await trio.lowlevel.checkpoint_if_cancelled()
-            self._limiter.acquire_on_behalf_of_nowait(s)
-        except trio.WouldBlock:
-            await self._limiter.acquire_on_behalf_of(s)
+        await self._limiter.acquire_on_behalf_of(s)
         self._in_flight += 1
         s.at_box = True
         s.sent_at = trio.current_time()

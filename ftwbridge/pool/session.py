@@ -209,13 +209,14 @@ class PooledSession:
     async def acquire(self) -> None:
         """Wait until the calling task owns this session (BUSY, `holder` is it) or the session
         is closed (then `is_closed`; the caller reads `failure` / `end_reason`). FIFO among
-        waiters; a caller cancelled while waiting leaves no trace (as `trio.Lock`). A READY or
-        closed session is answered without a scheduler turn (a cancelled caller still raises)."""
+        waiters; a caller cancelled while waiting leaves no trace (as `trio.Lock`)."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self.state is State.READY:  # taken at once, no scheduler turn (the send takes one)
+        if self.state is State.READY:
             self._take(trio.lowlevel.current_task())
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return
         if self.is_closed:
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return
         if self._lot is None:
             self._lot = trio.lowlevel.ParkingLot()

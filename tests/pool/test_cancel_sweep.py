@@ -1,15 +1,14 @@
 """A warm call cancelled at each of its own cancellation points, one point per call.
 
-The hot path takes a READY session, a calls-in-flight slot and the uplink's free lock without
-a scheduler turn (`checkpoint_if_cancelled` first), so most places where a cancellation can
-land no longer yield, and a sweep over scheduler turns alone would see two of them. This one
-counts both: each `checkpoint_if_cancelled` the calling task passes, and each turn it takes.
-Whichever point the cancellation lands on, what the pool says must match what the box got: a
-call cancelled before its request left leaves the session free at once and nothing in flight;
-one cancelled after leaves the session BUSY with its slot until the box's answer comes and is
-dropped. The agent's next call is served promptly on the same session either way; with the uplink's
-lock free or held by another send (then the wait for it is one more point, and sends nothing). MockClock
-(autojump); real door, pool, keys part and stub box over memory links.
+Some places where a cancellation can land do not yield (`checkpoint_if_cancelled` raises only
+for a cancelled caller), so a sweep over scheduler turns alone would miss them. This one counts
+both: each `checkpoint_if_cancelled` the calling task passes, and each turn it takes. Whichever
+point the cancellation lands on, what the pool says must match what the box got: a call
+cancelled before its request left leaves the session free at once and nothing in flight; one
+cancelled after leaves the session BUSY with its slot until the box's answer comes and is
+dropped. The agent's next call is served promptly on the same session either way; with the
+uplink's lock free or held by another send (then the wait for it is one more point, and sends
+nothing). MockClock (autojump); real door, pool, keys part and stub box over memory links.
 """
 
 from __future__ import annotations
@@ -136,8 +135,9 @@ async def test_a_warm_call_cancelled_at_each_point_leaves_what_the_box_got(
         pytest.fail(f"a warm call passed more than {MAX_POINTS} cancellation points")
     print("outcome at each point:", outcomes)
     assert "not sent" in outcomes and "at the box" in outcomes, outcomes
-    if lock == "held":  # one more turn: the lock handed over, then the send goes out whole
-        assert outcomes.count("at the box") == outcomes.count("not sent") == 3, outcomes
+    first_sent = outcomes.index("at the box")  # once the request left, it has left at every
+    assert set(outcomes[:first_sent]) == {"not sent"}, outcomes  # later point: one cut, no
+    assert set(outcomes[first_sent:]) <= {"at the box", "answered"}, outcomes  # way back
 
 
 async def test_a_call_cancelled_while_it_waits_for_the_uplinks_lock_sent_nothing(
