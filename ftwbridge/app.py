@@ -18,7 +18,7 @@ from quart_trio import QuartTrio
 
 from ftwbridge.door import Door
 from ftwbridge.door.asgi import DoorRoute
-from ftwbridge.edge import framing_and_coding
+from ftwbridge.framing import framing_and_coding
 from ftwbridge.mcp.asgi import (
     CORS_REQUEST_HEADERS,
     STORE_HEADERS,

@@ -20,10 +20,9 @@ down, so an upgrade that fixes them is noticed and this module can go.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Final
 
@@ -34,10 +33,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
-from mcp_types import jsonrpc
-from quart import Response, request
 
-from ftwbridge.mcp import inbound
+from ftwbridge.idle import IdleTimer
 
 log = logging.getLogger("ftwbridge.edge")
 
@@ -122,85 +119,6 @@ class EdgeConfig(HypercornConfig):
 
     on_connection_fault: Callable[[str], None] | None = None
     connections: Connections | None = None
-
-
-class IdleTimer:
-    """hypercorn's keep-alive timer (the `restart`/`stop` of its `SingleTask`), one task per
-    connection instead of one per idle spell.
-
-    hypercorn starts a new task, under a lock, each time a connection turns idle and cancels it
-    when the next request starts. That cost about a ninth of a bridged call's instructions
-    (docs/performance.md, "Instructions per call"). Here one task per connection, spawned at the
-    first `restart`, waits in a cancel scope whose deadline `restart` sets (now +
-    `keep_alive_s`) and `stop` clears. It runs `close` when the deadline passes while idle, or
-    as soon as the server is stopping (`terminated`) while idle, as hypercorn's own timer does
-    (`TCPServer._idle_timeout`). `end()` retires it when the connection ends.
-    """
-
-    __slots__ = (
-        "_close",
-        "_deadline",
-        "_ended",
-        "_keep_alive_s",
-        "_scope",
-        "_started",
-        "_stopping",
-    )
-
-    def __init__(
-        self, keep_alive_s: float, stopping: Any, close: Callable[[], Awaitable[None]]
-    ) -> None:
-        self._keep_alive_s = keep_alive_s
-        self._stopping = stopping  # hypercorn's `context.terminated` (`wait()`, `is_set()`)
-        self._close = close
-        self._deadline = math.inf
-        self._scope: trio.CancelScope | None = None
-        self._started = False
-        self._ended = False
-
-    async def restart(self, task_group: Any, action: Any = None) -> None:
-        """The connection is idle: close it after `keep_alive_s` seconds, or at once when the
-        server is stopping. (`action`, hypercorn's own timer, is not used.)"""
-        now = trio.current_time()
-        self._set(now if self._stopping.is_set() else now + self._keep_alive_s)
-        if not self._started:
-            self._started = True
-            task_group.spawn(self._watch)
-
-    async def stop(self) -> None:
-        """A request is under way: no idle close until the next `restart`."""
-        self._set(math.inf)
-
-    def end(self) -> None:
-        """The connection has ended: the timer's task returns."""
-        self._ended = True
-        if self._scope is not None:
-            self._scope.cancel()
-
-    def _set(self, deadline: float) -> None:
-        self._deadline = deadline
-        if self._scope is not None:
-            self._scope.deadline = deadline
-
-    async def _watch(self) -> None:
-        while True:
-            with trio.CancelScope(deadline=self._deadline) as scope:
-                self._scope = scope
-                if self._ended:
-                    return
-                if self._stopping.is_set():
-                    await trio.sleep_forever()
-                else:
-                    await self._stopping.wait()
-            self._scope = None
-            if self._ended:
-                return
-            if self._deadline <= trio.current_time() or (
-                self._deadline < math.inf and self._stopping.is_set()
-            ):
-                break
-        with trio.CancelScope(shield=True):
-            await self._close()
 
 
 class GuardedTCPServer(TCPServer):
@@ -524,57 +442,6 @@ def _fixed_length_head(data: bytes) -> bool:
         return False
     _, found, rest = data.lower().partition(b"\r\ncontent-length:")
     return bool(found) and rest.split(b"\r\n", 1)[0].strip() not in (b"0", b"")
-
-
-def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:
-    """A refusal before any route runs: JSON-RPC on `/mcp`, an OAuth-style error elsewhere."""
-    if request.path == "/mcp":
-        body = inbound.Rejection(status, jsonrpc.INVALID_REQUEST, message).body()
-    else:
-        body = {"error": "invalid_request", "error_description": message}
-    return Response(json.dumps(body), status, {"content-type": "application/json", **headers})
-
-
-def framing_problem(headers: dict[str, list[str]]) -> tuple[int, str, dict[str, str]] | None:
-    """Rules on every request's framing and coding, before its route reads a byte: None, or
-    (status, words, extra headers) of the refusal. `headers` maps lower-case names to values.
-
-    - `Content-Length` and `Transfer-Encoding` together: refused with 400 and the connection
-      closed (RFC 9112 section 6.1: "the server MUST close the connection after responding";
-      refusing is the safer of its two choices, since a proxy in front may have framed the
-      request by the other header).
-    - A `Content-Encoding` other than `identity`: 415 with `Accept-Encoding: identity` (RFC
-      9110 sections 8.4 and 15.5.16); the bridge decodes no coding, and a coded body read as
-      plain would be misread, not refused.
-    """
-    if "content-length" in headers and "transfer-encoding" in headers:
-        return (
-            400,
-            "Content-Length and Transfer-Encoding together are refused",
-            {"connection": "close"},
-        )
-    codings = [
-        c.strip().lower()
-        for value in headers.get("content-encoding", ())
-        for c in value.split(",")
-        if c.strip()
-    ]
-    if any(c != "identity" for c in codings):
-        return (
-            415,
-            "Content-Encoding is not supported: send the body uncompressed",
-            {"accept-encoding": "identity"},
-        )
-    return None
-
-
-async def framing_and_coding() -> Response | None:
-    """`framing_problem` for the Quart routes (a Quart `before_request` hook)."""
-    headers: dict[str, list[str]] = {}
-    for name, value in request.headers.items():
-        headers.setdefault(name.lower(), []).append(value)
-    problem = framing_problem(headers)
-    return None if problem is None else _refusal(*problem)
 
 
 def install() -> None:

@@ -19,7 +19,8 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from ftwbridge.door import Door
-from ftwbridge.edge import Connections, framing_and_coding
+from ftwbridge.edge import Connections
+from ftwbridge.framing import framing_and_coding
 from ftwbridge.keys import KeysPort
 from ftwbridge.pool import Pool
 

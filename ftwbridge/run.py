@@ -427,7 +427,7 @@ class Bridge:
         hc.bind = [f"fd://{fd}"]
         hc.websocket_ping_interval = c.door_ping_s
         hc.read_timeout = int(c.door_silence_s)
-        hc.keep_alive_timeout = c.keep_alive_s  # edge.IdleTimer closes an idle connection then
+        hc.keep_alive_timeout = c.keep_alive_s  # idle.IdleTimer closes an idle connection then
         hc.accesslog = None
         hc.errorlog = logging.getLogger("hypercorn.error")
         hc.websocket_max_message_size = MAX_MESSAGE_BYTES  # past it: close 1009 at once

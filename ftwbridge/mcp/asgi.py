@@ -6,7 +6,7 @@ per request (quart-trio), Werkzeug's header and response objects, and a body sen
 events. `/mcp` needs none of it: it reads one bounded body and answers one JSON or empty body.
 `McpRoute` takes the HTTP scope whose path is exactly `/mcp` and does what the Quart shell did
 around `McpService`, in the same order: the edge's framing and coding rules
-(`edge.framing_problem`), the CORS preflight of an allowed origin, the Host and Origin checks
+(`framing.framing_problem`), the CORS preflight of an allowed origin, the Host and Origin checks
 (DNS rebinding, MCP transports "Security Warning"), the body bounded in bytes and seconds, and
 the CORS response headers. Every other scope goes to the next app unchanged.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from mcp_types import jsonrpc
 
-from ftwbridge.edge import framing_problem
+from ftwbridge.framing import framing_problem
 from ftwbridge.store import StoreError
 
 from . import inbound

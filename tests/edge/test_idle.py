@@ -1,4 +1,4 @@
-"""The keep-alive timer (`edge.IdleTimer`): one task per connection, hypercorn's behaviour.
+"""The keep-alive timer (`idle.IdleTimer`): one task per connection, hypercorn's behaviour.
 
 hypercorn closes an HTTP/1.1 connection that stays idle for `keep_alive_timeout` seconds, and
 an idle one at once when the server stops; a connection with a request under way is never
@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.edge import IdleTimer
+from ftwbridge.idle import IdleTimer
 
 from .live import WAIT_S, LiveBridge
 
