@@ -182,7 +182,7 @@ class GuardedTCPServer(TCPServer):
         - on those two hot paths (a held head with what follows it, and a WebSocket data frame)
           the send lock is taken without a scheduler turn when it is free, and the empty
           chunk that ends a response with a length writes nothing. Everything else goes
-          through hypercorn's own write (`_locked_send`), turns included: its error paths
+          through hypercorn's own write (`_write(turn=True)`), turns included: its error paths
           depend on them;
         - every write is bounded by the listener's read timeout (`_send_all`): a peer that
           takes none of our bytes is let go, not waited for as long as it keeps the socket.
@@ -201,7 +201,7 @@ class GuardedTCPServer(TCPServer):
             # RFC 6455 section 7.1.7 asks for one first, with 1002 for a protocol error.
             self._report(ProtocolViolation("a frame that breaks RFC 6455 section 5"))
             self._close_sent = True
-            await self._locked_send(CLOSE_PROTOCOL_ERROR)
+            await self._write(CLOSE_PROTOCOL_ERROR, turn=True)
         elif isinstance(event, Updated):
             self._busy = not event.idle
             if event.idle:
@@ -236,18 +236,18 @@ class GuardedTCPServer(TCPServer):
                     self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
                 )
         elif self._head_due and data.startswith(b"HTTP/1.1 "):
-            head = data[:2048].lower()
+            head = data.lower()  # h11 writes a head alone, in one piece: a few hundred bytes
             if head.startswith(b"http/1.1 101 "):
                 self._head_due = False
                 if b"\r\nupgrade: websocket" in head:
                     self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
             elif head[9:10] != b"1":  # a final head (100 Continue comes before one)
                 self._head_due = False
-                if _fixed_length_head(data):
+                if _announces_body(head):
                     self._held = data  # written with its body, or at the next event
                     return
         self._bytes_sent += len(data)
-        await self._locked_send(data)
+        await self._write(data, turn=True)
 
     def _words_for_held_head(self) -> bytes:
         """What goes out instead of a held head when the connection closes before its body:
@@ -260,13 +260,13 @@ class GuardedTCPServer(TCPServer):
             return BAD_REQUEST
         return SERVER_ERROR
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, *, turn: bool = False) -> None:
         """hypercorn's write of `data` (`TCPServer.protocol_send`, `RawData`): whole, under the
         send lock, shielded and bounded (`_send_all`); a peer that is gone closes the
-        connection. The lock is taken at once when free (`acquire_nowait`), else waited for as
-        hypercorn does."""
+        connection. A free lock is taken at once (`acquire_nowait`) unless `turn`, which takes
+        it as hypercorn does, with a scheduler turn that its error paths depend on."""
         lock = self.send_lock
-        if lock.locked():
+        if turn or lock.locked():
             await lock.acquire()
         else:
             lock.acquire_nowait()
@@ -277,16 +277,6 @@ class GuardedTCPServer(TCPServer):
                 await self.protocol.handle(Closed())
         finally:
             lock.release()
-
-    async def _locked_send(self, data: bytes) -> None:
-        """hypercorn's write of `data` exactly (`TCPServer.protocol_send`, `RawData`: the send
-        lock taken with its scheduler turn, which hypercorn's error paths depend on), with the
-        bound of `_send_all`."""
-        async with self.send_lock:
-            try:
-                await self._send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.protocol.handle(Closed())
 
     async def _send_all(self, data: bytes) -> None:
         """`send_all(data)`, shielded as hypercorn does (a write cut midway would break the
@@ -433,14 +423,13 @@ class GuardedTCPServer(TCPServer):
             nursery.cancel_scope.cancel()
 
 
-def _fixed_length_head(data: bytes) -> bool:
-    """Whether `data` is exactly one HTTP/1.1 final response head whose `Content-Length`
-    announces a body (h11 writes a head alone, in one piece). A 1xx, a chunked (streamed)
-    answer, and a head with no body to follow (hypercorn's own 400 before it closes) are
-    not held back."""
-    if not data.startswith(b"HTTP/1.1 ") or data[9:10] == b"1" or not data.endswith(b"\r\n\r\n"):
+def _announces_body(head: bytes) -> bool:
+    """Whether `head`, one whole final HTTP/1.1 response head in lower case, announces a body
+    by its `Content-Length`. A chunked (streamed) answer and a head with no body to follow
+    (hypercorn's own 400 before it closes) are not held back."""
+    if not head.endswith(b"\r\n\r\n"):
         return False
-    _, found, rest = data.lower().partition(b"\r\ncontent-length:")
+    _, found, rest = head.partition(b"\r\ncontent-length:")
     return bool(found) and rest.split(b"\r\n", 1)[0].strip() not in (b"0", b"")
 
 
