@@ -78,8 +78,7 @@ class _Homes:
         return self._pool.new_cmd_id()
 
     async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        roster = await self._door.rosters.roster(home)
-        return None if roster is None else roster.agents().get(agent_key)
+        return await self._door.grant(home, agent_key)
 
 
 def _bind(address: str, listener: str, setting: str) -> socket.socket:

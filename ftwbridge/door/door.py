@@ -36,7 +36,7 @@ from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.names import TunEndReason
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.registry import Msg, peer_reason
-from ftwbridge.proto.roster import Roster, RosterProblem
+from ftwbridge.proto.roster import AgentGrant, Roster, RosterProblem
 from ftwbridge.store import Store
 
 from .refusals import RefusalLog, RosterBehind, peer_text
@@ -132,6 +132,11 @@ class Door:
     async def roster(self, home: str) -> Roster | None:
         """`Rosters.roster`: `home`'s newest verified roster (memory, else store), or None."""
         return await self.rosters.roster(home)
+
+    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
+        """`Rosters.grant`: the agent's row in `home`'s newest roster, a copy held for a home
+        whose uplink is elsewhere checked once more against the store."""
+        return await self.rosters.grant(home, agent_key, here=self._uplinks)
 
     def forget_roster(self, home: str | None = None) -> None:
         """Drop the roster held in memory for `home` (None: for every home) unless its uplink

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 import trio
 
 from ftwbridge.proto.errors import RemoteProtocolError
-from ftwbridge.proto.roster import Roster, RosterProblem, RosterRefused, verify_roster
+from ftwbridge.proto.roster import (
+    AgentGrant,
+    Roster,
+    RosterProblem,
+    RosterRefused,
+    verify_roster,
+)
 from ftwbridge.store import Store
 
 from .applier import RosterApplier
@@ -28,6 +34,11 @@ from .refusals import RefusalLog, RosterBehind
 from .stats import DoorStats
 
 log = logging.getLogger("ftwbridge.door")
+REREAD_S = 1.0
+"""The most often `grant` reads a home's roster from the store again for a row the held copy
+lacks (seconds, per home)."""
+REREAD_HOMES = 10_000
+"""Homes whose last re-read time is kept at most (then the record starts afresh)."""
 HOME_KEY_CHECK_S = 1.0
 """How often `watch_home_keys` asks the store whether another process wrote it (seconds)."""
 
@@ -70,6 +81,8 @@ class Rosters:
     _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
     _applier: RosterApplier = field(init=False)
     _behind: dict[str, RosterBehind] = field(default_factory=dict)
+    _reread_at: dict[str, float] = field(default_factory=dict)
+    """When `grant` last read each home's roster again from the store (trio clock, seconds)."""
     """Homes whose box's roster is older than the held one (see `roster_behind`)."""
 
     def __post_init__(self) -> None:
@@ -124,6 +137,31 @@ class Rosters:
             return newer
         self._rosters[home] = roster
         return roster
+
+    async def grant(
+        self, home: str, agent_key: bytes, *, here: Container[str]
+    ) -> AgentGrant | None:
+        """The row of the agent `agent_key` (32 bytes) in `home`'s newest roster, or None.
+
+        A copy held for a home whose uplink is not `here` can be older than the store's:
+        another instance saved a roster listing a new agent (and minted its token) before its
+        `roster` event arrived here. A row that copy lacks is looked for once more in the
+        store, at most every `REREAD_S` per home, so a withdrawn agent's requests cannot turn
+        into a store read each. A home whose uplink is here has the box's own newest roster.
+        """
+        roster = await self.roster(home)
+        grant = None if roster is None else roster.agents().get(agent_key)
+        if grant is not None or roster is None or home in here:
+            return grant
+        now = trio.current_time()
+        if now - self._reread_at.get(home, -REREAD_S) < REREAD_S:
+            return None
+        if len(self._reread_at) >= REREAD_HOMES:
+            self._reread_at.clear()
+        self._reread_at[home] = now
+        self._rosters.pop(home, None)
+        roster = await self.roster(home)
+        return None if roster is None else roster.agents().get(agent_key)
 
     def forget_roster(self, home: str | None, *, keep: Container[str]) -> None:
         """Drop the roster held in memory for `home` (None: for every home) unless the home is
