@@ -22,6 +22,8 @@ from .settings import MODE
 
 LOADPOINT: Final = "lp1"
 CARS: Final = ("car1", "car2")
+CAR1_CAPACITY_WH: Final = 75_000
+"""The usable battery of "car1" in Wh, as its box reports it in `cars` (`capacity_wh`)."""
 W_PER_A: Final = 690
 """Watts per amp on three phases at 230 V."""
 MIN_A: Final = 6
@@ -161,7 +163,9 @@ def loadpoints(controls: Controls, name: str, now_ms: int) -> dict[str, Any]:
 
 def cars(controls: Controls, names: tuple[str, str], car2_soc: int, now_ms: int) -> dict[str, Any]:
     """The `cars` answer: permille, km; "car1" plugged unless away, "car2" never plugged; the
-    targets are the owner's (an approved `ev_target` goal sets one)."""
+    targets are the owner's (an approved `ev_target` goal sets one). `capacity_wh` is the usable
+    battery in Wh: "car1" has a known 75 kWh, "car2" none (a box that does not know it says null,
+    agents.yaml `cars`)."""
     soc1 = car1_soc(now_ms)
     return {
         "cars": [
@@ -172,6 +176,7 @@ def cars(controls: Controls, names: tuple[str, str], car2_soc: int, now_ms: int)
                 "range_km": round(soc1 * 75 / 180),
                 "plugged": plugged("car1", now_ms),
                 "target_soc_permille": controls.targets.get("car1"),
+                "capacity_wh": CAR1_CAPACITY_WH,
             },
             {
                 "id": "car2",
@@ -180,6 +185,7 @@ def cars(controls: Controls, names: tuple[str, str], car2_soc: int, now_ms: int)
                 "range_km": round(car2_soc * 58 / 170),
                 "plugged": False,
                 "target_soc_permille": controls.targets.get("car2"),
+                "capacity_wh": None,
             },
         ]
     }

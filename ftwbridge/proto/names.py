@@ -75,6 +75,7 @@ class Cap(StrEnum):
     HOLD_S = "hold_s"
     CMDS_PER_HOUR = "cmds_per_hour"
     PENDING_REQUESTS = "pending_requests"
+    LIVE_SESSIONS = "live_sessions"
 
 
 class Read(StrEnum):
@@ -93,6 +94,7 @@ class Read(StrEnum):
     CONFIG_GET = "config.get"
     DIAG_RUN = "diag.run"
     REQUESTS_GET = "requests.get"
+    ENERGY_GET = "energy.get"
 
 
 class Answer(StrEnum):
@@ -112,6 +114,7 @@ class Answer(StrEnum):
     CONFIG = "config"
     DIAG = "diag"
     REQUESTS = "requests"
+    ENERGY = "energy"
 
 
 class RefusedToAgents(StrEnum):
