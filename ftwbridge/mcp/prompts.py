@@ -109,7 +109,7 @@ class PromptSpec:
 
 def _hours(value: str) -> None:
     most = limit("plan_hours", "max")
-    if not (value.isascii() and value.isdigit() and 1 <= int(value[:4] or 0) <= most):
+    if not (value.isascii() and value.isdigit() and len(value) <= 3 and 1 <= int(value) <= most):
         raise PromptRefused(f"hours must be a whole number of hours from 1 to {most}")
 
 
