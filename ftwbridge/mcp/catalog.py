@@ -131,7 +131,8 @@ class Catalog:
         return await self._read(params, token)
 
     def _prompt(self, params: dict[str, Any], token: TokenRecord) -> Answer:
-        name, given = params.get("name"), params.get("arguments") or {}
+        name, given = params.get("name"), params.get("arguments")
+        given = {} if given is None else given
         if not isinstance(name, str) or not isinstance(given, dict):
             return _params_error("invalid_params", "prompts/get needs a text name and arguments")
         spec = prompts.PROMPTS_BY_NAME.get(name)
@@ -173,7 +174,7 @@ class Catalog:
             args = spec.args.model_validate(target.args)
         except ValidationError as exc:
             words = invalid_arguments(spec.name, exc)["content"][0]["text"]
-            return _params_error("invalid_arguments", words, {"uri": uri})
+            return _params_error("invalid_arguments", words, {"uri": resources.echo(uri)})
         behind = None if spec.run is not None else self._behind(token)
         try:
             if behind is not None:
@@ -194,5 +195,5 @@ class Catalog:
 def _box_error(outcome: str, uri: str, refused: dict[str, Any]) -> Answer:
     """A read the box (or the roster) refused: -32603, the tool's words, the refusal in data."""
     words = refused["content"][0]["text"]
-    data = {"uri": uri, ERROR_META: refused["_meta"][ERROR_META]}
+    data = {"uri": resources.echo(uri), ERROR_META: refused["_meta"][ERROR_META]}
     return Answer(outcome, error=(INTERNAL_ERROR, words, data))

@@ -457,8 +457,8 @@ class McpService:
     def _insufficient_scope(
         self, route: inbound.Route, name: str, missing: list[str]
     ) -> HttpResponse:
-        """403 `insufficient_scope` naming the scopes the tool (or `name`, "resource URI" or
-        "prompt NAME") needs, for step-up (RFC 6750 section 3.1; MCP authorization, "Scope
+        """403 `insufficient_scope` naming the scopes the tool `name` (or `name` itself when it
+        says what, "resource live" or "prompt troubleshoot") needs, for step-up (RFC 6750 section 3.1; MCP authorization, "Scope
         Challenge Handling")."""
         scope = " ".join(missing)
         what = name if " " in name else f"tool {name}"

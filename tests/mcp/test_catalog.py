@@ -52,7 +52,9 @@ class FakeHomes:
         return AgentGrant("a1", "c", "N", ("ftw.live.read",), (), {}, 0, 2**62)
 
 
-def service(scopes: tuple[str, ...] = ALL, answer: Any = LIVE) -> tuple[McpService, FakeHomes]:
+def service(
+    scopes: tuple[str, ...] = ALL, answer: Any = LIVE, behind: Any = None
+) -> tuple[McpService, FakeHomes]:
     record = TokenRecord(HOME, "a1", b"k" * 32, scopes, RESOURCE, "c", 2**62)
     homes = FakeHomes(answer)
 
@@ -67,6 +69,7 @@ def service(scopes: tuple[str, ...] = ALL, answer: Any = LIVE) -> tuple[McpServi
         max_body_bytes=1 << 20,
         call_deadline_s=5,
         wall_ms=lambda: 1000,
+        roster_behind=None if behind is None else (lambda home, key: behind),
     )
     return svc, homes
 
@@ -260,6 +263,16 @@ async def test_a_box_refusal_is_32603_in_words() -> None:
     assert body["error"]["data"]["uri"] == BASE + "live"
 
 
+async def test_a_roster_behind_refuses_box_reads_but_not_the_grant() -> None:
+    behind = type("Behind", (), {"box_seq": 3, "held_seq": 5})()
+    svc, homes = service(behind=behind)
+    _, _, body = await rpc(svc, "resources/read", {"uri": BASE + "live"})
+    assert body["error"]["code"] == -32603 and "older list" in body["error"]["message"]
+    assert body["error"]["data"]["ftwbridge/error"]["code"] == "E_UNAVAILABLE"
+    _, _, body = await rpc(svc, "resources/read", {"uri": BASE + "grant"})
+    assert "result" in body and homes.reads == []
+
+
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 async def test_subscribe_is_32601(era: str) -> None:
     svc, _ = service()
@@ -322,6 +335,7 @@ async def test_a_prompt_mentions_only_what_the_token_may_use() -> None:
     ("name", "arguments", "words"),
     [
         ("nope", {}, "unknown prompt"),
+        ("troubleshoot", [], "needs a text name and arguments"),
         ("troubleshoot", {}, "needs the argument symptom"),
         ("troubleshoot", {"symptom": "   "}, "needs the argument symptom"),
         ("troubleshoot", {"symptom": "x", "extra": "y"}, "takes no argument extra"),
