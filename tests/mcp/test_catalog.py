@@ -385,3 +385,11 @@ async def test_every_prompt_renders_for_a_full_token() -> None:
         args = {a.name: given[a.name] for a in spec.args if a.name in given}
         messages = prompts.render(spec, HOME, ALL, args)
         assert prompts.RULES in messages[0].content.text  # type: ignore[union-attr]
+
+
+async def test_a_huge_uri_is_echoed_cut() -> None:
+    svc, homes = service()
+    uri = BASE + "history/" + "1" * 100_000 + "h"
+    status, _, body = await rpc(svc, "resources/read", {"uri": uri})
+    assert status == 400 and body["error"]["code"] == -32602
+    assert body["error"]["data"]["uri"] == uri[: resources.MAX_URI_ECHO] and homes.reads == []
