@@ -192,7 +192,7 @@ def _energy(v: View) -> str:
 
 
 def _troubleshoot(v: View) -> str:
-    now = " and `status` for the power flows now" if v.can("status") else ""
+    now = "; `status` gives the power flows now" if v.can("status") else ""
     return (
         f"Something seems wrong at my home: {_quoted(v.args['symptom'])}. Find out why with"
         f" this bridge's read tools: {v.tools('health_get')} for the box's checks,"
