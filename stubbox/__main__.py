@@ -1,5 +1,8 @@
 """`python -m stubbox`: a simulated home that dials a bridge's door and serves its console.
 
+`--tz` names the box's IANA time zone (default Europe/Stockholm), where its energy buckets
+start (PROTOCOL.md part G; `hello_ok.box.tz`, `config site.timezone`).
+
 On start it prints one JSON line: `{"home", "homeKey" (hex Ed25519 public key), "console"
 (port)}`, or with `--fleet N`, `{"fleet": [{"home", "homeKey"}, ...], "console"}`, so a parent
 process (the demo, tests, benchmarks) can enroll the homes and drive their owners.

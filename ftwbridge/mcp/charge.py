@@ -11,6 +11,7 @@ hold) or `goal_request` with `ev_target` (the box's planner then picks the hours
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -147,25 +148,33 @@ CHARGE_OUTPUT: Final = {
 }
 
 
-def advise(
-    cars: Any, config: Any, plan: Any, args: ChargeArgs, now_ms: int, hold_s: int = 900
-) -> dict[str, Any]:
-    """The `charge_options` result from the three answers (pure; see the module docstring).
+@dataclass(frozen=True, slots=True)
+class _Need:
+    """A plugged car that needs `wh` (Wh) to go from `soc` to `target` (permille)."""
 
-    `hold_s` is the longest hold the grant allows (s): a window longer than that is advised as
-    a `goal_request`, since one `ev_charge_now` could not cover it.
-    """
-    car = _pick(cars, args.car)
+    cid: str
+    name: str
+    soc: int
+    cap: int
+    target: int
+    wh: int
+    base: dict[str, Any]
+
+
+def _need(car: dict[str, Any] | str, args: ChargeArgs, now_ms: int) -> dict[str, Any] | _Need:
+    """The result for a car that cannot be advised on (in words), or what it needs."""
     base: dict[str, Any] = {"car": args.car, "readyByMs": args.ready_by, "acts": False}
     if isinstance(car, str):
         return base | {"status": "no_car", "message": car}
     cid, name = str(car.get("id")), str(car.get("name") or car.get("id"))
-    base["car"] = cid
     soc, cap = car.get("soc_permille"), car.get("capacity_wh")
-    target = (
-        args.target_percent * 10 if args.target_percent else car.get("target_soc_permille") or 1000
-    )
-    base |= {"socPercent": soc / 10 if isinstance(soc, int) else None, "targetPercent": target / 10}
+    own = car.get("target_soc_permille")
+    target = args.target_percent * 10 if args.target_percent else own or 1000
+    base |= {
+        "car": cid,
+        "socPercent": soc / 10 if isinstance(soc, int) else None,
+        "targetPercent": target / 10,
+    }
     if car.get("plugged") is not True:
         return base | {
             "status": "not_plugged",
@@ -177,18 +186,46 @@ def advise(
             "status": "unknown_car",
             "message": f"The box does not know {name}'s {what}, so the energy needed cannot be worked out.",
         }
-    need = max(0, round((target - soc) * cap / 1000))
-    base["needKWh"] = round(need / 1000, 1)
-    if need == 0:
+    wh = max(0, round((target - soc) * cap / 1000))
+    base["needKWh"] = round(wh / 1000, 1)
+    if wh == 0:
         return base | {
             "status": "already_met",
             "message": f"{name} is at {soc / 10:g} %, already at or above {target / 10:g} %; nothing to charge.",
         }
     if args.ready_by <= now_ms:
         return base | {"status": "unreachable", "message": "ready_by is not in the future."}
-    charger = _charger(config, cid)
+    return _Need(cid, name, soc, cap, target, wh, base)
+
+
+def _call(
+    n: _Need, window: dict[str, Any], lp: str, power: int, ready_by: int, now_ms: int, hold_s: int
+) -> dict[str, Any]:
+    """The exact tool call that would do it: a charge now that fits one hold, else the goal."""
+    minutes = window["minutes"]
+    if window["startMs"] <= now_ms + 60_000 and minutes <= hold_s // 60:
+        return {
+            "tool": "ev_charge_now",
+            "arguments": {"charger": lp, "power_w": power, "minutes": minutes},
+        }
+    goal = {"goal": "ev_target", "car": n.cid, "soc_permille": n.target, "by_ms": ready_by}
+    return {"tool": "goal_request", "arguments": goal}
+
+
+def advise(
+    cars: Any, config: Any, plan: Any, args: ChargeArgs, now_ms: int, hold_s: int = 900
+) -> dict[str, Any]:
+    """The `charge_options` result from the three answers (pure; see the module docstring).
+
+    `hold_s` is the longest hold the grant allows (s): a window longer than that is advised as
+    a `goal_request`, since one `ev_charge_now` could not cover it.
+    """
+    n = _need(_pick(cars, args.car), args, now_ms)
+    if not isinstance(n, _Need):
+        return n
+    charger = _charger(config, n.cid)
     if charger is None:
-        return base | {
+        return n.base | {
             "status": "no_charger",
             "message": "The home's configuration names no charger power for this car.",
         }
@@ -196,46 +233,31 @@ def advise(
     slots = _slots(plan, now_ms, args.ready_by)
     hours = sum(s["ms"] for s in slots) / HOUR_MS
     solar = round(sum(min(s["spareW"], power) * s["ms"] / HOUR_MS for s in slots))
-    base |= {
+    base = n.base | {
         "charger": lp,
         "powerW": power,
         "hoursAvailable": round(hours, 2),
-        "solarAloneKWh": round(min(solar, need) / 1000, 1),
-        "assumptions": "the charger's most power goes into the battery (losses not counted); solar alone is the surplus the plan would export (or its pvW) up to that power",
+        "solarAloneKWh": round(min(solar, n.wh) / 1000, 1),
+        "assumptions": "the charger's most power goes into the battery (losses not counted);"
+        " solar alone is the surplus the plan would export (or its pvW) up to that power",
     }
-    window = cheapest_window(slots, need, power)
+    window = cheapest_window(slots, n.wh, power)
     if window is None:
         most = power * hours
-        reach = min(1000, soc + most * 1000 / cap) / 10
+        reach = min(1000, n.soc + most * 1000 / n.cap) / 10
         return base | {
             "status": "unreachable",
             "reachablePercent": round(reach, 1),
-            "message": f"{name} cannot reach {target / 10:g} % by then: {power / 1000:g} kW for {hours:.1f} h gives {most / 1000:.1f} kWh of the {need / 1000:.1f} kWh needed, about {reach:.0f} %.",
+            "message": f"{n.name} cannot reach {n.target / 10:g} % by then: {power / 1000:g} kW for {hours:.1f} h gives {most / 1000:.1f} kWh of the {n.wh / 1000:.1f} kWh needed, about {reach:.0f} %.",
         }
-    minutes = -(-(window["endMs"] - window["startMs"]) // 60_000)
-    now_window = window["startMs"] <= now_ms + 60_000
-    call = (
-        {
-            "tool": "ev_charge_now",
-            "arguments": {"charger": lp, "power_w": power, "minutes": minutes},
-        }
-        if now_window and minutes <= hold_s // 60
-        else {
-            "tool": "goal_request",
-            "arguments": {
-                "goal": "ev_target",
-                "car": cid,
-                "soc_permille": target,
-                "by_ms": args.ready_by,
-            },
-        }
-    )
+    window["minutes"] = -(-(window["endMs"] - window["startMs"]) // 60_000)
+    call = _call(n, window, lp, power, args.ready_by, now_ms, hold_s)
     return base | {
         "status": "reachable",
-        "window": window | {"minutes": minutes},
+        "window": window,
         "cost": window["costMinor"] / 100,
         "advice": call,
-        "message": f"{name} needs {need / 1000:.1f} kWh to reach {target / 10:g} %; the cheapest {minutes} minutes for it run from {_at(window['startMs'])} to {_at(window['endMs'])} and cost about {window['costMinor'] / 100:.2f} in the home's currency; this tool only advises, {call['tool']} would do it.",
+        "message": f"{n.name} needs {n.wh / 1000:.1f} kWh to reach {n.target / 10:g} %; the cheapest {window['minutes']} minutes for it run from {_at(window['startMs'])} to {_at(window['endMs'])} and cost about {window['costMinor'] / 100:.2f} in the home's currency; this tool only advises, {call['tool']} would do it.",
     }
 
 

@@ -10,6 +10,7 @@ before it, to compare the same stretch of both. The arithmetic and the words are
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -179,7 +180,8 @@ def _energy(reply: Reply) -> tuple[ZoneInfo, str | None, list[dict[str, Any]]]:
     except (ZoneInfoNotFoundError, ValueError):
         tz = ZoneInfo("UTC")
     currency = body.get("currency")
-    return tz, currency if isinstance(currency, str) else None, list(body["buckets"])
+    code = currency if isinstance(currency, str) and re.fullmatch("[A-Z]{3}", currency) else None
+    return tz, code, list(body["buckets"])
 
 
 def _minute(ms: int) -> int:

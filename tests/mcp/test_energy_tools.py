@@ -196,3 +196,35 @@ async def test_advice_from_the_stub_home_makes_three_reads() -> None:
     out = await run_charge(reader, ChargeArgs(ready_by=now + 12 * HOUR), FlowContext(now, 30, 900))
     assert [r for r, _ in reader.made] == [Read.CARS_GET, Read.CONFIG_GET, Read.PLAN_GET]
     assert out["status"] in ("reachable", "already_met", "unreachable"), out
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"buckets": "x"},
+        {"tz": "../../etc/passwd", "currency": "SEK\u202e", "buckets": [{"startMs": 0}]},
+        {"tz": "UTC", "currency": None, "buckets": [{"startMs": "0", "endMs": 1}]},
+        ["not", "a", "map"],
+    ],
+)
+async def test_an_answer_that_is_not_part_g_is_refused_in_words(body: Any) -> None:
+    from tests.mcp.test_service import call, post, service
+    from tests.mcp.test_strict import EVERY_SCOPE
+
+    svc = service(Reply(1, "energy", body), record=EVERY_SCOPE)
+    status, answer = await post(svc, *call("energy_report", {"period": "day"}))
+    result = answer["result"]
+    assert status == 200 and result["isError"], result
+    assert result["content"][0]["text"].startswith("E_BAD_BODY")
+
+
+async def test_a_hostile_currency_and_zone_do_not_reach_the_words() -> None:
+    now = _ms(2026, 11, 20, 14)
+    reader = Reader(now)
+
+    async def hostile(read: Read, body: Any) -> Reply:
+        reply = await reader(read, body)
+        return Reply(1, reply.t, reply.body | {"tz": "Mars/Olympus", "currency": "SEK; ignore"})
+
+    out = await run_report(hostile, ReportArgs(period="day"), FlowContext(now, 400, 900))
+    assert out["currency"] is None and out["tz"] == "UTC" and "ignore" not in out["summary"]
