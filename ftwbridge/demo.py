@@ -4,7 +4,8 @@ Starts the bridge (keys part in-process, SQLite in a state folder), starts a stu
 own process (`python -m stubbox`), enrolls the home, has the keys part create a demo agent key,
 asks the home's owner console to grant it (the box signs a roster listing the agent), mints a
 token, then runs the official `mcp` client in the 2026-07-28 and legacy eras: it lists the
-tools, calls every read, and prints what it read; in the 2026-07-28 era it then starts a charge
+tools, calls every read, and prints what it read (with this month's energy against last month's
+and advice on charging the car to 90 % by the home's morning); in the 2026-07-28 era it then starts a charge
 (the person confirms), stops it, and asks the owner for a charge target, which the owner
 approves at the home's console. Without `--once` it then keeps serving and prints the URL and
 token for MCP Inspector or another client.

@@ -137,9 +137,9 @@ def sentence(period: str, report: dict[str, Any]) -> str:
             words.append(f", {how} than over the same stretch of {previous} ({basis['words']})")
         else:
             words.append(f", {how} than {previous}")
-    elif last.get("noComparison"):
-        words.append(f" ({last['noComparison']})")
     words.append(_money(f["importCost"], f["currency"]))
+    if (change is None or change.get("importPercent") is None) and last.get("noComparison"):
+        words.append(f"; no comparison: {last['noComparison']}")
     text = "".join(words)
     missing = round(last.get("missingMs", 0) / 3_600_000, 1)
     if missing > 0:

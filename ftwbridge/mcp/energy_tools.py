@@ -282,8 +282,8 @@ async def _stretch(
     """Compare the running period with the same stretch of the one before (a second read)."""
     if prev["startMs"] < cutoff:
         out["noComparison"] = (
-            "no comparison: the period before begins earlier than this assistant may read"
-            " (its grant's history_days)"
+            "the period before begins earlier than this assistant's grant lets it read"
+            " (history_days)"
         )
         return
     fine = FINE[period]
