@@ -4,8 +4,9 @@ Starts the bridge (keys part in-process, SQLite in a state folder), starts a stu
 own process (`python -m stubbox`), enrolls the home, has the keys part create a demo agent key,
 asks the home's owner console to grant it (the box signs a roster listing the agent), mints a
 token, then runs the official `mcp` client in the 2026-07-28 and legacy eras: it lists the
-tools, calls every read, and prints what it read (with this month's energy against last month's
-and advice on charging the car to 90 % by the home's morning); in the 2026-07-28 era it then starts a charge
+tools, calls every read (with this month's energy against last month's and advice on charging
+the car to 90 % by the home's morning), lists the home's resources, reads `live`, gets a
+prompt, and prints what it read; in the 2026-07-28 era it then starts a charge
 (the person confirms), stops it, and asks the owner for a charge target, which the owner
 approves at the home's console. Without `--once` it then keeps serving and prints the URL and
 token for MCP Inspector or another client.
@@ -310,7 +311,24 @@ async def assistant_session(
             data = result.structured_content if not result.is_error else result.content[0].text  # type: ignore[union-attr]
             lines.append(_summary(name, data))
         lines += await _ask_energy(client, int(time.time() * 1000) + home_offset_ms)
+        lines += await _resources_and_prompt(client)
     return lines
+
+
+async def _resources_and_prompt(client: Any) -> list[str]:
+    """The assistant lists the home's resources, reads `live`, and gets the `home_overview`
+    prompt (docs/resources.md); one printed line each."""
+    listed = await client.list_resources()
+    names = ", ".join(r.name for r in listed.resources)
+    live = next(r for r in listed.resources if r.name == "live")
+    read = await client.read_resource(str(live.uri))
+    prompt = await client.get_prompt("home_overview")
+    text = prompt.messages[0].content.text
+    return [
+        f"  {'resources':15} {len(listed.resources)}: {names}",
+        _summary("read live", json.loads(read.contents[0].text)),
+        f"  {'prompt':15} home_overview: {len(prompt.messages)} messages, {text[:100]}…",
+    ]
 
 
 DEMO_HOME_HOUR = 19
@@ -384,7 +402,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ftwbridge-demo-") as tmp:
         state = state_dir or Path(tmp)
-        # The scripted session makes 46 requests of one home at once and some 40 requests to
+        # The scripted session makes 48 requests of one home at once and some 50 requests to
         # /mcp as one agent: larger pacing and HTTP bursts let it run without waiting. The
         # home's clock is set to its evening (DEMO_HOME_HOUR), so the bridge takes a day's
         # skew; every other limit keeps its default.

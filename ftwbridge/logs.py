@@ -65,6 +65,10 @@ def _json_formatter() -> logging.Formatter:
     return formatter
 
 
+QUIET_LIBRARIES: tuple[str, ...] = ("httpx2", "httpcore2")
+"""Client libraries whose per-request INFO lines never reach the bridge's log."""
+
+
 def configure_logging(
     level: str, log_format: Literal["text", "json"], *, stream: TextIO | None = None
 ) -> None:
@@ -81,3 +85,7 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in QUIET_LIBRARIES:
+        # Their INFO lines are one per request (httpx2 logs every forwarded call); their
+        # warnings and errors still come through at any level.
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

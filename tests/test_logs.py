@@ -83,3 +83,16 @@ def test_text_names_level_and_logger(stream: io.StringIO) -> None:
     logging.getLogger("ftwbridge.door").warning("uplink down home=%s", "H")
     (line,) = stream.getvalue().splitlines()
     assert line.endswith(" WARNING ftwbridge.door uplink down home=H")
+
+
+def test_a_forwarded_call_leaves_no_client_library_line(stream: io.StringIO) -> None:
+    """httpx2 logs each request it sends at INFO; at the bridge's INFO level that would be one
+    line per forwarded call. Its warnings still reach the log."""
+    configure_logging("INFO", "text", stream=stream)
+    try:
+        logging.getLogger("httpx2").info('HTTP Request: POST http://b-2/mcp "HTTP/1.1 200 OK"')
+        logging.getLogger("httpx2").warning("connection pool is full")
+        (line,) = stream.getvalue().splitlines()
+        assert line.endswith(" WARNING httpx2 connection pool is full")
+    finally:
+        logging.getLogger("httpx2").setLevel(logging.NOTSET)

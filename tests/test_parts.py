@@ -166,6 +166,9 @@ def test_cli_demo_once_reads_every_tool(tmp_path: Path) -> None:
         lines = [line for line in out.stdout.splitlines() if line.strip().startswith(name + " ")]
         assert len(lines) == 2, name  # once per era
         assert not any("E_" in line[:40] for line in lines), lines
+    for start in ("resources       6: live,", "read live       {", "prompt          home_overview"):
+        lines = [line for line in out.stdout.splitlines() if line.strip().startswith(start)]
+        assert len(lines) == 2, (start, out.stdout[-3000:])  # once per era
     control = {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("  ")}
     assert (
         '"state": "applied"' in control["ev_charge_now"]

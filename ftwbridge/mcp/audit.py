@@ -26,10 +26,10 @@ OUTCOMES = {
     "rate_limited": "429: the agent's requests past http_burst / http_per_s",
     "protocol_error": "a JSON-RPC error from the envelope checks (versions, headers, JSON)",
     "method_not_found": "a JSON-RPC method the bridge does not serve",
-    "invalid_params": "tools/call or tools/list with parameters it cannot use",
+    "invalid_params": "a request with parameters it cannot use (tools, resources, prompts)",
     "unknown_tool": "tools/call naming no tool of the bridge",
-    "insufficient_scope": "403: the token lacks a scope the tool needs",
-    "invalid_arguments": "a tool's arguments do not fit its schema (an isError result)",
+    "insufficient_scope": "403: the token lacks a scope the tool (resource, prompt) needs",
+    "invalid_arguments": "a tool's arguments (or a resource URI's) do not fit its schema",
     "roster_behind": "the box sent an older roster that does not list the agent",
     "origin_refused": "403: a foreign Origin (app.py)",
     "host_refused": "421: a Host the bridge does not serve (app.py)",
@@ -40,12 +40,26 @@ OUTCOMES = {
     "notification": "202: a JSON-RPC notification",
     "forwarded": "sent whole to the instance holding the home, which answered (ftwbridge.mesh)",
     "moved": "421 to a forwarding instance: this one no longer holds the home at that epoch",
+    "unknown_resource": "resources/read of a URI that is not one of the token's home's resources",
+    "unknown_prompt": "prompts/get naming no prompt of the bridge",
     "input_required": "a command waits for the person's confirmation (MCP 2026-07-28 MRTR)",
 }
 """The outcome words of `/mcp` requests other than `ok` and a box's registry codes (audit
 `status`, metric label `outcome`), and when each is given."""
 METHODS = frozenset(
-    {"initialize", "ping", "server/discover", "tools/list", "tools/call", "notifications"}
+    {
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "notifications",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+    }
 )
 """JSON-RPC methods named in the request metric; any other is counted as `other` (a client
 chooses the method, so the label set stays bounded), and a request refused before its body

@@ -38,6 +38,7 @@ from ftwbridge.store import TokenRecord
 from . import inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
+from .catalog import CAPABILITIES, METHODS, Catalog
 from .confirm import StateRefused
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
@@ -218,6 +219,7 @@ class McpService:
         self._roster_behind = roster_behind
         self._answers = AnswerCache()
         self._skew_ms = clock_skew_ms
+        self._catalog = Catalog(run=self._run, behind=self._behind)
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
         """The per-agent request limit at `/mcp` (`http_burst` in a row, then `http_per_s`):
@@ -330,12 +332,16 @@ class McpService:
         return await self._dispatch(route, token, req.headers, seen)
 
     def _result(
-        self, route: inbound.Route, result: dict[str, Any], cacheable: bool = False
+        self,
+        route: inbound.Route,
+        result: dict[str, Any],
+        cacheable: bool = False,
+        ttl_ms: int = 0,
     ) -> HttpResponse:
         if route.era == "modern":
             result = result | {"resultType": "complete"}
             if cacheable:
-                result |= {"ttlMs": 0, "cacheScope": "private"}
+                result |= {"ttlMs": ttl_ms, "cacheScope": "private"}
         return _json(200, {"jsonrpc": "2.0", "id": route.id, "result": result})
 
     def _error(
@@ -356,7 +362,7 @@ class McpService:
         if route.era == "modern" and m == "server/discover":
             result = {
                 "supportedVersions": list(inbound.MODERN),
-                "capabilities": {"tools": {"listChanged": False}},
+                "capabilities": CAPABILITIES,
                 "instructions": INSTRUCTIONS,
                 "_meta": {"io.modelcontextprotocol/serverInfo": SERVER_INFO},
             }
@@ -366,7 +372,7 @@ class McpService:
             version = asked if asked in inbound.LEGACY else inbound.LEGACY[-1]
             result = {
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": False}},
+                "capabilities": CAPABILITIES,
                 "serverInfo": SERVER_INFO,
                 "instructions": INSTRUCTIONS,
             }
@@ -386,6 +392,15 @@ class McpService:
             return self._result(route, {"tools": self._tool_list}, cacheable=True)
         if m == "tools/call":
             return await self._call(route, token, seen)
+        if m in METHODS:  # resources and prompts (mcp/catalog.py)
+            ans = await self._catalog.answer(route, token)
+            seen.outcome = ans.outcome
+            if ans.missing:
+                return self._insufficient_scope(route, ans.name, list(ans.missing))
+            if ans.error is not None:
+                return self._error(route, *ans.error)
+            assert ans.result is not None
+            return self._result(route, ans.result, ans.ttl_ms is not None, ans.ttl_ms or 0)
         seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 
@@ -449,19 +464,19 @@ class McpService:
     def _insufficient_scope(
         self, route: inbound.Route, name: str, missing: list[str]
     ) -> HttpResponse:
-        """403 `insufficient_scope` naming the scopes the tool needs, for step-up (RFC 6750
-        section 3.1; MCP authorization, "Scope Challenge Handling")."""
+        """403 `insufficient_scope` naming the scopes the tool `name` (or `name` itself when it
+        says what, "resource live" or "prompt troubleshoot") needs, for step-up (RFC 6750 section 3.1; MCP authorization, "Scope
+        Challenge Handling")."""
         scope = " ".join(missing)
+        what = name if " " in name else f"tool {name}"
         rej = inbound.Rejection(
             403,
             jsonrpc.INVALID_REQUEST,
-            f"insufficient_scope: this tool needs {scope}",
+            f"insufficient_scope: the {what} needs {scope}",
             route.id,
             {"requiredScopes": missing},
         )
-        challenge = self._auth.challenge(
-            "insufficient_scope", f"The tool {name} needs {scope}", scope
-        )
+        challenge = self._auth.challenge("insufficient_scope", f"The {what} needs {scope}", scope)
         return _json(403, rej.body(), {"www-authenticate": challenge})
 
     def _behind(self, token: TokenRecord) -> Any:

@@ -99,6 +99,17 @@ async def test_inspector_cli(ready: tuple[Env, str, dict[str, str]], era: str) -
     code, out, err = await run([*base, "--method", "tools/call", "--tool-name", "status"], nenv)
     assert code == 0, err[-2000:]
     assert json.loads(out)["structuredContent"]["fields"]["grid_w"] is not None
+    code, out, err = await run([*base, "--method", "resources/list"], nenv)
+    assert code == 0, err[-2000:]
+    live = json.loads(out)["resources"][0]["uri"]
+    assert live == "ftw://home/h1/live"
+    code, out, err = await run([*base, "--method", "resources/read", "--uri", live], nenv)
+    assert code == 0, err[-2000:]
+    assert json.loads(json.loads(out)["contents"][0]["text"])["fields"]["grid_w"] is not None
+    prompt = ["--method", "prompts/get", "--prompt-name", "troubleshoot"]
+    code, out, err = await run([*base, *prompt, "--prompt-args", "symptom=no solar"], nenv)
+    assert code == 0, err[-2000:]
+    assert '"no solar"' in json.loads(out)["messages"][0]["content"]["text"]
 
 
 @pytest.mark.parametrize("revision", ["2026-07-28", "2025-11-25"])
