@@ -4,8 +4,9 @@ Starts the bridge (keys part in-process, SQLite in a state folder), starts a stu
 own process (`python -m stubbox`), enrolls the home, has the keys part create a demo agent key,
 asks the home's owner console to grant it (the box signs a roster listing the agent), mints a
 token, then runs the official `mcp` client in the 2026-07-28 and legacy eras: it lists the
-tools, calls every read, lists the home's resources, reads `live`, gets a prompt, and prints
-what it read; in the 2026-07-28 era it then starts a charge
+tools, calls every read (with this month's energy against last month's and advice on charging
+the car to 90 % by the home's morning), lists the home's resources, reads `live`, gets a
+prompt, and prints what it read; in the 2026-07-28 era it then starts a charge
 (the person confirms), stops it, and asks the owner for a charge target, which the owner
 approves at the home's console. Without `--once` it then keeps serving and prints the URL and
 token for MCP Inspector or another client.
@@ -266,11 +267,35 @@ async def oauth_sign_in(base_url: str, mcp_url: str, console_port: int, home: st
     return provider
 
 
+def energy_calls(home_now_ms: int) -> list[tuple[str, dict[str, Any]]]:
+    """The demo's energy questions: this month against last (`energy_report`), and how to
+    charge the car to 90 % by 12 hours after the home's `home_now_ms` (`charge_options`)."""
+    return [
+        ("energy_report", {"period": "month", "count": 2}),
+        ("charge_options", {"ready_by": home_now_ms + 12 * 3_600_000, "target_percent": 90}),
+    ]
+
+
+async def _ask_energy(client: Any, home_now_ms: int) -> list[str]:
+    lines = []
+    for name, args in energy_calls(home_now_ms):
+        result = await client.call_tool(name, args)
+        data = result.structured_content
+        if result.is_error or not isinstance(data, dict):
+            lines.append(_summary(name, result.content[0].text))
+            continue
+        lines.append(f"  {name:15} {data.get('summary') or data.get('message')}")
+        if name == "charge_options" and "advice" in data:
+            lines.append(f"  {'':15} advice: {json.dumps(data['advice'])}")
+    return lines
+
+
 async def assistant_session(
-    url: str, mode: str, *, token: str | None = None, auth: Any = None
+    url: str, mode: str, *, token: str | None = None, auth: Any = None, home_offset_ms: int = 0
 ) -> list[str]:
     """Run the official `mcp` client in `mode` with a bearer token or an OAuth provider;
-    returns one printed line per tool called."""
+    returns one printed line per tool called. `home_offset_ms` is how far the home's clock
+    runs ahead of ours (ms), for the charging question's `ready_by`."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -285,6 +310,7 @@ async def assistant_session(
             result = await client.call_tool(name, args)
             data = result.structured_content if not result.is_error else result.content[0].text  # type: ignore[union-attr]
             lines.append(_summary(name, data))
+        lines += await _ask_energy(client, int(time.time() * 1000) + home_offset_ms)
         lines += await _resources_and_prompt(client)
     return lines
 
@@ -376,7 +402,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ftwbridge-demo-") as tmp:
         state = state_dir or Path(tmp)
-        # The scripted session makes 38 requests of one home at once and some 46 requests to
+        # The scripted session makes 48 requests of one home at once and some 50 requests to
         # /mcp as one agent: larger pacing and HTTP bursts let it run without waiting. The
         # home's clock is set to its evening (DEMO_HOME_HOUR), so the bridge takes a day's
         # skew; every other limit keeps its default.
@@ -385,7 +411,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             public_url=f"http://127.0.0.1:{port}",
             state_dir=state,
             admin_bind="127.0.0.1:0",
-            pace_calls_burst=48,
+            pace_calls_burst=60,
             http_burst=60,
             clock_skew_max_ms=DAY_MS,
         )
@@ -406,10 +432,10 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             print(f"bridge at {url}; home {DEMO_HOME} online; an assistant signs in (OAuth):")
             base = bridge.site.public_url.rstrip("/")
             auth = await oauth_sign_in(base, url, line["console"], DEMO_HOME)
-            lines = await assistant_session(url, "2026-07-28", auth=auth)
+            lines = await assistant_session(url, "2026-07-28", auth=auth, home_offset_ms=evening)
             lines += await control_session(url, auth, line["console"], DEMO_HOME)
             token = auth.demo_storage.tokens.access_token
-            lines += await assistant_session(url, "legacy", token=token)
+            lines += await assistant_session(url, "legacy", token=token, home_offset_ms=evening)
             for text in lines:
                 print(text, flush=True)
             print(f"demo session done in {time.monotonic() - started:.1f} s")

@@ -410,6 +410,7 @@ class Bridge:
             anonymous_token=c.test_anonymous_token,
             confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands else None,
             mesh=None if self.node is None else self.node.forwarder,
+            clock_skew_ms=c.clock_skew_max_ms,
         )
         app = create_app(
             oauth=self.oauth,

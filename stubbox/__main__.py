@@ -1,5 +1,8 @@
 """`python -m stubbox`: a simulated home that dials a bridge's door and serves its console.
 
+`--tz` names the box's IANA time zone (default Europe/Stockholm), where its energy buckets
+start (PROTOCOL.md part G; `hello_ok.box.tz`, `config site.timezone`).
+
 On start it prints one JSON line: `{"home", "homeKey" (hex Ed25519 public key), "console"
 (port)}`, or with `--fleet N`, `{"fleet": [{"home", "homeKey"}, ...], "console"}`, so a parent
 process (the demo, tests, benchmarks) can enroll the homes and drive their owners.
@@ -31,6 +34,7 @@ import logging
 import os
 import signal
 import sys
+import zoneinfo
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -40,11 +44,21 @@ from ftwbridge.lifecycle import until_stdin_closes
 
 from .console import ConsoleError, serve_console
 from .dial import run_uplink
+from .home import DEFAULT_TZ
 from .state import StateError, state_path
 from .uplink import StubHome
 
 STOP_S = 1.0
 """The most a stop takes from the first signal (seconds); uplinks close within it."""
+
+
+def _zone(name: str) -> str:
+    """An IANA time zone name this machine knows (argparse says so in words otherwise)."""
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a time zone this machine knows: {name!r}") from None
+    return name
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--home", default="demo-home")
     p.add_argument("--seed", default="demo", help="text the home's keys derive from")
     p.add_argument("--sim-seed", type=int, default=1, help="seed of the simulated site")
+    p.add_argument("--tz", type=_zone, default=DEFAULT_TZ, help="the box's IANA time zone")
     p.add_argument("--console", type=int, default=0, help="console port on 127.0.0.1 (0 picks)")
     p.add_argument("--clock", choices=["ntp", "rtc", "none"], default="ntp")
     p.add_argument("--no-noise", action="store_true", help="a box that takes no assistants yet")
@@ -112,6 +127,7 @@ async def _main(args: argparse.Namespace) -> None:
             hostile=args.hostile,
             answer_delay_ms=args.delay_ms,
             read_limit=not args.no_read_limit,
+            tz=args.tz,
         )
         stub.box.frozen_ms = args.frozen_ms
         stub.approve_all = args.approve_all

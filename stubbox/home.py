@@ -20,6 +20,7 @@ from ftwbridge.proto.names import SourceState
 
 from . import charger, settings
 from .journal import HOSTILE_FRAGMENTS, Journal, hostile
+from .meters import Meters
 from .physics import (
     CAPACITY_WH,
     CURRENCY,
@@ -36,6 +37,8 @@ from .settings import EXPENSIVE_MINOR, MODE, PLAN_HOURS, PLAN_SLOT_MS
 __all__ = ["HOSTILE_FRAGMENTS", "MODE", "SERIES", "Home"]
 
 PRICE_WINDOW_MS: Final = 8 * DAY_MS
+DEFAULT_TZ: Final = "Europe/Stockholm"
+"""The stub home's time zone unless told otherwise (it sits in price zone SE3)."""
 _SOURCES: Final = (  # id, kind, readable name, base lag ms
     ("meter.p1", "meter", "P1 meter", 400),
     ("inverter.sungrow", "inverter", "Sungrow inverter", 900),
@@ -48,12 +51,18 @@ _STALE_AFTER_MS: Final = 10_000
 class Home:
     """A simulated home; equal seeds and time arguments give equal answers.
 
-    `hostile=True` mixes `HOSTILE_FRAGMENTS` into device names, event texts and log texts.
+    `hostile=True` mixes `HOSTILE_FRAGMENTS` into device names, event texts and log texts;
+    `tz` is the box's IANA time zone, where its energy buckets start (`stubbox.meters`).
+
+    Raises:
+        zoneinfo.ZoneInfoNotFoundError: `tz` names no zone this machine knows.
     """
 
-    def __init__(self, *, seed: int = 1, hostile: bool = False) -> None:
+    def __init__(self, *, seed: int = 1, hostile: bool = False, tz: str = DEFAULT_TZ) -> None:
         rng = random.Random(seed)
         self.physics = Physics(rng.randbytes(32))
+        self.meters = Meters(self.physics, tz)
+        self.tz = tz
         self.hostile = hostile
         self._journal = Journal(rng.randbytes(32), hostile=hostile)
         self.controls = charger.Controls()
@@ -286,12 +295,18 @@ class Home:
             now_ms, lines=lines, level=level, before=before, after=after, max_bytes=max_bytes
         )
 
+    def energy(
+        self, from_ms: int, to_ms: int, bucket: str, now_ms: int, history_days: int
+    ) -> dict[str, Any]:
+        """The `energy` answer of PROTOCOL.md part G (`stubbox.meters.Meters.energy`)."""
+        return self.meters.energy(from_ms, to_ms, bucket, now_ms, history_days)
+
     def config(self, section: str) -> dict[str, Any] | None:
         """The `config` answer for `section` (site, battery, loadpoints, tariff, planner), or None.
 
         Units in the key names; never a secret.
         """
-        sections = settings.sections(self._name("Garage charger", 0))
+        sections = settings.sections(self._name("Garage charger", 0), self.tz)
         if section not in sections:
             return None
         return {"section": section, "config": sections[section]}

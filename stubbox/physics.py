@@ -122,6 +122,14 @@ class Physics:
         self._days[day] = out
         return out
 
+    def grid(self, day: int) -> _Day:
+        """The 5-minute grid of UTC day `day`: per slot pv, load, ev, bat in W (the meters')."""
+        return self._day(day)
+
+    def missing(self, hour: int) -> bool:
+        """Whether UTC hour `hour` since the epoch is the hour of stored data the home lacks."""
+        return hour % _GAP_EVERY_H == _GAP_AT_H
+
     def at(self, t_ms: int) -> dict[str, int]:
         """The six series at wall-clock `t_ms`: W, and `battery_soc` in permille."""
         d = self._day(t_ms // DAY_MS)

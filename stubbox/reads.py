@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Protocol
 
+from ftwbridge.proto.calendar import BUCKETS, SHORTEST_MS, count_buckets
 from ftwbridge.proto.envelope import dumps
 from ftwbridge.proto.frame import MAX_ENVELOPE_BYTES
 from ftwbridge.proto.names import Answer, Cap, Code, Read, Resolution, Role
@@ -39,6 +40,8 @@ bridge computes `fromMs` by its own clock. Points before the cap are still missi
 ANSWER_ROOM_BYTES = MAX_ENVELOPE_BYTES - 64
 """Room for an answer body inside one frame, leaving space for the envelope's t and id."""
 BOX_BUILD = "stubbox-0.1"
+ENERGY_BUCKET_BYTES = 172
+"""The most one `energy` bucket takes in CBOR (its keys and seven 5-byte numbers), bytes."""
 
 
 def _problem(code: Code, **args: Any) -> Exception:
@@ -91,7 +94,7 @@ def hello_ok(box: BoxView, grant: AgentGrant, now_ms: int, uptime_ms: int) -> di
     return {
         "proto": 1,
         "mode": "full" if commands else "readonly",
-        "box": {"id": box.box_id, "build": BOX_BUILD, "tz": "UTC"},
+        "box": {"id": box.box_id, "build": BOX_BUILD, "tz": box.home.tz},
         "clock": {
             "source": box.clock_source,
             "syncedAtMs": now_ms - 60_000,
@@ -141,6 +144,8 @@ def answer(
         return [(Answer.PRICE, home.price(from_ms, to_ms))]
     if read is Read.HIST_QUERY:
         return _history(home, grant, b, now_ms)
+    if read is Read.ENERGY_GET:
+        return [(Answer.ENERGY, _energy(home, grant, b, now_ms))]
     if read is Read.HEALTH_GET:
         return [(Answer.HEALTH, home.health(now_ms, uptime_ms))]
     if read is Read.DRIVERS_GET:
@@ -212,3 +217,35 @@ def _history(home: Any, grant: AgentGrant, b: dict[str, Any], now_ms: int) -> li
         history_days=days,
     )
     return [*((Answer.HIST_CHUNK, c) for c in chunks), (Answer.HIST_END, end)]
+
+
+def _energy(home: Home, grant: AgentGrant, b: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    """`energy.get` after part G's checks, each refused in words.
+
+    A bucket outside agents.yaml `energy_buckets`, or an empty or future window:
+    `E_UNKNOWN_OP`. A window starting before the grant's `history_days` (less the clock
+    slack): `E_CAP_EXCEEDED {cap: history_days, max, asked}`. More than `energy_buckets.max`
+    (400) buckets up to now after rounding out: `E_RANGE_TOO_LARGE {maxMs}`, where `maxMs` is
+    a width that always fits (399 of the bucket's shortest length). An answer must also fit
+    one frame (16 KiB, part A), which holds about 95 buckets: past that the same refusal
+    names the width that fits (docs/protocol.md, "Energy totals").
+    """
+    bucket = b.get("bucket")
+    if bucket not in BUCKETS:
+        raise _problem(Code.E_UNKNOWN_OP, t=Read.ENERGY_GET.value, field="bucket")
+    assert isinstance(bucket, str)
+    from_ms, to_ms = _int(b, "fromMs"), _int(b, "toMs")
+    if from_ms < 0 or to_ms <= from_ms or from_ms >= now_ms:
+        raise _problem(Code.E_UNKNOWN_OP, t=Read.ENERGY_GET.value)
+    days = grant.cap(Cap.HISTORY_DAYS)
+    if from_ms < now_ms - days * DAY_MS - CLOCK_SLACK_MS:
+        asked = -(-(now_ms - from_ms) // DAY_MS)
+        raise _problem(Code.E_CAP_EXCEEDED, cap=Cap.HISTORY_DAYS.value, max=days, asked=asked)
+    most = limit("energy_buckets", "max")
+    if count_buckets(from_ms, min(to_ms, now_ms + 1), bucket, home.meters.zone, most) > most:
+        raise _problem(Code.E_RANGE_TOO_LARGE, maxMs=(most - 1) * SHORTEST_MS[bucket])
+    answer = home.energy(from_ms, to_ms, bucket, now_ms, days)
+    if len(dumps(answer)) > ANSWER_ROOM_BYTES:
+        fit = ANSWER_ROOM_BYTES // ENERGY_BUCKET_BYTES
+        raise _problem(Code.E_RANGE_TOO_LARGE, maxMs=(fit - 1) * SHORTEST_MS[bucket])
+    return answer

@@ -23,15 +23,16 @@ PLAN_HOURS = 48
 EXPENSIVE_MINOR = 200
 
 
-def sections(charger_name: str) -> dict[str, dict[str, Any]]:
-    """Section name -> its settings, units in the key names (W, Wh, permille, ms, minor units)."""
+def sections(charger_name: str, tz: str) -> dict[str, dict[str, Any]]:
+    """Section name -> its settings, units in the key names (W, Wh, permille, ms, minor units);
+    `tz` is the box's IANA time zone (`site.timezone`)."""
 
     return {
         "site": {
             "name": "Stub home",
             "zone": ZONE,
             "currency": CURRENCY,
-            "timezone": "UTC",
+            "timezone": tz,
             "fuse_a": 25,
             "phases": 3,
         },

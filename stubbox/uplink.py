@@ -33,7 +33,7 @@ from .box import Box, ClockSource
 from .consent import grant_for
 from .goal_timer import GoalTimer
 from .goals import GoalBook
-from .home import Home
+from .home import DEFAULT_TZ, Home
 from .owner import Owner
 from .state import StateError, StateKeeper, encode_state, load_state
 
@@ -54,6 +54,7 @@ class StubHome:
         answer_delay_ms: how long each read takes at the box.
         clock: the box's wall clock in ms since the epoch (tests inject one).
         read_limit: False lifts the box's 60 reads per agent per minute (benchmarks only).
+        tz: the box's IANA time zone (`hello_ok.box.tz`, where energy buckets start).
     """
 
     def __init__(
@@ -68,13 +69,14 @@ class StubHome:
         answer_delay_ms: int = 0,
         clock: Callable[[], int] | None = None,
         read_limit: bool = True,
+        tz: str = DEFAULT_TZ,
     ) -> None:
         self._clock = clock
         self.started = time.monotonic() if clock is None else clock() / 1000
         self.clock_offset_ms = 0
         self.owner = Owner(home, seed=seed, noise=noise, issued_at_ms=self.wall_ms())
         self.box = Box(
-            home=Home(seed=sim_seed, hostile=hostile),
+            home=Home(seed=sim_seed, hostile=hostile, tz=tz),
             roster=self.owner.roster,
             noise_private=self.owner.noise_private,
             box_id=f"stub-{home}",

@@ -29,8 +29,9 @@ from pydantic import ValidationError
 
 from ftwbridge import __version__
 from ftwbridge.proto.clean import to_json
-from ftwbridge.proto.names import Code
+from ftwbridge.proto.names import Cap, Code, Read
 from ftwbridge.proto.refusal import Refusal
+from ftwbridge.proto.registry import CAPS
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
@@ -41,6 +42,7 @@ from .catalog import CAPABILITIES, METHODS, Catalog
 from .confirm import StateRefused
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
+from .energy_tools import AnswerCache, FlowContext, cached
 from .limits import AgentRequests
 from .results import (
     conforms,
@@ -168,6 +170,8 @@ class McpService:
         confirm_ttl_s: how long a person has to confirm a charge where the client can ask
             (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
         mesh: forwarding to the instance that holds a token's home, if this is one of many.
+        clock_skew_ms: how far a box's clock may run from ours (ms); an energy report starts
+            that much inside the grant's `history_days`, so a box ahead of us never refuses it.
     """
 
     def __init__(
@@ -188,6 +192,7 @@ class McpService:
         anonymous_token: str | None = None,
         confirm_ttl_s: float | None = 120.0,
         mesh: MeshPort | None = None,
+        clock_skew_ms: int = 300_000,
     ) -> None:
         self._homes = homes
         self._mesh = mesh
@@ -212,6 +217,8 @@ class McpService:
         self._requests = AgentRequests(http_burst, http_per_s)
         self._recorder = Recorder(on_call, on_request)
         self._roster_behind = roster_behind
+        self._answers = AnswerCache()
+        self._skew_ms = clock_skew_ms
         self._catalog = Catalog(run=self._run, behind=self._behind)
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
@@ -477,11 +484,38 @@ class McpService:
             return None
         return self._roster_behind(token.home, token.agent_key)
 
+    async def _flow(
+        self, spec: ToolSpec, args: Any, token: TokenRecord, now_ms: int
+    ) -> dict[str, Any]:
+        """A tool whose reads depend on earlier answers, within the call's deadline; its
+        `energy.get` answers are reused per home while they cannot change (`AnswerCache`)."""
+        assert spec.flow is not None
+        grant = await self._homes.grant(token.home, token.agent_key)
+        days = grant.cap(Cap.HISTORY_DAYS) if grant else CAPS[Cap.HISTORY_DAYS].default
+        hold = grant.cap(Cap.HOLD_S) if grant else CAPS[Cap.HOLD_S].default
+
+        async def read(r: Read, body: Any) -> Reply:
+            return await self._homes.call(token.home, token.agent_key, r, body)
+
+        call = cached(self._answers, token.home, token.agent_key, read, now_ms)
+        with trio.move_on_after(self._deadline_s):
+            try:
+                value = await spec.flow(call, args, FlowContext(now_ms, days, hold, self._skew_ms))
+            except (ValueError, KeyError, TypeError) as exc:  # an answer we cannot read
+                logging.getLogger("ftwbridge.mcp").warning(
+                    "unreadable answer for %s: %s", spec.name, type(exc).__name__
+                )
+                raise Refusal(Code.E_BAD_BODY) from exc
+            return ok_result(to_json(value))
+        raise Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})
+
     async def _run(self, spec: ToolSpec, args: Any, token: TokenRecord) -> dict[str, Any]:
         now_ms = self._wall_ms()
         if spec.run is not None:  # the bridge answers it itself
             grant = await self._homes.grant(token.home, token.agent_key)
             return ok_result(to_json(spec.run(token, grant)))
+        if spec.flow is not None:  # reads that follow the answers (energy_tools.py)
+            return await self._flow(spec, args, token, now_ms)
         replies: list[Reply] = []
         with trio.move_on_after(self._deadline_s) as scope:
             for read, body in spec.box_requests(args, now_ms):

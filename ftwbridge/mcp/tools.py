@@ -1,4 +1,4 @@
-"""The 13 read tools of PROTOCOL.md part D: arguments, the box reads each makes, result shapes.
+"""The 15 read tools of PROTOCOL.md parts D and G: arguments, the box reads each makes, result shapes.
 
 Each `ToolSpec` names its typed arguments (pydantic, unknown fields refused), the box reads it
 makes (so its scopes come from the contract's read table, never typed here), an output schema,
@@ -8,7 +8,7 @@ the answers into JSON-safe, cleaned `structuredContent`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ from .args import (
     PlanArgs,
     _Args,
 )
+from .charge import CHARGE_OUTPUT, ChargeArgs, run_charge
+from .energy_tools import REPORT_OUTPUT, Call, FlowContext, ReportArgs, run_report
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,8 @@ class ToolContext:
 Requests = Callable[[Any, int], list[Any]]
 """(args, now in ms since the epoch) -> the request body for each of the tool's reads, in order."""
 Shape = Callable[[Any, list[Reply], ToolContext], dict[str, Any]]
+Flow = Callable[[Call, Any, FlowContext], Awaitable[dict[str, Any]]]
+"""(read caller, args, context) -> the result, for a tool whose reads follow its answers."""
 Run = Callable[[TokenRecord, AgentGrant | None], dict[str, Any]]
 """A tool the bridge answers itself, from the caller's token and its grant in the newest
 roster (None when the roster no longer lists it); it makes no box read."""
@@ -63,6 +67,9 @@ class ToolSpec:
     shape: Shape
     run: Run | None = None
     """Set for a tool the bridge answers itself (no reads); `requests` and `shape` are unused."""
+    flow: Flow | None = None
+    """Set for a tool that makes its own reads, each depending on the last (`energy_report`,
+    `charge_options`): `requests` and `shape` are unused."""
     pick: Callable[[Any], tuple[Read, ...]] | None = None
     """Set for a tool whose reads depend on its arguments: the reads one call makes, drawn from
     `reads` (which lists them all, so `scopes` covers every call)."""
@@ -413,6 +420,30 @@ TOOLS: tuple[ToolSpec, ...] = (
         _diag_requests,
         _diag,
         pick=_diag_reads,
+    ),
+)
+TOOLS += (
+    ToolSpec(
+        "energy_report",
+        "Energy report",
+        "Energy in kWh and money per day, week or month in the home's time zone, from the box's meters: import and export (counted apart), solar, self-consumption and self-sufficiency, EV, battery throughput, import cost and export value, and the change from the period before. A period still running is compared with the same stretch of the one before, and says so; incomplete meter coverage is stated, never averaged away. `summary` is one sentence to repeat.",
+        ReportArgs,
+        (Read.ENERGY_GET,),
+        REPORT_OUTPUT,
+        lambda a, n: [],
+        lambda a, r, c: {},
+        flow=run_report,
+    ),
+    ToolSpec(
+        "charge_options",
+        "Charging advice",
+        "Advice for charging a car by a time (ready_by, ms since the epoch): the energy needed for the target, whether it can be reached, the cheapest window in the plan's prices and its cost, what spare solar alone would give, and the exact ev_charge_now or goal_request call that would do it. It only reads and advises; it never starts a charge.",
+        ChargeArgs,
+        (Read.CARS_GET, Read.CONFIG_GET, Read.PLAN_GET),
+        CHARGE_OUTPUT,
+        lambda a, n: [],
+        lambda a, r, c: {},
+        flow=run_charge,
     ),
 )
 TOOLS_BY_NAME: dict[str, ToolSpec] = {t.name: t for t in TOOLS}

@@ -21,7 +21,8 @@ _WORDS: Final[dict[Code, str]] = {
     Code.E_SCOPE_DENIED: "This assistant was not given access to {needScope}.",
     Code.E_GRANT_REVOKED: "The home's owner has withdrawn this assistant's access.",
     Code.E_LAST_OWNER_PROTECTED: "The home's only owner cannot be removed.",
-    Code.E_RANGE_TOO_LARGE: "That time range reaches further back than the home keeps{kept}.",
+    Code.E_RANGE_TOO_LARGE: "That time range is wider than the home keeps or sends in one"
+    " answer{kept}.",
     Code.E_UNAVAILABLE: "{unavailable}",
     Code.E_NEEDS_STEP_UP: "The owner must confirm this on their own device first.",
     Code.E_USE_CMD: "That change moves energy and must be made as a command.",
@@ -179,7 +180,7 @@ def sentence(
         return f"The home refused the request ({_text(code, 'an unknown code')})."
     retry = peer_retry_ms(retry_after_ms, args)
     skew, top = peer_ms(args.get("skewMs")), peer_ms(args.get("maxMs"))
-    kept = args.get("maxMs")  # retention: days, beyond peer_ms's one-day bound
+    kept = args.get("maxMs")  # retention or part G's widest answer: days, past peer_ms's bound
     kept_days = (
         kept // DAY_MS
         if isinstance(kept, int) and not isinstance(kept, bool) and DAY_MS <= kept <= 3650 * DAY_MS
@@ -194,7 +195,7 @@ def sentence(
         "seconds": max(1, -(-retry // 1000)) if retry is not None else 1,
         "skew_s": "?" if skew is None else skew // 1000,
         "max_s": "?" if top is None else top // 1000,
-        "kept": "" if kept_days is None else f" (its last {kept_days} days)",
+        "kept": "" if kept_days is None else f" (at most {kept_days} days)",
         "id": _text(args.get("id"), ""),
         "unavailable": _unavailable(args) if known is Code.E_UNAVAILABLE else "",
     }

@@ -30,8 +30,10 @@ TOOL_NAMES = (
     "drivers_status",
     "config_get",
     "diag_run",
+    "energy_report",
+    "charge_options",
 )
-"""The 13 read tools of PROTOCOL.md part D, written once for the tests."""
+"""The 15 read tools of PROTOCOL.md parts D and G, written once for the tests."""
 CONTROL_NAMES = ("ev_charge_now", "ev_stop", "goal_request", "requests_list")
 """The control tools of PROTOCOL.md part E."""
 READ_ONLY_NAMES = (*TOOL_NAMES, "requests_list")

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 import trio
 
-from ftwbridge.demo import DEMO_CALLS
+from ftwbridge.demo import DEMO_CALLS, energy_calls
 from ftwbridge.proto.clean import clean, to_json
 from stubbox.home import HOSTILE_FRAGMENTS, Home
 
 from .env import CONTROL_NAMES, READ_ONLY_NAMES, REAL_WAIT_S, Env, now_ms
 
-TOOL_NAMES = {name for name, _ in DEMO_CALLS}
+TOOL_NAMES = {name for name, _ in (*DEMO_CALLS, *energy_calls(0))}
 
 
 def strings(value: Any) -> list[str]:

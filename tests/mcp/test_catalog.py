@@ -114,10 +114,11 @@ async def test_lists_follow_the_scopes_and_read_nothing(era: str) -> None:
     )
     _, _, templates = await rpc(svc, "resources/templates/list", era=era)
     assert [t["uriTemplate"] for t in templates["result"]["resourceTemplates"]] == [
-        BASE + "history/{range}{?series,points}"
+        BASE + "history/{range}{?series,points}",
+        BASE + "energy/{period}",  # energy_report needs ftw.history.read alone
     ]
     _, _, got = await rpc(svc, "prompts/list", era=era)
-    assert [p["name"] for p in got["result"]["prompts"]] == ["home_overview"]
+    assert [p["name"] for p in got["result"]["prompts"]] == ["home_overview", "energy_report"]
     for answer in (listed, templates, got):
         hints = {k: answer["result"].get(k) for k in ("ttlMs", "cacheScope")}
         assert hints == (
@@ -393,3 +394,24 @@ async def test_a_huge_uri_is_echoed_cut() -> None:
     status, _, body = await rpc(svc, "resources/read", {"uri": uri})
     assert status == 400 and body["error"]["code"] == -32602
     assert body["error"]["data"]["uri"] == uri[: resources.MAX_URI_ECHO] and homes.reads == []
+
+
+async def test_the_energy_template_reads_the_report_through_its_tool() -> None:
+    bucket = {
+        "startMs": 0,
+        "endMs": 86_400_000,
+        **dict.fromkeys(
+            ("importWh", "exportWh", "pvWh", "loadWh", "evWh", "batteryInWh", "batteryOutWh"), 1000
+        ),
+        "importCostMinor": 150,
+        "exportValueMinor": 40,
+        "coveredMs": 0,
+    }
+    energy = Reply(1, "energy", {"tz": "UTC", "currency": "SEK", "buckets": [bucket]})
+    svc, homes = service(answer=energy)
+    status, _, body = await rpc(svc, "resources/read", {"uri": BASE + "energy/day"})
+    assert status == 200 and homes.reads == [Read.ENERGY_GET], body
+    report = json.loads(body["result"]["contents"][0]["text"])
+    assert report["period"] == "day" and report["summary"].startswith("Imported 1 kWh today")
+    status, _, body = await rpc(svc, "resources/read", {"uri": BASE + "energy/year"})
+    assert status == 400 and body["error"]["code"] == -32602 and homes.reads == [Read.ENERGY_GET]

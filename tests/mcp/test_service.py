@@ -363,7 +363,7 @@ async def test_a_legacy_request_without_a_version_is_answered_without_a_session(
     """No `MCP-Protocol-Version`: taken as 2025-03-26 and answered; no session is made."""
     raw = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).encode()
     resp = await send(service(None), raw)
-    assert resp.status == 200 and len(json.loads(resp.body)["result"]["tools"]) == 17
+    assert resp.status == 200 and len(json.loads(resp.body)["result"]["tools"]) == 19
     assert "mcp-session-id" not in resp.headers
 
 

@@ -81,11 +81,14 @@ def _refused_by(schema: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """Values one property's schema refuses: (what, value)."""
     types = {schema.get("type")} | {s.get("type") for s in schema.get("anyOf", [])}
     if "integer" in types:
-        yield from [("bool", True), ("fraction", 2.5), ("text", "2"), ("null", None)]
-        if "minimum" in schema:
-            yield "below", schema["minimum"] - 1
-        if "maximum" in schema:
-            yield "above", schema["maximum"] + 1
+        yield from [("bool", True), ("fraction", 2.5), ("text", "2")]
+        if "null" not in types:
+            yield "null", None
+        for s in [schema, *schema.get("anyOf", [])]:
+            if "minimum" in s:
+                yield "below", s["minimum"] - 1
+            if "maximum" in s:
+                yield "above", s["maximum"] + 1
     if "string" in types:
         yield from [("number", 5), ("bool", False), ("list", ["a"])]
         if "enum" in schema:
@@ -115,7 +118,7 @@ def _cases() -> Iterator[Any]:
 
 
 def _valid(tool: str, prop: str) -> Any:
-    return {"section": "site", "check": "clock"}[prop]
+    return {"section": "site", "check": "clock", "period": "month", "ready_by": 0}[prop]
 
 
 @pytest.mark.parametrize(("tool", "arguments", "prop"), list(_cases()))

@@ -65,7 +65,7 @@ from .test_service import RECORD, FakeHomes, call, post, service
             "holds",
         ),
         ("E_NOT_FOUND", {"what": "src", "id": "nope"}, "no driver or device called 'nope'", "src"),
-        ("E_RANGE_TOO_LARGE", {"maxMs": 30 * 86_400_000}, "its last 30 days", "?"),
+        ("E_RANGE_TOO_LARGE", {"maxMs": 30 * 86_400_000}, "at most 30 days", "?"),
         # session ends the pool passes on as E_UNAVAILABLE {reason}
         ("E_UNAVAILABLE", {"reason": "closed"}, "closed during the call", "Part of the home"),
         ("E_UNAVAILABLE", {"reason": "box_shutdown"}, "shutting down", "Part of the home"),

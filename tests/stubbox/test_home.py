@@ -133,6 +133,10 @@ def _all_answers(home: Home, now: int) -> dict[str, list[Any]]:
         "events": [home.events(now, limit=100)],
         "logs": [home.logs(now, lines=500, level="debug")],
         "drivers": [home.drivers(now, UPTIME)],
+        "energy": [
+            home.energy(now - 40 * DAY, now, bucket, now, 30)
+            for bucket in ("hour", "day", "week", "month")
+        ],
         "config": [home.config(s) for s in ("site", "battery", "loadpoints", "tariff", "planner")],
         "diag": [
             home.diag(c, "charger.easee", now, UPTIME)
