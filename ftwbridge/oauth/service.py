@@ -62,6 +62,7 @@ from .redirects import (
 )
 from .registration import ClientRegistration
 from .scopes import granted_scopes, ops_for
+from .shedding import Open, to_shed
 from .tokens import TokenGrants
 
 log = logging.getLogger("ftwbridge.oauth")
@@ -143,17 +144,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         now = self._clock()
         await self._expire(now)
         await self._limits.start(address, now)
-        # shared: every instance's open requests count (the per-address limit alone does not
-        # bound a stranger with many addresses); instances racing may pass it by a few
-        open_now = (
-            await self._store.count_oauth_states(CONSENT, now)
-            if self._shared
-            else len(self._pending)
-        )
-        if open_now >= MAX_PENDING:
-            raise OAuthError(
-                "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
-            )
+        await self._make_room(address, now)
         params = present(params)
         client_id = params.get("client_id", "")
         client = await self._client(client_id, now)
@@ -191,11 +182,45 @@ class OAuthService(ClientRegistration, TokenGrants):
             secrets.token_urlsafe(32),
             now + REQUEST_TTL_MS,
             redirect_given=asked is not None,
+            source=address,
         )
         if not self._shared:
             self._pending[pending.id] = pending
         await self._save(pending)
         return pending
+
+    async def _make_room(self, address: str, now: int) -> None:
+        """Keep the consent requests open at once within `MAX_PENDING` (every instance's,
+        when shared; instances racing may pass it by a few): when full, the heaviest source's
+        oldest request ends (`shedding.to_shed`), so a first request is never refused because
+        of other sources' requests.
+
+        Raises:
+            OAuthError: 429 when `address` itself holds the most open requests.
+        """
+        if self._shared:
+            if await self._store.count_oauth_states(CONSENT, now) < MAX_PENDING:
+                return
+            found = await self._store.find_oauth_states(CONSENT, now, {})
+            held = [pending_from(r) for _, r, _ in found]
+        else:
+            if len(self._pending) < MAX_PENDING:
+                return
+            held = list(self._pending.values())
+        victim = to_shed((Open(p.id, p.source, p.expires_at_ms) for p in held), address)
+        if victim is None:
+            raise OAuthError(
+                "temporarily_unavailable",
+                "too many sign-ins in progress from your address; finish or close one first",
+                429,
+            )
+        shed = next(p for p in held if p.id == victim.id)
+        log.warning(
+            "consent requests full (%d): ended the oldest of source %s, which holds the most",
+            MAX_PENDING,
+            victim.source,
+        )
+        await self.forget(shed)
 
     async def get(self, req: str) -> Pending | None:
         """The consent request `req`, or None when unknown or expired. Shared: as the store
@@ -236,7 +261,7 @@ class OAuthService(ClientRegistration, TokenGrants):
             raise OAuthError("invalid_request", "this consent request is unknown or has expired")
         if pending.status != "new":
             return pending
-        await self._limits.guess(address, self._clock())
+        taken = await self._limits.guess(address, self._clock())
         digest = code_hash(code)
         home = None if digest is None else await self._take_claim(digest)
         if home is None:
@@ -249,7 +274,7 @@ class OAuthService(ClientRegistration, TokenGrants):
                 status="failed" if tries >= MAX_CLAIM_TRIES else "new",
             )
             raise OAuthError("access_denied", "that code is not one a home is showing now")
-        await self._limits.right_guess(address, self._clock())
+        await self._limits.right_guess(taken, self._clock())
         try:
             key = await self._keys.create(home)
         except KeysError:
