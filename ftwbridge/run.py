@@ -423,6 +423,7 @@ class Bridge:
         hc = edge.EdgeConfig()
         hc.on_connection_fault = self.metrics.on_connection_fault
         hc.connections = self.metrics.listener("main")
+        hc.exempt = self.site.trusted_proxies  # they bound their own clients' idle connections
         hc.bind = [f"fd://{fd}"]
         hc.websocket_ping_interval = c.door_ping_s
         hc.read_timeout = int(c.door_silence_s)
