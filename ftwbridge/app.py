@@ -63,6 +63,15 @@ class Site:
             request.remote_addr, request.headers.getlist("x-forwarded-for"), self.trusted_proxies
         )
 
+    def scope_client(self, scope: Any) -> str:
+        """An ASGI scope's client address, as the per-address limits key it (`client_address`
+        on its TCP peer and `X-Forwarded-For` headers)."""
+        peer = (scope.get("client") or (None, 0))[0]
+        forwarded = [
+            v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-forwarded-for"
+        ]
+        return client_address(peer, forwarded, self.trusted_proxies)
+
     def allow_url(self, url: str) -> None:
         """Allow the Host and Origin of `url` (scheme://host:port)."""
         parts = urlsplit(url)
@@ -296,4 +305,4 @@ def create_app(
         max_body_bytes=max_body_bytes,
         body_timeout_s=body_timeout_s,
     )
-    return DoorRoute(mcp, door.serve_uplink)  # `/v1/box` and `/mcp` skip Quart
+    return DoorRoute(mcp, door.serve_uplink, site.scope_client)  # `/v1/box`, `/mcp` skip Quart

@@ -67,11 +67,12 @@ PEER_FAULTS: Final = {
 app never closes with them, so the guard reports such a Close as the connection's fault."""
 
 
-MAX_STRANGERS: Final = 512
+MAX_STRANGERS: Final = 1024
 """Connections of one listener that have not sent a whole request head yet, all peers
 together; past it the peer address holding the most loses its oldest (`fairshare`)."""
-STRANGERS_PER_SOURCE: Final = 64
-"""Such connections one peer address may hold; one more is closed at once."""
+STRANGERS_PER_SOURCE: Final = 256
+"""Such connections one peer address may hold; one more is closed at once (a client opening
+many connections at once holds each for the moment its first request head takes)."""
 
 
 class ProtocolViolation(Exception):

@@ -37,12 +37,12 @@ MAX_CONNECTIONS: Final = 1024
 """Connections that proved the mesh key served at once; one more is refused in words and
 closed. Each bridge opens at most `remote.MAX_CONNECTIONS` to a keys service, so this serves 32
 instances at their busiest. Connections still in their handshake do not count here."""
-MAX_STRANGERS: Final = 128
+MAX_STRANGERS: Final = 256
 """Connections that have not proved the mesh key yet, all peers together; past it the peer
 address holding the most loses its oldest (`fairshare.FairShare`)."""
-STRANGERS_PER_SOURCE: Final = 16
-"""Connections one peer address may hold before they prove the mesh key (a bridge opens one
-at a time per request it needs, so this is far above what a bridge needs)."""
+STRANGERS_PER_SOURCE: Final = 64
+"""Connections one peer address may hold before they prove the mesh key (a bridge opens at
+most `remote.MAX_CONNECTIONS`, 32, at once)."""
 TOO_MANY: Final = "the keys service has too many connections; try again shortly"
 STRANGERS_SHED: Final = (
     "the keys service has too many connections that have not proved the mesh key, and this"

@@ -39,6 +39,7 @@ OUTCOMES = {
     "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
     "notification": "202: a JSON-RPC notification",
     "forwarded": "sent whole to the instance holding the home, which answered (ftwbridge.mesh)",
+    "guarded": "429: the entry's coarse guard per agent, before forwarding (ftwbridge.mesh)",
     "moved": "421 to a forwarding instance: this one no longer holds the home at that epoch",
     "input_required": "a command waits for the person's confirmation (MCP 2026-07-28 MRTR)",
 }

@@ -9,11 +9,13 @@ import httpx2
 import pytest
 import trio
 
+from ftwbridge.door.door import DOOR_STRANGERS_PER_SOURCE
 from ftwbridge.edge import MAX_STRANGERS, STRANGERS_PER_SOURCE
+from ftwbridge.fairshare import Slots
 from tests.e2e.env import REAL_WAIT_S, Env
 
-STRANGERS = 1000
-SOURCES = [f"127.0.0.{n}" for n in range(2, 12)]
+STRANGERS = 1100
+SOURCES = [f"127.0.0.{n}" for n in range(2, 7)]
 
 
 async def _idle_strangers(port: int) -> list[trio.SocketStream]:
@@ -60,6 +62,39 @@ async def test_a_thousand_idle_strangers_hold_a_bounded_share_of_the_door(env: E
         with trio.fail_after(REAL_WAIT_S):  # all but MAX_STRANGERS were refused or shed
             await _until_closed(idle, STRANGERS - MAX_STRANGERS)
         await env.add_home("h1")  # a box dials the door and authenticates
+    finally:
+        for stream in idle:
+            await stream.aclose()
+
+
+UPGRADE = (
+    b"GET /v1/box HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    b"Sec-WebSocket-Version: 13\r\n\r\n"
+)
+"""A box's upgrade request (RFC 6455 section 4.1), as a stranger sends it."""
+DOOR_SHARE = 100
+"""The door's unauthenticated uplinks in this test (the bridge's default is larger)."""
+
+
+@pytest.mark.config(door_hello_s=REAL_WAIT_S * 5, door_silence_s=REAL_WAIT_S * 5)  # not what acts
+async def test_a_thousand_strangers_that_never_authenticate_keep_no_box_out(env: Env) -> None:
+    env.bridge.door.strangers = Slots(DOOR_SHARE, DOOR_STRANGERS_PER_SOURCE)
+    sources = [f"127.0.0.{n}" for n in range(2, 12)]
+    port = int(env.bridge.site.public_url.rsplit(":", 1)[1])
+    idle: list[trio.SocketStream] = []
+    try:
+        with trio.fail_after(REAL_WAIT_S):
+            for n in range(1000):
+                stream = await trio.open_tcp_stream(
+                    "127.0.0.1", port, local_address=sources[n % len(sources)]
+                )
+                idle.append(stream)
+                await stream.send_all(UPGRADE % port)
+        with trio.fail_after(REAL_WAIT_S):  # all but the door's share were refused or shed
+            await _until_closed(idle, len(idle) - DOOR_SHARE)
+        home = await env.add_home("h1")  # a box dials the door and authenticates
+        assert env.bridge.door.online(home.name)
     finally:
         for stream in idle:
             await stream.aclose()
