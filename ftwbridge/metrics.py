@@ -193,6 +193,15 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.signin = Counter(
+            "ftwbridge_signin_steps",
+            "Sign-in steps by step (register, consent, claim, home, exchange, refresh, revoke)"
+            " and outcome (ok, asked, approved, denied, unknown, wrong_code, rate_limited,"
+            " unavailable, or the RFC 6749 error code)",
+            ["step", "outcome"],
+            registry=self.registry,
+        )
+
         self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self._request_children: dict[tuple[str, str], Counter] = {}
         """Each label set's series, kept: prometheus_client's `labels()` validates and locks on
@@ -201,6 +210,10 @@ class Metrics:
     def on_mesh_refused(self, reason: str) -> None:
         """Count one request the internal listener refused (`ftwbridge.mesh.listener`)."""
         self.mesh_refused.labels(reason).inc()
+
+    def on_signin(self, step: str, outcome: str) -> None:
+        """Count one sign-in step (`ftwbridge.oauth.audit.SignInAudit`)."""
+        self.signin.labels(step, outcome).inc()
 
     def on_connection_fault(self, kind: str) -> None:
         """Count one connection ended by its own fault (`ftwbridge.edge`, the door's 4400)."""

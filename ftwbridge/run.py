@@ -203,6 +203,7 @@ class Bridge:
             on_revoke=self.tokens.clear,
             refresh_grace_ms=config.refresh_grace_ms,
             shared=config.database_url is not None,
+            on_signin=self.metrics.on_signin,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,

@@ -55,13 +55,17 @@ MAX_CLIENTS = 100_000
 
 
 class OAuthError(Exception):
-    """An RFC 6749 error: `error` code, `description`, HTTP `status`."""
+    """An RFC 6749 error: `error` code, `description`, HTTP `status`, and the sign-in audit's
+    `outcome` word when it is not the error code (`oauth.audit.outcome_of`)."""
 
-    def __init__(self, error: str, description: str, status: int = 400) -> None:
+    def __init__(
+        self, error: str, description: str, status: int = 400, *, outcome: str | None = None
+    ) -> None:
         super().__init__(description)
         self.error = error
         self.description = description
         self.status = status
+        self.outcome = outcome
 
     def error_query(self, state: str | None, issuer: str) -> str:
         """`error=...` (with state and iss) for a client's redirect URI's query."""

@@ -36,6 +36,7 @@ from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import Roster
 from ftwbridge.store import StoreError
 
+from .audit import SignInAudit, Step
 from .cimd import MetadataDocuments
 from .grace import Rotations
 from .limits import OAuthLimits
@@ -90,6 +91,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         shared: the store is shared with other instances (PostgreSQL): it is the truth for
             consent requests and claim offers (module docstring); the door's claim offers go
             to it as they come (`Door.on_claim`).
+        on_signin: told (step, outcome) of each sign-in step (`audit.SignInAudit`).
 
     Attributes:
         send_to_box: how `agent.request` reaches the box; None: this door's `send_to_box`
@@ -110,6 +112,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         on_revoke: Callable[[], None] = lambda: None,
         refresh_grace_ms: int = 10_000,
         shared: bool = False,
+        on_signin: Callable[[str, str], None] | None = None,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -124,6 +127,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         self._limits = OAuthLimits(store)
         self._rotations = Rotations(refresh_grace_ms)
         self._shared = shared
+        self.audit = SignInAudit(on_signin)
         self.send_to_box: SendToBox | None = None
         door.on_denied = self._denied
         if shared:
@@ -236,6 +240,7 @@ class OAuthService(ClientRegistration, TokenGrants):
             if roster is None or pending.agent_key not in roster.agents():
                 return pending
             if await self._change(pending, {"status": "asked"}, status="approved"):
+                self._answered(pending, "approved")
                 return pending
             return await self._load(req)  # another step changed it first
         await self._expire(self._clock())
@@ -273,7 +278,9 @@ class OAuthService(ClientRegistration, TokenGrants):
                 tries=tries,
                 status="failed" if tries >= MAX_CLAIM_TRIES else "new",
             )
-            raise OAuthError("access_denied", "that code is not one a home is showing now")
+            raise OAuthError(
+                "access_denied", "that code is not one a home is showing now", outcome="wrong_code"
+            )
         await self._limits.right_guess(taken, self._clock())
         try:
             key = await self._keys.create(home)
@@ -358,6 +365,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         for pending in list(self._pending.values()):
             if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
                 pending.status = "approved"
+                self._answered(pending, "approved")
                 await self._save(pending)
 
     async def on_roster_saved(self, home: str, roster: Roster) -> None:
@@ -376,10 +384,12 @@ class OAuthService(ClientRegistration, TokenGrants):
             )
             for req, record, _ in asked:
                 key = record.get("agent_key")
-                if isinstance(key, str) and bytes.fromhex(key) in listed:
-                    await self._store.change_oauth_state(
-                        CONSENT, req, {"status": "approved"}, now, where={"status": "asked"}
-                    )
+                if not isinstance(key, str) or bytes.fromhex(key) not in listed:
+                    continue
+                if await self._store.change_oauth_state(
+                    CONSENT, req, {"status": "approved"}, now, where={"status": "asked"}
+                ):
+                    self._answered(pending_from(record), "approved")
         except StoreError as exc:
             log.warning(
                 "consents of home %s listed by roster seq %d not approved: %s",
@@ -396,21 +406,30 @@ class OAuthService(ClientRegistration, TokenGrants):
             pending = self._pending.get(req)
             if pending is not None and pending.home == home and pending.status == "asked":
                 pending.status = "denied"
+                self._answered(pending, "denied")
             return
         try:
             with trio.move_on_after(READER_WRITE_S):
-                await self._store.change_oauth_state(
+                record = await self._store.change_oauth_state(
                     CONSENT,
                     req,
                     {"status": "denied"},
                     self._clock(),
                     where={"home": home, "status": "asked"},
                 )
+                if record:
+                    self._answered(pending_from(record), "denied")
                 return
             why = f"the store took more than {READER_WRITE_S:g} s"
         except StoreError as exc:
             why = str(exc)
         log.warning("denial of consent request of home %s not kept (%s)", home, why)
+
+    def _answered(self, pending: Pending, outcome: str) -> None:
+        """The home's owner answered `pending` (`approved` or `denied`): the `home` step."""
+        self.audit.record(
+            Step("home", outcome, pending.client_id, pending.home or "-", pending.source or "-")
+        )
 
     async def _expire(self, now: int) -> None:
         """End what expired: consent requests (their unlisted keys dropped; shared: each by
