@@ -151,7 +151,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         await self._make_room(address, now)
         params = present(params)
         client_id = params.get("client_id", "")
-        client = await self._client(client_id, now)
+        client = await self._client(client_id, now, address)
         registered: list[str] = client["redirect_uris"]
         asked = params.get("redirect_uri")
         if asked is None and len(registered) == 1 and redirect_kind(registered[0]) != "loopback":

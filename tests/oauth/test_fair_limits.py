@@ -5,12 +5,15 @@ proxy in front, so the bridge keys its limits on the TCP peer."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx2
 import pytest
+import trio
 
+from ftwbridge.oauth import cimd
 from ftwbridge.oauth.limits import OAuthLimits
 from ftwbridge.oauth.model import (
     GUESS_ADDRESS_BURST,
@@ -25,6 +28,7 @@ from ftwbridge.oauth.model import (
 from ftwbridge.oauth.shedding import Open, to_shed
 from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.helpers import authorize_params, form_fields, pkce
+from tests.oauth.test_documents import documents_server
 from tests.oauth.test_flow import REDIRECT
 
 STRANGERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -148,3 +152,53 @@ async def test_strangers_cannot_hold_every_consent_request(
         assert r.status_code == 429 and "from your address" in r.text
     async with from_address(STRANGERS[1]) as http:  # 1 open: the heaviest (2) gives way
         assert (await http.get(base + "/authorize", params=params)).status_code == 200
+
+
+async def _silent_server(nursery: trio.Nursery, full: int, on_full: trio.Event) -> int:
+    """A document host that accepts and never answers (a stranger's slow document); sets
+    `on_full` once `full` fetches are connected to it."""
+    held = 0
+
+    async def hold(stream: trio.SocketStream) -> None:
+        nonlocal held
+        held += 1
+        if held == full:
+            on_full.set()
+        async with stream:
+            await trio.sleep_forever()
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, hold, 0, host="127.0.0.1"))
+    return int(listeners[0].socket.getsockname()[1])
+
+
+@pytest.mark.config(test_loopback_metadata=True)
+async def test_strangers_slow_documents_do_not_hold_every_fetch(
+    nursery: trio.Nursery, env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cimd, "FETCH_S", 4 * REAL_WAIT_S)  # the slow ones outlast the test
+    base = env.bridge.site.public_url
+    docs = await documents_server(nursery)
+    all_held = trio.Event()
+    slow = await _silent_server(nursery, cimd.MAX_FETCHES, all_held)
+    _, challenge = pkce()
+
+    async def stranger(address: str, n: int) -> None:
+        client_id = f"http://127.0.0.1:{slow}/{address}-{n}.json"
+        async with from_address(address) as http:
+            await http.get(
+                base + "/authorize", params=authorize_params(client_id, REDIRECT, challenge)
+            )
+
+    async with trio.open_nursery() as strangers:
+        sources = [f"127.0.0.{n}" for n in range(2, 2 + cimd.MAX_FETCHES // 2)]
+        for address in sources:  # together they hold every fetch the bridge makes at once
+            for n in range(2):
+                strangers.start_soon(stranger, address, n)
+        with trio.fail_after(REAL_WAIT_S):
+            await all_held.wait()
+        with trio.fail_after(REAL_WAIT_S):  # far less than the slow fetches take
+            async with from_address(PERSON) as http:
+                params = authorize_params(f"{docs}/good.json", REDIRECT, challenge)
+                page = await http.get(base + "/authorize", params=params)
+        assert page.status_code == 200 and "Doc &lt;client&gt;" in page.text
+        strangers.cancel_scope.cancel()
