@@ -71,7 +71,7 @@ class _Gauges(Collector):
         refused = CounterMetricFamily(
             "ftwbridge_door_uplinks_refused",
             "Uplinks the door refused before they were up, by reason"
-            " (unknown_home, bad_signature, no_hello)",
+            " (unknown_home, bad_signature, no_hello, strangers)",
             labels=["reason"],
         )
         for reason, n in sorted(stats.uplinks_refused_by.items()):
