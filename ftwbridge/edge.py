@@ -105,6 +105,10 @@ class Connections:
 
     def __init__(self) -> None:
         self._open: set[GuardedTCPServer] = set()
+        self.turned_away = {"refused": 0, "shed": 0}
+        """Connections that sent no whole request and were closed by the listener's quota
+        of strangers (`EdgeConfig.strangers`): refused on arrival, or shed for a lighter
+        address's (they only grow)."""
 
     def add(self, connection: GuardedTCPServer) -> None:
         """A connection has started."""
@@ -391,8 +395,12 @@ class GuardedTCPServer(TCPServer):
                     await self._run_guarded()
             if scope.cancelled_caught:
                 log.debug("a connection from %s that sent no request was shed", source)
+                if connections is not None:
+                    connections.turned_away["shed"] += 1
         except SlotRefused:
             log.debug("a connection from %s was refused: it holds too many idle ones", source)
+            if connections is not None:
+                connections.turned_away["refused"] += 1
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
         finally:

@@ -119,7 +119,17 @@ class _Listeners(Collector):
     def __init__(self) -> None:
         self.listeners: dict[str, Connections] = {}
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
+        away = CounterMetricFamily(
+            "ftwbridge_strangers_turned_away",
+            "Connections that sent no whole request, closed by a listener's quota of strangers"
+            " (how: refused on arrival, or shed for a lighter address)",
+            labels=["listener", "how"],
+        )
+        for name, connections in self.listeners.items():
+            for how, n in sorted(connections.turned_away.items()):
+                away.add_metric([name, how], n)
+        yield away
         family = GaugeMetricFamily(
             "ftwbridge_connections",
             "Open connections by listener (main, admin) and state"

@@ -61,6 +61,15 @@ async def test_a_thousand_idle_strangers_hold_a_bounded_share_of_the_door(env: E
                 assert r.status_code == 200
         with trio.fail_after(REAL_WAIT_S):  # all but MAX_STRANGERS were refused or shed
             await _until_closed(idle, STRANGERS - MAX_STRANGERS)
+        registry = env.bridge.metrics.registry
+        away = sum(
+            registry.get_sample_value(
+                "ftwbridge_strangers_turned_away_total", {"listener": "main", "how": how}
+            )
+            or 0
+            for how in ("refused", "shed")
+        )
+        assert away >= STRANGERS - MAX_STRANGERS  # counted as what it is
         await env.add_home("h1")  # a box dials the door and authenticates
     finally:
         for stream in idle:
@@ -93,6 +102,10 @@ async def test_a_thousand_strangers_that_never_authenticate_keep_no_box_out(env:
                 await stream.send_all(UPGRADE % port)
         with trio.fail_after(REAL_WAIT_S):  # all but the door's share were refused or shed
             await _until_closed(idle, len(idle) - DOOR_SHARE)
+        refused = env.bridge.metrics.registry.get_sample_value(
+            "ftwbridge_door_uplinks_refused_total", {"reason": "strangers"}
+        )
+        assert refused is not None and refused >= len(idle) - DOOR_SHARE
         home = await env.add_home("h1")  # a box dials the door and authenticates
         assert env.bridge.door.online(home.name)
     finally:
