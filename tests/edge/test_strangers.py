@@ -76,6 +76,32 @@ async def test_a_thousand_idle_strangers_hold_a_bounded_share_of_the_door(env: E
             await stream.aclose()
 
 
+async def test_idle_strangers_never_keep_the_operator_from_the_admin_listener(env: Env) -> None:
+    assert env.bridge.admin_url is not None
+    port = int(env.bridge.admin_url.rsplit(":", 1)[1])
+    idle = []
+    try:
+        with trio.fail_after(REAL_WAIT_S):
+            idle = await _idle_strangers(port)
+            async with httpx2.AsyncClient(timeout=REAL_WAIT_S) as http:  # the operator
+                r = await http.get(env.bridge.admin_url + "/metrics")
+        assert r.status_code == 200
+        with trio.fail_after(REAL_WAIT_S):
+            await _until_closed(idle, STRANGERS - MAX_STRANGERS)
+        registry = env.bridge.metrics.registry
+        away = sum(
+            registry.get_sample_value(
+                "ftwbridge_strangers_turned_away_total", {"listener": "admin", "how": how}
+            )
+            or 0
+            for how in ("refused", "shed")
+        )
+        assert away >= STRANGERS - MAX_STRANGERS
+    finally:
+        for stream in idle:
+            await stream.aclose()
+
+
 UPGRADE = (
     b"GET /v1/box HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
     b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
