@@ -20,7 +20,6 @@ down, so an upgrade that fixes them is noticed and this module can go.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
-from ftwbridge.fairshare import SlotRefused, Slots
+from ftwbridge.fairshare import Network, SlotRefused, Slots, source_key
 from ftwbridge.idle import IdleTimer
 
 log = logging.getLogger("ftwbridge.edge")
@@ -137,7 +136,7 @@ class EdgeConfig(HypercornConfig):
 
     on_connection_fault: Callable[[str], None] | None = None
     connections: Connections | None = None
-    exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    exempt: tuple[Network, ...] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -413,12 +412,7 @@ class GuardedTCPServer(TCPServer):
             host = str(self.stream.socket.getpeername()[0])
         except (OSError, AttributeError, IndexError):
             return "?"
-        exempt = getattr(self.config, "exempt", ())
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
-            return host
-        return None if any(ip in net for net in exempt if net.version == ip.version) else host
+        return source_key(host, getattr(self.config, "exempt", ()))
 
     def _known(self) -> None:
         """A request head is whole: the connection is no stranger any more."""

@@ -13,13 +13,33 @@ as any other while the total is full, is refused: that is its own traffic.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ipaddress
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 import trio
 
 T = TypeVar("T")
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def source_key(host: str, exempt: Iterable[Network] = ()) -> str | None:
+    """The source a peer address counts as: the address itself, an IPv6 address per /64 (the
+    block one subscriber usually holds, so changing the interface id is no new source), the
+    text as given when it is no address; None when it is in `exempt` (not counted)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if any(ip in net for net in exempt if net.version == ip.version):
+        return None
+    if ip.version == 6:
+        mapped = ip.ipv4_mapped
+        if mapped is not None:
+            return str(mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class FairShare(Generic[T]):

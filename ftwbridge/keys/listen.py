@@ -17,7 +17,7 @@ from typing import Final
 import trio
 
 from ftwbridge.config import split_address
-from ftwbridge.fairshare import SlotRefused, Slots
+from ftwbridge.fairshare import SlotRefused, Slots, source_key
 
 from .mesh import MeshChannel, Message, Refused
 from .ops import answer
@@ -124,8 +124,13 @@ async def serve_keys_tcp(
 def _source(stream: trio.abc.Stream) -> str:
     """The peer's address without its port, the key of its stranger slots ("a peer" when
     unknown: such peers share one source)."""
-    peer = _peer(stream)
-    return peer.rsplit(":", 1)[0] if ":" in peer else peer
+    if not isinstance(stream, trio.SocketStream):
+        return "a peer"
+    try:
+        host = str(stream.socket.getpeername()[0])
+    except OSError:
+        return "a peer"
+    return source_key(host) or host
 
 
 def _peer(stream: trio.abc.Stream) -> str:

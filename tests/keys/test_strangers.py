@@ -4,10 +4,12 @@ on real sockets, from several loopback addresses, never keep a bridge out."""
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 import trio
 
-from ftwbridge.fairshare import FairShare, SlotRefused, Slots
+from ftwbridge.fairshare import FairShare, SlotRefused, Slots, source_key
 from ftwbridge.keys import KeysService, listen
 from ftwbridge.keys.listen import MAX_CONNECTIONS, MAX_STRANGERS, serve_keys_tcp
 from ftwbridge.keys.remote import RemoteKeys
@@ -36,6 +38,16 @@ def test_fair_share_sheds_the_heaviest_sources_oldest() -> None:
     assert share.admit("A", "a6") == [] and len(share) == 4
     with pytest.raises(ValueError):
         FairShare(total=1, per_source=2)
+
+
+def test_a_source_is_an_address_or_an_ipv6_64() -> None:
+    assert source_key("127.0.0.2") == "127.0.0.2"
+    assert (
+        source_key("2001:db8:1:2:aaaa::1") == source_key("2001:db8:1:2::9") == "2001:db8:1:2::/64"
+    )
+    assert source_key("::ffff:203.0.113.5") == "203.0.113.5"
+    assert source_key("10.0.0.2", [ipaddress.ip_network("10.0.0.0/8")]) is None  # exempt
+    assert source_key("?") == "?"
 
 
 async def test_slots_cancel_what_they_shed() -> None:
