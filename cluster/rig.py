@@ -204,6 +204,8 @@ def instance_settings(
         # the scripted session's 28 calls at one home and ~30 requests of one agent, as the demo
         "pace_calls_burst": 40,
         "http_burst": 60,
+        # HAProxy in front names the client in X-Forwarded-For: the limits key on that
+        "trusted_proxies": ["127.0.0.1"],
     }
     settings |= {
         "instance_id": name,

@@ -172,6 +172,8 @@ def _toml(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -213,6 +215,8 @@ defaults
     log stdout format raw local0
     option httplog
     option dontlognull
+    # the client's address for the instances' per-address limits (their trusted_proxies)
+    option forwardfor
     timeout connect 2s
     timeout client 60s
     timeout server 60s

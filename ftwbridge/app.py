@@ -63,6 +63,15 @@ class Site:
             request.remote_addr, request.headers.getlist("x-forwarded-for"), self.trusted_proxies
         )
 
+    def scope_client(self, scope: Any) -> str:
+        """An ASGI scope's client address, as the per-address limits key it (`client_address`
+        on its TCP peer and `X-Forwarded-For` headers)."""
+        peer = (scope.get("client") or (None, 0))[0]
+        forwarded = [
+            v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-forwarded-for"
+        ]
+        return client_address(peer, forwarded, self.trusted_proxies)
+
     def allow_url(self, url: str) -> None:
         """Allow the Host and Origin of `url` (scheme://host:port)."""
         parts = urlsplit(url)
@@ -128,18 +137,24 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
     @app.route("/oauth/register", methods=["POST", "OPTIONS"])
     async def register() -> Response:
         try:
-            body = loads_strict(await request.get_data(as_text=False))
-            kept = await oauth.register(body, site.client())
+            with oauth.audit.step("register", source=site.client()) as step:
+                try:
+                    body = loads_strict(await request.get_data(as_text=False))
+                except (ValueError, RecursionError):
+                    raise OAuthError("invalid_client_metadata", "the body must be JSON") from None
+                kept = await oauth.register(body, site.client())
+                step.client = str(kept.get("client_id", "-"))
             return _json_response(201, kept, CORS | NO_STORE)
-        except (ValueError, RecursionError):
-            return form_error(OAuthError("invalid_client_metadata", "the body must be JSON"))
         except OAuthError as exc:
             return form_error(exc)
 
     @app.route("/authorize", methods=["GET"])
     async def authorize() -> Response:
         try:
-            pending = await oauth.start(dict(request.args.items()), site.client())
+            with oauth.audit.step(
+                "consent", client=request.args.get("client_id", "-"), source=site.client()
+            ):
+                pending = await oauth.start(dict(request.args.items()), site.client())
         except OAuthError as exc:  # a page, never a redirect (see OAuthService.start)
             status = exc.status if exc.status in (429, 503) else 400
             return Response(pages.problem(exc.description), status, pages.PAGE_HEADERS)
@@ -156,9 +171,12 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         req = str(form.get("req", ""))
         issuer = site.public_url.rstrip("/")
         try:
-            await oauth.claim(
-                req, str(form.get("csrf", "")), str(form.get("code", "")), site.client()
-            )
+            with oauth.audit.step("claim", source=site.client()) as step:
+                asked = await oauth.claim(
+                    req, str(form.get("csrf", "")), str(form.get("code", "")), site.client()
+                )
+                step.outcome, step.client = asked.status, asked.client_id
+                step.home = asked.home or "-"
         except OAuthError as exc:
             pending = await oauth.get(req)
             if pending is not None and pending.status == "failed":
@@ -208,16 +226,22 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
     @app.route("/oauth/token", methods=["POST", "OPTIONS"])
     async def token() -> Response:
         form = {k: str(v) for k, v in (await request.form).items()}
+        grant = form.get("grant_type")
         try:
             form = with_basic_client(form, request.headers.get("authorization"))
-            return _json_response(200, await oauth.token(form), NO_STORE | CORS)
+            step = "refresh" if grant == "refresh_token" else "exchange"
+            with oauth.audit.step(step, client=form.get("client_id", "-"), source=site.client()):
+                tokens = await oauth.token(form)
+            return _json_response(200, tokens, NO_STORE | CORS)
         except OAuthError as exc:
             return form_error(exc)
 
     @app.route("/oauth/revoke", methods=["POST", "OPTIONS"])
     async def revoke() -> Response:
         try:
-            await oauth.revoke({k: str(v) for k, v in (await request.form).items()})
+            with oauth.audit.step("revoke", source=site.client()) as step:
+                held = await oauth.revoke({k: str(v) for k, v in (await request.form).items()})
+                step.outcome, step.home = ("unknown", "-") if held is None else ("ok", held or "-")
         except OAuthError as exc:
             return form_error(exc)
         return Response(b"", 200, CORS)
@@ -296,4 +320,4 @@ def create_app(
         max_body_bytes=max_body_bytes,
         body_timeout_s=body_timeout_s,
     )
-    return DoorRoute(mcp, door.serve_uplink)  # `/v1/box` and `/mcp` skip Quart
+    return DoorRoute(mcp, door.serve_uplink, site.scope_client)  # `/v1/box`, `/mcp` skip Quart

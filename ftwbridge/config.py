@@ -375,7 +375,9 @@ class Config(BaseModel):
     """TEST PROFILE ONLY: let http on a loopback host stand in for https metadata documents."""
     trusted_proxies: tuple[str, ...] = ()
     """Addresses or CIDR blocks of reverse proxies whose `X-Forwarded-For` is believed when
-    the OAuth endpoints limit per client address (docs/auth.md); none by default."""
+    a limit keys on the client's address (the OAuth endpoints, the door's unauthenticated
+    uplinks, the audit's client: docs/auth.md); none by default. Their own connections are
+    not counted as strangers' (docs/operations.md, "Limits that strangers cannot fill")."""
     refresh_grace_ms: int = Field(default=10_000, ge=0, le=300_000)
     """Milliseconds during which repeated refreshes of one refresh token get the same new pair
     (RFC 9700 section 4.14.2 trade-off, docs/auth.md); 0 makes every repeat revoke the grant."""

@@ -34,6 +34,7 @@ from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
+from ftwbridge.fairshare import Network, SlotRefused, Slots, source_key
 from ftwbridge.idle import IdleTimer
 
 log = logging.getLogger("ftwbridge.edge")
@@ -63,6 +64,14 @@ PEER_FAULTS: Final = {
 }
 """Close codes that hypercorn's WebSocket layer (wsproto) sends for what the peer sent; our
 app never closes with them, so the guard reports such a Close as the connection's fault."""
+
+
+MAX_STRANGERS: Final = 1024
+"""Connections of one listener that have not sent a whole request head yet, all peers
+together; past it the peer address holding the most loses its oldest (`fairshare`)."""
+STRANGERS_PER_SOURCE: Final = 256
+"""Such connections one peer address may hold; one more is closed at once (a client opening
+many connections at once holds each for the moment its first request head takes)."""
 
 
 class ProtocolViolation(Exception):
@@ -95,6 +104,10 @@ class Connections:
 
     def __init__(self) -> None:
         self._open: set[GuardedTCPServer] = set()
+        self.turned_away = {"refused": 0, "shed": 0}
+        """Connections that sent no whole request and were closed by the listener's quota
+        of strangers (`EdgeConfig.strangers`): refused on arrival, or shed for a lighter
+        address's (they only grow)."""
 
     def add(self, connection: GuardedTCPServer) -> None:
         """A connection has started."""
@@ -115,10 +128,19 @@ class Connections:
 class EdgeConfig(HypercornConfig):
     """hypercorn's `Config` with the guard's hooks: `on_connection_fault(kind)` is called once
     per connection ended by a fault (kind `http`, `websocket` or `http2`); `connections`, if
-    set, holds the listener's open connections for the gauge."""
+    set, holds the listener's open connections for the gauge; `strangers` is the listener's
+    quota of connections that have not sent a whole request yet (`MAX_STRANGERS`, per peer
+    address `STRANGERS_PER_SOURCE`, the heaviest address shed first: docs/operations.md,
+    "Limits that strangers cannot fill"); peers in `exempt` (trusted proxies, which bound
+    their own clients) are not counted there."""
 
     on_connection_fault: Callable[[str], None] | None = None
     connections: Connections | None = None
+    exempt: tuple[Network, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.strangers = Slots(MAX_STRANGERS, STRANGERS_PER_SOURCE)
 
 
 class GuardedTCPServer(TCPServer):
@@ -147,6 +169,7 @@ class GuardedTCPServer(TCPServer):
         self._discarding = False
         self._busy = False
         self._closing = False
+        self._stranger: tuple[Slots, str, trio.CancelScope] | None = None
         self.idle_task = IdleTimer(  # type: ignore[assignment]
             self.config.keep_alive_timeout,
             self.context.terminated,
@@ -204,6 +227,8 @@ class GuardedTCPServer(TCPServer):
             await self._write(CLOSE_PROTOCOL_ERROR, turn=True)
         elif isinstance(event, Updated):
             self._busy = not event.idle
+            if self._busy:
+                self._known()
             if event.idle:
                 self._head_due = True  # the response is done; the next one starts with a head
         await super().protocol_send(event)
@@ -351,15 +376,50 @@ class GuardedTCPServer(TCPServer):
                     scope.deadline = min(scope.deadline, trio.current_time() + LAST_WORDS_S)
 
     async def run(self) -> None:
-        """Serve the connection; a fault anywhere in it ends it alone (see the module)."""
+        """Serve the connection; a fault anywhere in it ends it alone (see the module). Until
+        its first request head is whole it holds a slot of the listener's `strangers`, and
+        ends at once if a lighter peer's arrival sheds it."""
         connections = getattr(self.config, "connections", None)
         if connections is not None:
             connections.add(self)
         try:
-            await self._run_guarded()
+            strangers: Slots | None = getattr(self.config, "strangers", None)
+            source = self._source()
+            if strangers is None or source is None:
+                await self._run_guarded()
+                return
+            with strangers.hold(source) as scope:
+                self._stranger = (strangers, source, scope)
+                with scope:
+                    await self._run_guarded()
+            if scope.cancelled_caught:
+                log.debug("a connection from %s that sent no request was shed", source)
+                if connections is not None:
+                    connections.turned_away["shed"] += 1
+        except SlotRefused:
+            log.debug("a connection from %s was refused: it holds too many idle ones", source)
+            if connections is not None:
+                connections.turned_away["refused"] += 1
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
         finally:
             if connections is not None:
                 connections.discard(self)
+
+    def _source(self) -> str | None:
+        """The peer's address, the key of its stranger slots; None when it is exempt."""
+        try:
+            host = str(self.stream.socket.getpeername()[0])
+        except (OSError, AttributeError, IndexError):
+            return "?"
+        return source_key(host, getattr(self.config, "exempt", ()))
+
+    def _known(self) -> None:
+        """A request head is whole: the connection is no stranger any more."""
+        if self._stranger is not None:
+            strangers, source, scope = self._stranger
+            self._stranger = None
+            strangers.share.release(source, scope)
 
     async def _run_guarded(self) -> None:
         try:

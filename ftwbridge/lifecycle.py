@@ -1,7 +1,14 @@
-"""Process lifetime: run until done or signalled, with an optional drain on the first signal."""
+"""Process lifetime: run until done or signalled, with an optional drain on the first signal.
+
+SIGTERM and SIGINT stop the process (docs/operations.md, "Signals"). SIGHUP, which by default
+would end it at once without a word (a terminal closing, an operator's `kill -HUP` expecting a
+reload), is ignored with one warning line: nothing is reloaded from a signal, since every
+setting is read once at start, and a changed configuration takes a restart.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -10,6 +17,9 @@ from collections.abc import Awaitable, Callable
 import trio
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+IGNORED_SIGNALS = (signal.SIGHUP,)
+"""Signals logged and otherwise ignored while `until_signalled` runs (see the module)."""
+log = logging.getLogger("ftwbridge")
 
 
 class StartupError(Exception):
@@ -37,9 +47,10 @@ async def until_signalled(
 
     The first signal calls `drain` (if given) and then stops; without `drain`, or on a second
     signal, everything is cancelled at once. Returns 0, or 1 when a second signal cut a drain.
+    SIGHUP is logged and ignored (`IGNORED_SIGNALS`).
     """
     status = 0
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS, *IGNORED_SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
 
             async def main() -> None:
@@ -54,7 +65,14 @@ async def until_signalled(
             async def watch() -> None:
                 nonlocal status
                 draining = False
-                async for _sig in signals:
+                async for sig in signals:
+                    if sig in IGNORED_SIGNALS:
+                        log.warning(
+                            "%s ignored: settings are read only at start, so nothing is"
+                            " reloaded; restart the process (SIGTERM) to apply a change",
+                            signal.Signals(sig).name,
+                        )
+                        continue
                     if draining or drain is None:
                         status = 1 if draining else 0
                         nursery.cancel_scope.cancel()

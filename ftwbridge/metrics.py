@@ -71,7 +71,7 @@ class _Gauges(Collector):
         refused = CounterMetricFamily(
             "ftwbridge_door_uplinks_refused",
             "Uplinks the door refused before they were up, by reason"
-            " (unknown_home, bad_signature, no_hello)",
+            " (unknown_home, bad_signature, no_hello, strangers)",
             labels=["reason"],
         )
         for reason, n in sorted(stats.uplinks_refused_by.items()):
@@ -119,7 +119,17 @@ class _Listeners(Collector):
     def __init__(self) -> None:
         self.listeners: dict[str, Connections] = {}
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
+        away = CounterMetricFamily(
+            "ftwbridge_strangers_turned_away",
+            "Connections that sent no whole request, closed by a listener's quota of strangers"
+            " (how: refused on arrival, or shed for a lighter address)",
+            labels=["listener", "how"],
+        )
+        for name, connections in self.listeners.items():
+            for how, n in sorted(connections.turned_away.items()):
+                away.add_metric([name, how], n)
+        yield away
         family = GaugeMetricFamily(
             "ftwbridge_connections",
             "Open connections by listener (main, admin) and state"
@@ -193,6 +203,15 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.signin = Counter(
+            "ftwbridge_signin_steps",
+            "Sign-in steps by step (register, consent, claim, home, exchange, refresh, revoke)"
+            " and outcome (ok, asked, approved, denied, unknown, wrong_code, rate_limited,"
+            " unavailable, or the RFC 6749 error code)",
+            ["step", "outcome"],
+            registry=self.registry,
+        )
+
         self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self._request_children: dict[tuple[str, str], Counter] = {}
         """Each label set's series, kept: prometheus_client's `labels()` validates and locks on
@@ -201,6 +220,10 @@ class Metrics:
     def on_mesh_refused(self, reason: str) -> None:
         """Count one request the internal listener refused (`ftwbridge.mesh.listener`)."""
         self.mesh_refused.labels(reason).inc()
+
+    def on_signin(self, step: str, outcome: str) -> None:
+        """Count one sign-in step (`ftwbridge.oauth.audit.SignInAudit`)."""
+        self.signin.labels(step, outcome).inc()
 
     def on_connection_fault(self, kind: str) -> None:
         """Count one connection ended by its own fault (`ftwbridge.edge`, the door's 4400)."""

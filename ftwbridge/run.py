@@ -203,6 +203,7 @@ class Bridge:
             on_revoke=self.tokens.clear,
             refresh_grace_ms=config.refresh_grace_ms,
             shared=config.database_url is not None,
+            on_signin=self.metrics.on_signin,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,
@@ -424,6 +425,7 @@ class Bridge:
         hc = edge.EdgeConfig()
         hc.on_connection_fault = self.metrics.on_connection_fault
         hc.connections = self.metrics.listener("main")
+        hc.exempt = self.site.trusted_proxies  # they bound their own clients' idle connections
         hc.bind = [f"fd://{fd}"]
         hc.websocket_ping_interval = c.door_ping_s
         hc.read_timeout = int(c.door_silence_s)

@@ -98,18 +98,27 @@ class DoorRoute:
     closed with 1000; the box leaving (`BoxGone`) ends it quietly.
     """
 
-    __slots__ = ("app", "serve")
+    __slots__ = ("app", "serve", "source")
 
-    def __init__(self, app: Asgi, serve: Callable[[BoxSocket], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        app: Asgi,
+        serve: Callable[[BoxSocket], Awaitable[None]],
+        source: Callable[[Scope], str] | None = None,
+    ) -> None:
         self.app = app
         self.serve = serve
+        self.source = source
+        """The box's address from its upgrade request (the client behind trusted proxies),
+        or None for the TCP peer's."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket" or scope.get("path") != DOOR_PATH:
             await self.app(scope, receive, send)
             return
         client = scope.get("client") or ("?", 0)
-        ws = BoxSocket(receive, send, str(client[0]))
+        address = str(client[0]) if self.source is None else self.source(scope)
+        ws = BoxSocket(receive, send, address)
         if not await ws.accept():
             return
         with contextlib.suppress(BoxGone):

@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from ftwbridge.config import Config
+from ftwbridge.fairshare import SlotRefused, Slots
 from ftwbridge.proto.door import (
     CLOSE_BAD_MESSAGE,
     CLOSE_BAD_SIGNATURE,
@@ -46,6 +47,14 @@ from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSock
 
 log = logging.getLogger("ftwbridge.door")
 CLAIM_MAX_MS = 600_000
+DOOR_STRANGERS = 1024
+"""Uplinks authenticating at once (each has `door_hello_s`), all addresses together; past it
+the address holding the most loses its oldest (`fairshare.FairShare`)."""
+DOOR_STRANGERS_PER_SOURCE = 64
+"""Uplinks one address may have authenticating at once (many homes behind one NAT dial
+together after an outage: they authenticate in one round trip, so 64 at once is plenty)."""
+CLOSE_TRY_LATER = 1013
+"""RFC 6455 section 7.4.1: the server is overloaded; the box dials again later."""
 """A claim offer lasts at most 10 minutes, whatever the box says (PROTOCOL.md part C)."""
 
 
@@ -79,6 +88,11 @@ class Door:
     stats: DoorStats = field(default_factory=DoorStats)
     _uplinks: dict[str, Uplink] = field(default_factory=dict)
     _buckets: dict[tuple[str, bool], Limits] = field(default_factory=dict)
+    strangers: Slots = field(
+        default_factory=lambda: Slots(DOOR_STRANGERS, DOOR_STRANGERS_PER_SOURCE)
+    )
+    """Uplinks that have not authenticated yet, per box address and in total (docs/operations.md,
+    "Limits that strangers cannot fill")."""
     claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
     """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer` (one
     process; with `on_claim` they go to the store instead)."""
@@ -263,7 +277,7 @@ class Door:
 
     async def serve_uplink(self, ws: WebSocketLike) -> None:
         """Run one box uplink until it closes (the `/v1/box` WebSocket handler calls this)."""
-        home = await self._authenticate(ws)
+        home = await self._authenticate_fairly(ws)
         if home is None:
             return
         uplink = Uplink(
@@ -289,6 +303,20 @@ class Door:
                     with trio.CancelScope(shield=True), trio.move_on_after(HOOK_DOWN_S):
                         await self.on_down(home)
             log.info("uplink down home=%s", home)
+
+    async def _authenticate_fairly(self, ws: WebSocketLike) -> str | None:
+        """`_authenticate` in one of `strangers`' slots, keyed on the box's address: an
+        uplink refused a slot, or shed by a lighter address's, is closed 1013 (try again
+        later, RFC 6455 section 7.4.1) and counted as refused (`strangers`)."""
+        source = str(getattr(ws, "remote_addr", "?"))
+        try:
+            with self.strangers.hold(source) as scope, scope:
+                return await self._authenticate(ws)
+        except SlotRefused:
+            pass
+        self._uplink_refused("strangers")
+        await close_ws(ws, CLOSE_TRY_LATER, "too many unauthenticated uplinks; try again later")
+        return None
 
     async def _authenticate(self, ws: WebSocketLike) -> str | None:
         nonce = os.urandom(NONCE_BYTES)

@@ -12,12 +12,12 @@ one).
 from __future__ import annotations
 
 import logging
-from contextlib import suppress
 from typing import Final
 
 import trio
 
 from ftwbridge.config import split_address
+from ftwbridge.fairshare import SlotRefused, Slots, source_key
 
 from .mesh import MeshChannel, Message, Refused
 from .ops import answer
@@ -34,8 +34,23 @@ REQUEST_S: Final = 10.0
 FLUSH_S: Final = 1.0
 """The longest a refusal sentence may take to be written before the connection closes, s."""
 MAX_CONNECTIONS: Final = 1024
-"""Connections served at once; one more is refused in words and closed. Each bridge opens at
-most `remote.MAX_CONNECTIONS` to a keys service, so this serves 32 instances at their busiest."""
+"""Connections that proved the mesh key served at once; one more is refused in words and
+closed. Each bridge opens at most `remote.MAX_CONNECTIONS` to a keys service, so this serves 32
+instances at their busiest. Connections still in their handshake do not count here."""
+MAX_STRANGERS: Final = 256
+"""Connections that have not proved the mesh key yet, all peers together; past it the peer
+address holding the most loses its oldest (`fairshare.FairShare`)."""
+STRANGERS_PER_SOURCE: Final = 64
+"""Connections one peer address may hold before they prove the mesh key (a bridge opens at
+most `remote.MAX_CONNECTIONS`, 32, at once)."""
+TOO_MANY: Final = "the keys service has too many connections; try again shortly"
+STRANGERS_SHED: Final = (
+    "the keys service has too many connections that have not proved the mesh key, and this"
+    " address held the most; try again shortly"
+)
+STRANGERS_FULL: Final = (
+    "too many connections from this address have not proved the mesh key yet; try again shortly"
+)
 RECEIVE_BYTES: Final = 65536
 LOG_REFUSALS: Final = 10
 """Refused connections logged a minute, one line each; the rest are counted, and the first
@@ -93,14 +108,29 @@ async def serve_keys_tcp(
         ) from None
     bound = listeners[0].socket.getsockname()
     limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
+    strangers = Slots(MAX_STRANGERS, STRANGERS_PER_SOURCE)
     refusals = RefusalLog()
 
     async def handler(stream: trio.SocketStream) -> None:
-        await serve_connection(stream, service, mesh_key, limiter=limiter, refusals=refusals)
+        await serve_connection(
+            stream, service, mesh_key, limiter=limiter, refusals=refusals, strangers=strangers
+        )
 
     async with trio.open_nursery() as nursery:
         task_status.started((str(bound[0]), int(bound[1])))
         await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+
+def _source(stream: trio.abc.Stream) -> str:
+    """The peer's address without its port, the key of its stranger slots ("a peer" when
+    unknown: such peers share one source)."""
+    if not isinstance(stream, trio.SocketStream):
+        return "a peer"
+    try:
+        host = str(stream.socket.getpeername()[0])
+    except OSError:
+        return "a peer"
+    return source_key(host) or host
 
 
 def _peer(stream: trio.abc.Stream) -> str:
@@ -127,29 +157,35 @@ async def serve_connection(
     *,
     limiter: trio.CapacityLimiter,
     refusals: RefusalLog | None = None,
+    strangers: Slots | None = None,
 ) -> None:
     """One peer's connection, from its handshake to its end; closes `stream`. A peer that
     breaks the connection ends only it; nothing it sends raises out of here. Refusals are
-    logged through `refusals` (a fresh `RefusalLog` when None)."""
+    logged through `refusals` (a fresh `RefusalLog` when None).
+
+    Until it has proved the mesh key, the connection holds a slot of `strangers` (a fresh
+    `Slots(MAX_STRANGERS, STRANGERS_PER_SOURCE)` when None), keyed on the peer's address;
+    only once proved does it take one of `limiter`'s (the authenticated connections), so
+    strangers holding connections open never keep a bridge out (docs/operations.md, "Limits
+    that strangers cannot fill").
+    """
     refusals = RefusalLog() if refusals is None else refusals
+    strangers = Slots(MAX_STRANGERS, STRANGERS_PER_SOURCE) if strangers is None else strangers
     peer = _peer(stream)
     channel = MeshChannel(mesh_key, client=False)
     async with stream:
         try:
-            limiter.acquire_nowait()
-        except trio.WouldBlock:
-            channel.refuse("the keys service has too many connections; try again shortly")
-            refusals.warn(
-                trio.current_time(),
-                "keys service refused %s: %d connections already",
-                peer,
-                MAX_CONNECTIONS,
-            )
-            with trio.move_on_after(FLUSH_S), suppress(trio.BrokenResourceError):
-                await _flush(stream, channel)
-            return
-        try:
-            refused = await _converse(stream, channel, service)
+            refused = await _prove(stream, channel, limiter, strangers, _source(stream))
+            if refused is None and channel.is_open:
+                try:
+                    limiter.acquire_nowait()
+                except trio.WouldBlock:
+                    refused = channel.refuse(TOO_MANY)
+                else:
+                    try:
+                        refused = await _converse(stream, channel, service)
+                    finally:
+                        limiter.release()
             if refused is not None:
                 how = "refused" if refused.ours else "was refused by"
                 refusals.warn(
@@ -161,15 +197,31 @@ async def serve_connection(
             log.debug("keys connection from %s broke", peer)
         except Exception:  # a fault of ours in one request: it ends this connection alone
             log.exception("keys connection from %s ended by a fault; the service goes on", peer)
-        finally:
-            limiter.release()
 
 
-async def _converse(
-    stream: trio.abc.Stream, channel: MeshChannel, service: KeysPort
+async def _prove(
+    stream: trio.abc.Stream,
+    channel: MeshChannel,
+    limiter: trio.CapacityLimiter,
+    strangers: Slots,
+    source: str,
 ) -> Refused | None:
-    """Run the handshake within `HANDSHAKE_S`, then serve requests until the peer hangs up,
-    stays idle `IDLE_S`, or a fault ends the channel (returned, its REFUSED frame queued)."""
+    """The handshake, in a stranger's slot: a refusal (queued on `channel`), or None when the
+    channel is open or the peer hung up."""
+    if limiter.available_tokens < 1:  # no room even once proved: say so at once
+        return channel.refuse(TOO_MANY)
+    try:
+        with strangers.hold(source) as scope:
+            with scope:
+                return await _handshake(stream, channel)
+            return channel.refuse(STRANGERS_SHED)
+    except SlotRefused:
+        return channel.refuse(STRANGERS_FULL)
+
+
+async def _handshake(stream: trio.abc.Stream, channel: MeshChannel) -> Refused | None:
+    """Run the handshake within `HANDSHAKE_S`: None once open (or the peer hung up), else the
+    refusal (its REFUSED frame queued)."""
     with trio.move_on_after(HANDSHAKE_S):
         while not channel.is_open:
             data = await stream.receive_some(RECEIVE_BYTES)
@@ -181,6 +233,14 @@ async def _converse(
             await _flush(stream, channel)
     if not channel.is_open:
         return channel.refuse(f"the handshake took longer than {HANDSHAKE_S:g} s")
+    return None
+
+
+async def _converse(
+    stream: trio.abc.Stream, channel: MeshChannel, service: KeysPort
+) -> Refused | None:
+    """Serve requests on an open channel until the peer hangs up, stays idle `IDLE_S`, or a
+    fault ends the channel (returned, its REFUSED frame queued)."""
     while True:
         with trio.move_on_after(IDLE_S) as idle:
             data = await stream.receive_some(RECEIVE_BYTES)

@@ -117,7 +117,9 @@ class SealedKeysService:
         except KeysError as exc:
             log.error("agent key %s of home %s: %s", agent_key.hex()[:16], row.home, exc)
             raise
-        return self._handshakes.begin(private, box_noise_key, now=trio.current_time())
+        return self._handshakes.begin(
+            private, box_noise_key, now=trio.current_time(), home=row.home
+        )
 
     async def finish(self, handle: int, message2: bytes) -> TransportKeys:
         """See `KeysPort.finish`."""

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ftwbridge.fairshare import FairShare
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.noise import Initiator, StaticKey, TransportKeys, generate_static
 
@@ -22,6 +23,11 @@ from .keyfile import StateFileError, read_json, update_json
 
 log = logging.getLogger("ftwbridge.keys")
 MAX_PENDING_HANDSHAKES = 4096
+PENDING_PER_HOME = 256
+"""Unfinished handshakes of one home's agents at most: a home whose box never answers (or an
+owner with many agents) cannot fill `MAX_PENDING_HANDSHAKES` for every other home; when that
+is full, the home with the most gives up its oldest (docs/operations.md, "Limits that
+strangers cannot fill")."""
 PENDING_TTL_S = 60.0
 """A handshake begun this long ago and neither finished nor aborted is dropped when room is
 needed, seconds: a caller cancelled after its `begin` was sent (over a socket or TCP) never
@@ -89,40 +95,50 @@ class Handshakes:
 
     Handles are this process's own counter (1, 2, ...); at most `MAX_PENDING_HANDSHAKES` wait
     at once, so a caller that never finishes cannot grow memory, and those older than
-    `PENDING_TTL_S` make room for new ones.
+    `PENDING_TTL_S` make room for new ones; then the home with the most unfinished ones gives
+    up its oldest, and one home has at most `PENDING_PER_HOME` (`fairshare.FairShare`).
     """
 
     def __init__(self) -> None:
-        self._pending: dict[int, tuple[Initiator, float]] = {}
+        self._pending: dict[int, tuple[Initiator, float, str]] = {}
         self._ids = itertools.count(1)
+        self._share: FairShare[int] = FairShare(MAX_PENDING_HANDSHAKES, PENDING_PER_HOME)
 
     def __len__(self) -> int:
         return len(self._pending)
 
     def begin(
-        self, private: bytes | StaticKey, box_noise_key: bytes, *, now: float
+        self, private: bytes | StaticKey, box_noise_key: bytes, *, now: float, home: str = ""
     ) -> tuple[int, bytes]:
-        """Write message 1 as `private` (32 bytes, or parsed once: `StaticKey`) to
-        `box_noise_key` at `now` (monotonic seconds); returns (handle, m1).
+        """Write message 1 as `private` (32 bytes, or parsed once: `StaticKey`) of an agent
+        of `home` to `box_noise_key` at `now` (monotonic seconds); returns (handle, m1).
 
         Raises:
-            KeysError: too many unfinished handshakes, none older than `PENDING_TTL_S`; a
-                box key that is not 32 bytes.
+            KeysError: too many unfinished handshakes of `home` (or of every home, `home`
+                holding the most); a box key that is not 32 bytes.
         """
         if len(self._pending) >= MAX_PENDING_HANDSHAKES:
-            stale = [h for h, (_i, t) in self._pending.items() if now - t >= PENDING_TTL_S]
-            for handle in stale:
-                del self._pending[handle]
-            if not stale:
-                raise KeysError("too many handshakes in progress")
+            for handle in [h for h, p in self._pending.items() if now - p[1] >= PENDING_TTL_S]:
+                self._forget(handle)
         try:
             initiator = Initiator(our_static=private, their_static=box_noise_key)
             message1 = initiator.write_message1()
         except ProtocolError as exc:  # a box key of the wrong size
             raise KeysError(str(exc)) from exc
         handle = next(self._ids)
-        self._pending[handle] = (initiator, now)
+        shed = self._share.admit(home, handle)
+        if shed is None:
+            raise KeysError("too many handshakes in progress")
+        for old in shed:
+            self._pending.pop(old, None)
+        self._pending[handle] = (initiator, now, home)
         return handle, message1
+
+    def _forget(self, handle: int) -> tuple[Initiator, float, str] | None:
+        pending = self._pending.pop(handle, None)
+        if pending is not None:
+            self._share.release(pending[2], handle)
+        return pending
 
     def finish(self, handle: int, message2: bytes) -> TransportKeys:
         """Read message 2 of `handle` (forgotten whatever the outcome).
@@ -130,7 +146,7 @@ class Handshakes:
         Raises:
             KeysError: unknown handle, or a message 2 that fails the handshake (`bad_message`).
         """
-        pending = self._pending.pop(handle, None)
+        pending = self._forget(handle)
         if pending is None:
             raise KeysError("no such handshake")
         try:
@@ -141,7 +157,7 @@ class Handshakes:
 
     def abort(self, handle: int) -> None:
         """Forget an unfinished handshake (nothing if unknown)."""
-        self._pending.pop(handle, None)
+        self._forget(handle)
 
 
 @dataclass(slots=True)
@@ -244,7 +260,9 @@ class KeysService:
         key = self._keys.get(agent_key) or await self._reload(agent_key)
         if key is None:
             raise KeysError("the keys part holds no such agent key", unknown_key=True)
-        return self._handshakes.begin(key.static_key(), box_noise_key, now=trio.current_time())
+        return self._handshakes.begin(
+            key.static_key(), box_noise_key, now=trio.current_time(), home=key.home
+        )
 
     async def finish(self, handle: int, message2: bytes) -> TransportKeys:
         """See `KeysPort.finish`.

@@ -230,8 +230,8 @@ class McpRoute:
         async def body() -> bytes:
             return await read_body(receive, self.max_body_bytes, self.body_timeout_s)
 
-        client = scope.get("client") or ("", 0)
-        req = HttpRequest(method, headers, body, _declared_length(headers), remote=str(client[0]))
+        remote = self.site.scope_client(scope)  # the client's, behind trusted proxies
+        req = HttpRequest(method, headers, body, _declared_length(headers), remote=remote)
         try:
             return await self.service.handle(req)
         except StoreError as exc:

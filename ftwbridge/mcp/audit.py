@@ -39,6 +39,7 @@ OUTCOMES = {
     "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
     "notification": "202: a JSON-RPC notification",
     "forwarded": "sent whole to the instance holding the home, which answered (ftwbridge.mesh)",
+    "guarded": "429: the entry's coarse guard per agent, before forwarding (ftwbridge.mesh)",
     "moved": "421 to a forwarding instance: this one no longer holds the home at that epoch",
     "unknown_resource": "resources/read of a URI that is not one of the token's home's resources",
     "unknown_prompt": "prompts/get naming no prompt of the bridge",

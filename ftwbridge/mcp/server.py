@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import trio
@@ -98,7 +98,8 @@ class HttpRequest:
     read_body: Callable[[], Awaitable[bytes]]
     content_length: int | None = None
     remote: str = ""
-    """The client's address (the entry's coarse guard), or the forwarding instance's id."""
+    """The client's address (behind trusted proxies, the client's), or the forwarding
+    instance's id; `forward` is given the agent instead (the entry's coarse guard)."""
     mesh_epoch: int | None = None
     """Set on a request another instance forwarded (`ftwbridge.mesh`): the epoch at which
     the sender believed this instance holds the token's home."""
@@ -123,6 +124,8 @@ class HttpResponse:
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    outcome: str | None = None
+    """The audit outcome of a response a guard made (`audit.OUTCOMES`), not sent."""
 
 
 def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> HttpResponse:
@@ -306,9 +309,10 @@ class McpService:
             seen.method = method_label(route.method)
         if req.mesh_epoch is None and self._mesh is not None:
             rid = None if isinstance(route, inbound.Rejection) else route.id
-            sent = await self._mesh.forward(token.home, req, body, rid)
+            who = replace(req, remote=f"agent {token.home} {token.agent_id}")  # the guard's key
+            sent = await self._mesh.forward(token.home, who, body, rid)
             if isinstance(sent, HttpResponse):
-                seen.outcome = "forwarded"
+                seen.outcome = sent.outcome or "forwarded"
                 return sent
             if (
                 sent is not None

@@ -40,9 +40,10 @@ CONNECT_S = 2.0
 POOL_CONNECTIONS = 64
 """Connections to other instances at most, all holders together (keep-alive ones included)."""
 GUARD_FACTOR = 4
-"""The entry's coarse guard per client address: this many times the per-agent bucket."""
+"""The entry's coarse guard per agent (the authenticated principal, never the address, which
+behind a balancer is the balancer's): this many times the per-agent bucket."""
 GUARD_ADDRESSES = 10_000
-"""Client addresses the guard remembers at most (full buckets are forgotten first)."""
+"""Agents the guard remembers at most (full buckets are forgotten first)."""
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -140,7 +141,8 @@ class Forwarder:
         return await self._holds(home, epoch)
 
     def _guard(self, remote: str, rid: str | int | None) -> HttpResponse | None:
-        """The entry's coarse guard per client address: None to go on, else the 429."""
+        """The entry's coarse guard per agent (`remote` is the agent, `McpService` sets it):
+        None to go on, else the 429, audited as `guarded`."""
         now = trio.current_time()
         bucket = self._guards.get(remote)
         if bucket is None:
@@ -158,6 +160,7 @@ class Forwarder:
             429,
             {"content-type": "application/json", "retry-after": str(wait_s)},
             _dumps(rej.body()),
+            outcome="guarded",
         )
 
     async def forward(

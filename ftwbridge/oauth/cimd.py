@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import httpx2
 import trio
 
+from ftwbridge.fairshare import SlotRefused, Slots
+
 from .pinned import pinned_transport
 
 MAX_BYTES = 64 * 1024
@@ -28,7 +30,13 @@ MAX_CACHE_S = 86_400
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 MAX_CACHED = 1_000
 MAX_FETCHES = 8
-"""Documents fetched at once; more wait their turn (within the caller's deadline)."""
+"""Documents fetched at once, all client addresses together; past it the address with the most
+fetches under way loses its oldest (`fairshare.FairShare`), so slow documents named by a few
+addresses cannot keep everyone else's sign-in waiting (docs/auth.md, "Limits that strangers
+cannot fill")."""
+MAX_FETCHES_PER_SOURCE = 2
+"""Documents one client address may have fetched at once; one more is refused at once."""
+BUSY = "the bridge is fetching too many client metadata documents for your address now; try again"
 REFUSED = "the client's metadata document could not be used"
 """One message for every failure, so the answers tell nothing about what lies behind a URL."""
 
@@ -56,7 +64,7 @@ class MetadataDocuments:
         self._loopback = allow_loopback_http
         self._clock = clock
         self._cache: dict[str, tuple[dict[str, Any], float]] = {}
-        self._fetches = trio.CapacityLimiter(MAX_FETCHES)
+        self._fetches = Slots(MAX_FETCHES, MAX_FETCHES_PER_SOURCE)
 
     async def _check_url(self, url: str) -> str | None:
         """https with a path, to a host that resolves only to public addresses (no loopback,
@@ -84,18 +92,25 @@ class MetadataDocuments:
             raise DocumentRefused(REFUSED)
         return addresses[0]
 
-    async def fetch(self, url: str) -> dict[str, Any]:
-        """The document at `url` as client metadata.
+    async def fetch(self, url: str, source: str = "-") -> dict[str, Any]:
+        """The document at `url` as client metadata, fetched for client address `source`
+        (`limits.client_address`) unless cached.
 
         Raises:
-            DocumentRefused: any bound broken or the document invalid.
+            DocumentRefused: any bound broken (`MAX_FETCHES_PER_SOURCE` included, or shed
+                for a lighter address) or the document invalid.
         """
         hit = self._cache.get(url)
         if hit is not None and self._clock() < hit[1]:
             return hit[0]
         address = await self._check_url(url)
-        async with self._fetches:
-            doc, cache_header = await self._get(url, address)
+        try:
+            with self._fetches.hold(source) as scope, scope:
+                doc, cache_header = await self._get(url, address)
+        except SlotRefused:
+            raise DocumentRefused(BUSY) from None
+        if scope.cancelled_caught:
+            raise DocumentRefused(BUSY)
         m = re.search(r"max-age=(\d+)", cache_header)
         ttl = min(int(m.group(1)), MAX_CACHE_S) if m else DEFAULT_CACHE_S
         if "no-store" not in cache_header:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ftwbridge.store.base import StoreError
 from ftwbridge.store.limits import LimitStore, Rate, limit_store
@@ -23,10 +24,14 @@ from .model import (
     GUESS_ADDRESS_PER_S,
     GUESS_BURST,
     GUESS_PER_S,
+    GUESS_SHARE_BURST,
+    GUESS_SHARE_PER_S,
     REGISTER_ADDRESS_BURST,
     REGISTER_ADDRESS_PER_S,
     REGISTER_BURST,
     REGISTER_PER_S,
+    REGISTER_SHARE_BURST,
+    REGISTER_SHARE_PER_S,
     START_ADDRESS_BURST,
     START_ADDRESS_PER_S,
     OAuthError,
@@ -90,19 +95,46 @@ def _in(
 GUESSES, GUESSES_BY_ADDRESS = "guess", "guess-by-address"
 REGISTRATIONS, REGISTRATIONS_BY_ADDRESS = "register", "register-by-address"
 STARTS_BY_ADDRESS = "start-by-address"
-"""The limits' names in the store (`oauth_limits.name` on PostgreSQL)."""
+GUESS_SHARES, REGISTER_SHARES = "guess-share", "register-share"
+"""The limits' names in the store (`oauth_limits.name` on PostgreSQL). A `-share` limit is
+each address's allowance while the limit for everyone is spent."""
 EVERYONE = ""
 """The key of a limit that counts every client together."""
 UNAVAILABLE = (
     "the sign-in limits cannot be checked now, as the bridge's database does not answer;"
     " try again in a few seconds"
 )
+GUESS_RATES = {
+    GUESSES: Rate(GUESS_BURST, GUESS_PER_S),
+    GUESSES_BY_ADDRESS: Rate(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S),
+    GUESS_SHARES: Rate(GUESS_SHARE_BURST, GUESS_SHARE_PER_S),
+}
+REGISTER_RATES = {
+    REGISTRATIONS: Rate(REGISTER_BURST, REGISTER_PER_S),
+    REGISTRATIONS_BY_ADDRESS: Rate(REGISTER_ADDRESS_BURST, REGISTER_ADDRESS_PER_S),
+    REGISTER_SHARES: Rate(REGISTER_SHARE_BURST, REGISTER_SHARE_PER_S),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What one counted ask took: the address, and the limits' names charged (given back
+    with `OAuthLimits.right_guess` when the guess was right)."""
+
+    address: str
+    names: tuple[str, ...]
 
 
 class OAuthLimits:
-    """The authorization server's limits (docs/auth.md, "Bounds"), kept in the store's
-    buckets (`ftwbridge.store.limits`): shared by every instance on PostgreSQL, in memory on
-    SQLite. Times are the bridge's wall clock, ms since the epoch.
+    """The authorization server's limits (docs/auth.md, "Bounds" and "Limits that strangers
+    cannot fill"), kept in the store's buckets (`ftwbridge.store.limits`): shared by every
+    instance on PostgreSQL, in memory on SQLite. Times are the bridge's wall clock, ms since
+    the epoch.
+
+    Each ask is charged to its address first (its own traffic), then to the limit for
+    everyone; when that one is spent, the ask is charged to its address's small share
+    instead, so the heaviest sources are refused first and an address that has not asked
+    lately always gets through.
 
     When PostgreSQL does not answer, every check fails closed with 503: the guess limit is
     what keeps an 8-character claim code from being guessed, so it must not lapse while it
@@ -128,19 +160,21 @@ class OAuthLimits:
         except StoreError as exc:  # the charge stays: stricter, never looser
             log.warning("a sign-in limit's charge was not given back: %s", exc)
 
-    async def _take_both(
-        self, everyone: tuple[str, Rate], by_address: tuple[str, Rate], address: str, now_ms: int
-    ) -> bool:
-        """Take from the limit for everyone, then from the address's; the first is given back
-        when the second refuses, so one address's refused asks use up no one else's."""
-        if not await self._take(everyone[0], EVERYONE, everyone[1], now_ms):
-            return False
-        if await self._take(by_address[0], address, by_address[1], now_ms):
-            return True
-        await self._give(everyone[0], EVERYONE, everyone[1], now_ms)
-        return False
+    async def _take_fairly(self, rates: dict[str, Rate], address: str, now_ms: int) -> Taken | None:
+        """Charge the address's own limit, then everyone's, else the address's share of a
+        spent limit for everyone; None (nothing charged) when the address is past its own
+        limit, or past its share while everyone's is spent."""
+        everyone, by_address, share = list(rates)
+        if not await self._take(by_address, address, rates[by_address], now_ms):
+            return None
+        if await self._take(everyone, EVERYONE, rates[everyone], now_ms):
+            return Taken(address, (by_address, everyone))
+        if await self._take(share, address, rates[share], now_ms):
+            return Taken(address, (by_address, share))
+        await self._give(by_address, address, rates[by_address], now_ms)
+        return None
 
-    async def guess(self, address: str, now_ms: int) -> None:
+    async def guess(self, address: str, now_ms: int) -> Taken:
         """Count a claim-code guess from `address` before it is checked (PROTOCOL.md part C:
         the code is short, so wrong guesses are bounded across all consent requests and per
         address). A right guess is given back (`right_guess`).
@@ -149,24 +183,20 @@ class OAuthLimits:
             OAuthError: `temporarily_unavailable`, 429 past a limit, 503 when it cannot be
                 counted.
         """
-        if not await self._take_both(
-            (GUESSES, Rate(GUESS_BURST, GUESS_PER_S)),
-            (GUESSES_BY_ADDRESS, Rate(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S)),
-            address,
-            now_ms,
-        ):
+        taken = await self._take_fairly(GUESS_RATES, address, now_ms)
+        if taken is None:
             raise OAuthError(
                 "temporarily_unavailable",
                 "too many wrong codes just now; try again in a minute",
                 429,
             )
+        return taken
 
-    async def right_guess(self, address: str, now_ms: int) -> None:
+    async def right_guess(self, taken: Taken, now_ms: int) -> None:
         """The guess `guess` counted was a code a home is showing: only wrong ones count."""
-        await self._give(GUESSES, EVERYONE, Rate(GUESS_BURST, GUESS_PER_S), now_ms)
-        await self._give(
-            GUESSES_BY_ADDRESS, address, Rate(GUESS_ADDRESS_BURST, GUESS_ADDRESS_PER_S), now_ms
-        )
+        for name in taken.names:
+            key = EVERYONE if name == GUESSES else taken.address
+            await self._give(name, key, GUESS_RATES[name], now_ms)
 
     async def register(self, address: str, now_ms: int) -> None:
         """Count a client registration (RFC 7591) from `address`.
@@ -175,12 +205,7 @@ class OAuthLimits:
             OAuthError: `temporarily_unavailable`, 429 past a limit, 503 when it cannot be
                 counted.
         """
-        if not await self._take_both(
-            (REGISTRATIONS, Rate(REGISTER_BURST, REGISTER_PER_S)),
-            (REGISTRATIONS_BY_ADDRESS, Rate(REGISTER_ADDRESS_BURST, REGISTER_ADDRESS_PER_S)),
-            address,
-            now_ms,
-        ):
+        if await self._take_fairly(REGISTER_RATES, address, now_ms) is None:
             raise OAuthError(
                 "temporarily_unavailable", "too many registrations just now; try again soon", 429
             )

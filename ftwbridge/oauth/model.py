@@ -21,7 +21,8 @@ MAX_CLAIM_TRIES = 5
 MAX_NAME_CHARS = 100
 MAX_REDIRECT_URIS = 8
 MAX_PENDING = 10_000
-"""Consent requests open at once; more are refused until some end (memory bound)."""
+"""Consent requests open at once (memory bound); past it the source holding the most loses its
+oldest (`shedding.to_shed`), so a first request always gets in."""
 MAX_STATE_CHARS = 512
 USED_CODE_KEEP_MS = 600_000
 """A used code is remembered 10 minutes past its expiry so a replay still revokes its tokens."""
@@ -41,17 +42,30 @@ GUESS_ADDRESS_BURST = 10
 GUESS_ADDRESS_PER_S = 0.1
 """Wrong claim codes per client address: 10, then one every 10 s (below the process's 30, so
 one address cannot use up everyone's guesses)."""
+GUESS_SHARE_BURST = 3
+GUESS_SHARE_PER_S = 0.03
+"""Wrong claim codes per client address while the limit for everyone is spent: 3, then one
+every 33 s. A source that has not guessed lately is always heard (its code is checked), while
+the heaviest guessers are refused first (docs/auth.md, "Limits that strangers cannot fill")."""
+REGISTER_SHARE_BURST = 2
+REGISTER_SHARE_PER_S = 1 / 60
+"""Client registrations per client address while the limit for everyone is spent: 2, then
+one a minute, so a first registration from any address gets through however busy others are."""
 MAX_CLIENTS = 100_000
 
 
 class OAuthError(Exception):
-    """An RFC 6749 error: `error` code, `description`, HTTP `status`."""
+    """An RFC 6749 error: `error` code, `description`, HTTP `status`, and the sign-in audit's
+    `outcome` word when it is not the error code (`oauth.audit.outcome_of`)."""
 
-    def __init__(self, error: str, description: str, status: int = 400) -> None:
+    def __init__(
+        self, error: str, description: str, status: int = 400, *, outcome: str | None = None
+    ) -> None:
         super().__init__(description)
         self.error = error
         self.description = description
         self.status = status
+        self.outcome = outcome
 
     def error_query(self, state: str | None, issuer: str) -> str:
         """`error=...` (with state and iss) for a client's redirect URI's query."""
@@ -192,6 +206,9 @@ class Pending:
     """Whether `/authorize` named `redirect_uri` (then `/oauth/token` must name it too)."""
     saved_status: str = ""
     """The status last written to the store (`persist`); another status is written on read."""
+    source: str = ""
+    """The client address key that opened it (`limits.client_address`), for the shedding of a
+    full bridge (`shedding.to_shed`)."""
 
     def redirect(self, issuer: str, **params: str) -> str:
         """The client's redirect URI with `params`, `state` and `iss` (RFC 9207) added."""

@@ -46,6 +46,7 @@ def pending_record(p: Pending) -> dict[str, Any]:
         "agent_key": None if p.agent_key is None else p.agent_key.hex(),
         "status": p.status,
         "redirect_given": p.redirect_given,
+        "source": p.source,
     }
 
 
@@ -70,6 +71,7 @@ def pending_from(r: dict[str, Any]) -> Pending:
         agent_key=None if r["agent_key"] is None else bytes.fromhex(r["agent_key"]),
         status=str(r["status"]),
         redirect_given=bool(r["redirect_given"]),
+        source=str(r.get("source", "")),
     )
 
 

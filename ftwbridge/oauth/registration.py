@@ -122,11 +122,11 @@ class ClientRegistration:
         await self._store.put_client(client_id, meta, now + CLIENT_TTL_MS)
         return meta
 
-    async def _client(self, client_id: str, now: int) -> dict[str, Any]:
+    async def _client(self, client_id: str, now: int, source: str = "-") -> dict[str, Any]:
         """A registered client, or one named by its metadata document's URL."""
         if self._documents is not None and is_document_url(client_id):
             try:
-                doc = await self._documents.fetch(client_id)
+                doc = await self._documents.fetch(client_id, source)
             except DocumentRefused as exc:
                 raise OAuthError("invalid_client", str(exc)) from None
             uris = doc.get("redirect_uris")

@@ -36,6 +36,7 @@ from ftwbridge.proto.registry import Msg
 from ftwbridge.proto.roster import Roster
 from ftwbridge.store import StoreError
 
+from .audit import SignInAudit, Step
 from .cimd import MetadataDocuments
 from .grace import Rotations
 from .limits import OAuthLimits
@@ -62,6 +63,7 @@ from .redirects import (
 )
 from .registration import ClientRegistration
 from .scopes import granted_scopes, ops_for
+from .shedding import Open, to_shed
 from .tokens import TokenGrants
 
 log = logging.getLogger("ftwbridge.oauth")
@@ -89,6 +91,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         shared: the store is shared with other instances (PostgreSQL): it is the truth for
             consent requests and claim offers (module docstring); the door's claim offers go
             to it as they come (`Door.on_claim`).
+        on_signin: told (step, outcome) of each sign-in step (`audit.SignInAudit`).
 
     Attributes:
         send_to_box: how `agent.request` reaches the box; None: this door's `send_to_box`
@@ -109,6 +112,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         on_revoke: Callable[[], None] = lambda: None,
         refresh_grace_ms: int = 10_000,
         shared: bool = False,
+        on_signin: Callable[[str, str], None] | None = None,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -123,6 +127,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         self._limits = OAuthLimits(store)
         self._rotations = Rotations(refresh_grace_ms)
         self._shared = shared
+        self.audit = SignInAudit(on_signin)
         self.send_to_box: SendToBox | None = None
         door.on_denied = self._denied
         if shared:
@@ -143,20 +148,10 @@ class OAuthService(ClientRegistration, TokenGrants):
         now = self._clock()
         await self._expire(now)
         await self._limits.start(address, now)
-        # shared: every instance's open requests count (the per-address limit alone does not
-        # bound a stranger with many addresses); instances racing may pass it by a few
-        open_now = (
-            await self._store.count_oauth_states(CONSENT, now)
-            if self._shared
-            else len(self._pending)
-        )
-        if open_now >= MAX_PENDING:
-            raise OAuthError(
-                "temporarily_unavailable", "too many sign-ins in progress; try again soon", 503
-            )
+        await self._make_room(address, now)
         params = present(params)
         client_id = params.get("client_id", "")
-        client = await self._client(client_id, now)
+        client = await self._client(client_id, now, address)
         registered: list[str] = client["redirect_uris"]
         asked = params.get("redirect_uri")
         if asked is None and len(registered) == 1 and redirect_kind(registered[0]) != "loopback":
@@ -191,11 +186,45 @@ class OAuthService(ClientRegistration, TokenGrants):
             secrets.token_urlsafe(32),
             now + REQUEST_TTL_MS,
             redirect_given=asked is not None,
+            source=address,
         )
         if not self._shared:
             self._pending[pending.id] = pending
         await self._save(pending)
         return pending
+
+    async def _make_room(self, address: str, now: int) -> None:
+        """Keep the consent requests open at once within `MAX_PENDING` (every instance's,
+        when shared; instances racing may pass it by a few): when full, the heaviest source's
+        oldest request ends (`shedding.to_shed`), so a first request is never refused because
+        of other sources' requests.
+
+        Raises:
+            OAuthError: 429 when `address` itself holds the most open requests.
+        """
+        if self._shared:
+            if await self._store.count_oauth_states(CONSENT, now) < MAX_PENDING:
+                return
+            found = await self._store.find_oauth_states(CONSENT, now, {})
+            held = [pending_from(r) for _, r, _ in found]
+        else:
+            if len(self._pending) < MAX_PENDING:
+                return
+            held = list(self._pending.values())
+        victim = to_shed((Open(p.id, p.source, p.expires_at_ms) for p in held), address)
+        if victim is None:
+            raise OAuthError(
+                "temporarily_unavailable",
+                "too many sign-ins in progress from your address; finish or close one first",
+                429,
+            )
+        shed = next(p for p in held if p.id == victim.id)
+        log.warning(
+            "consent requests full (%d): ended the oldest of source %s, which holds the most",
+            MAX_PENDING,
+            victim.source,
+        )
+        await self.forget(shed)
 
     async def get(self, req: str) -> Pending | None:
         """The consent request `req`, or None when unknown or expired. Shared: as the store
@@ -211,6 +240,7 @@ class OAuthService(ClientRegistration, TokenGrants):
             if roster is None or pending.agent_key not in roster.agents():
                 return pending
             if await self._change(pending, {"status": "asked"}, status="approved"):
+                self._answered(pending, "approved")
                 return pending
             return await self._load(req)  # another step changed it first
         await self._expire(self._clock())
@@ -236,7 +266,7 @@ class OAuthService(ClientRegistration, TokenGrants):
             raise OAuthError("invalid_request", "this consent request is unknown or has expired")
         if pending.status != "new":
             return pending
-        await self._limits.guess(address, self._clock())
+        taken = await self._limits.guess(address, self._clock())
         digest = code_hash(code)
         home = None if digest is None else await self._take_claim(digest)
         if home is None:
@@ -248,8 +278,10 @@ class OAuthService(ClientRegistration, TokenGrants):
                 tries=tries,
                 status="failed" if tries >= MAX_CLAIM_TRIES else "new",
             )
-            raise OAuthError("access_denied", "that code is not one a home is showing now")
-        await self._limits.right_guess(address, self._clock())
+            raise OAuthError(
+                "access_denied", "that code is not one a home is showing now", outcome="wrong_code"
+            )
+        await self._limits.right_guess(taken, self._clock())
         try:
             key = await self._keys.create(home)
         except KeysError:
@@ -333,6 +365,7 @@ class OAuthService(ClientRegistration, TokenGrants):
         for pending in list(self._pending.values()):
             if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
                 pending.status = "approved"
+                self._answered(pending, "approved")
                 await self._save(pending)
 
     async def on_roster_saved(self, home: str, roster: Roster) -> None:
@@ -351,10 +384,12 @@ class OAuthService(ClientRegistration, TokenGrants):
             )
             for req, record, _ in asked:
                 key = record.get("agent_key")
-                if isinstance(key, str) and bytes.fromhex(key) in listed:
-                    await self._store.change_oauth_state(
-                        CONSENT, req, {"status": "approved"}, now, where={"status": "asked"}
-                    )
+                if not isinstance(key, str) or bytes.fromhex(key) not in listed:
+                    continue
+                if await self._store.change_oauth_state(
+                    CONSENT, req, {"status": "approved"}, now, where={"status": "asked"}
+                ):
+                    self._answered(pending_from(record), "approved")
         except StoreError as exc:
             log.warning(
                 "consents of home %s listed by roster seq %d not approved: %s",
@@ -371,21 +406,30 @@ class OAuthService(ClientRegistration, TokenGrants):
             pending = self._pending.get(req)
             if pending is not None and pending.home == home and pending.status == "asked":
                 pending.status = "denied"
+                self._answered(pending, "denied")
             return
         try:
             with trio.move_on_after(READER_WRITE_S):
-                await self._store.change_oauth_state(
+                record = await self._store.change_oauth_state(
                     CONSENT,
                     req,
                     {"status": "denied"},
                     self._clock(),
                     where={"home": home, "status": "asked"},
                 )
+                if record:
+                    self._answered(pending_from(record), "denied")
                 return
             why = f"the store took more than {READER_WRITE_S:g} s"
         except StoreError as exc:
             why = str(exc)
         log.warning("denial of consent request of home %s not kept (%s)", home, why)
+
+    def _answered(self, pending: Pending, outcome: str) -> None:
+        """The home's owner answered `pending` (`approved` or `denied`): the `home` step."""
+        self.audit.record(
+            Step("home", outcome, pending.client_id, pending.home or "-", pending.source or "-")
+        )
 
     async def _expire(self, now: int) -> None:
         """End what expired: consent requests (their unlisted keys dropped; shared: each by

@@ -302,9 +302,11 @@ class TokenGrants(SavedSignIns):
         await self._store.drop_agent_tokens(home, agent_key)
         self._on_revoke()
 
-    async def revoke(self, form: dict[str, str]) -> None:
+    async def revoke(self, form: dict[str, str]) -> str | None:
         """RFC 7009 revocation: an access token stops working; a refresh token takes its family
         and the agent's access tokens with it. Unknown tokens are ignored, as the RFC says.
+        Returns the home of the token revoked, `""` for an access token, None for a token not
+        held (the audit's `unknown`).
 
         Raises:
             OAuthError: `invalid_request` when no token is given.
@@ -313,11 +315,15 @@ class TokenGrants(SavedSignIns):
         if token is None:
             raise OAuthError("invalid_request", "token is required")
         digest = token_hash(token)
+        held: str | None = ""
         if not await self._store.drop_token(digest):
             record = await self._store.refresh_record(digest, self._clock())
             used = await self._store.use_refresh(digest, self._clock())
+            held = None
             if used is not None and record is not None:
+                held = str(record["home"])
                 await self._revoke_family(
                     used[0], record["home"], bytes.fromhex(record["agentKey"])
                 )
         self._on_revoke()
+        return held

@@ -35,6 +35,7 @@ from cluster.rig import Cluster, Options, open_cluster
 from cluster.services import NO_HAPROXY, NO_POSTGRES, Postgres
 from ftwbridge.mcp.control_tools import CONTROL_TOOLS
 from ftwbridge.mcp.tools import TOOLS
+from ftwbridge.oauth.model import REGISTER_ADDRESS_BURST
 from tests.store.pgserver import postgres_bin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -426,11 +427,34 @@ async def roll_a_restart(cluster: Cluster) -> None:
     assert alone.kind == "words" and "no bridge instance is ready" in alone.text, alone
 
 
+async def tenants_keep_their_own_limits(cluster: Cluster) -> None:
+    """Every connection comes through HAProxy; the limits key on the client HAProxy names in
+    `X-Forwarded-For` (`option forwardfor`), which the instances believe (`trusted_proxies`):
+    one tenant past its limit leaves the others theirs (docs/auth.md, "Limits that strangers
+    cannot fill")."""
+
+    async def register(address: str, times: int) -> list[int]:
+        transport = httpx2.AsyncHTTPTransport(local_address=address)
+        async with httpx2.AsyncClient(transport=transport, timeout=RECONNECT_S) as http:
+            body = {"redirect_uris": ["http://127.0.0.1:9/callback"]}
+            return [
+                (await http.post(cluster.base + "/oauth/register", json=body)).status_code
+                for _ in range(times)
+            ]
+
+    with trio.fail_after(RECONNECT_S):
+        burst = REGISTER_ADDRESS_BURST
+        assert await register("127.0.0.2", burst) == [201] * burst
+        assert await register("127.0.0.2", 1) == [429]  # its own limit
+        assert await register("127.0.0.3", 1) == [201]  # not one bucket for HAProxy's address
+
+
 @needs_parts
 async def test_kill_9_postgresql_restarted_and_a_rolling_restart_on_one_cluster() -> None:
     options = Options(port=0, stub_args=("--no-read-limit",))  # the load reads 20 times a second
     async with open_cluster(options) as cluster:
         root = str(cluster.root)
+        await tenants_keep_their_own_limits(cluster)
         await cluster.restart_instance(await kill_the_holder(cluster))  # same id: claims freed
         await restart_postgres_under_load(cluster)
         await roll_a_restart(cluster)

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from ftwbridge.oauth import OAuthError, OAuthService
-from ftwbridge.oauth.model import GUESS_BURST, MAX_CLAIM_TRIES
+from ftwbridge.oauth.model import GUESS_BURST, GUESS_SHARE_BURST, MAX_CLAIM_TRIES
 from ftwbridge.proto.claim import code_hash, new_code
 from ftwbridge.store import TokenRecord, hash_token
 from ftwbridge.store.postgres import PgStore
@@ -167,6 +167,13 @@ async def test_the_wrong_code_limit_is_one_limit_for_both_instances(
             assert info.value.error == "access_denied"
             wrong += 1
     assert wrong == GUESS_BURST  # each instance saw half of them
+    # everyone's limit is spent at both: a new address has its share, counted once for both
+    for n in range(GUESS_SHARE_BURST):
+        at = (a, b)[n % 2]
+        pending = await at.oauth.start(params, "203.0.113.9")
+        with pytest.raises(OAuthError) as info:
+            await at.oauth.claim(pending.id, pending.csrf, "AAAA-AAAA", "203.0.113.9")
+        assert info.value.error == "access_denied"
     for at in (a, b):
         pending = await at.oauth.start(params, "203.0.113.9")
         with pytest.raises(OAuthError) as info:
@@ -231,3 +238,40 @@ async def test_refreshes_at_both_instances_at_once_share_one_pair(
         await b.oauth.token(form)
     assert info.value.error == "invalid_grant" and "revoked" in info.value.description
     assert await a.store.token(hash_token(access)) is None
+
+
+async def test_a_full_cluster_sheds_the_heaviest_sources_oldest_consent(
+    two: tuple[Instance, Instance, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ftwbridge.oauth.service.MAX_PENDING", 3)
+    first, second, now = two
+    a, b = (
+        Instance(
+            OAuthService(
+                store=at.store,
+                keys=Keys(),  # type: ignore[arg-type]
+                door=at.door,  # type: ignore[arg-type]
+                issuer=lambda: "https://bridge.example",
+                resource=lambda: RESOURCE,
+                clock=lambda: now[0],
+                issue_access=minter(at.store, lambda: now[0]),
+                shared=True,  # the consent requests live in the store, for both
+            ),
+            at.door,
+            at.store,
+        )
+        for at in (first, second)
+    )
+    client_id = (await a.oauth.register({"redirect_uris": [REDIRECT]}, "192.0.2.1"))["client_id"]
+    _, challenge = pkce()
+    params = authorize_params(client_id, REDIRECT, challenge)
+    held = []
+    for _ in range(3):  # one stranger fills every instance's room
+        now[0] += 1
+        held.append(await a.oauth.start(params, "198.51.100.7"))
+    mine = await b.oauth.start(params, "203.0.113.9")  # a first request, at the other instance
+    assert await a.oauth.get(held[0].id) is None  # the stranger's oldest went
+    assert await a.oauth.get(held[1].id) is not None and await b.oauth.get(mine.id) is not None
+    with pytest.raises(OAuthError) as info:  # the stranger holds the most: its ask is refused
+        await a.oauth.start(params, "198.51.100.7")
+    assert info.value.status == 429 and "from your address" in info.value.description
