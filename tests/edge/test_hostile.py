@@ -270,7 +270,10 @@ def test_the_demo_session_after_the_corpus(live: LiveBridge) -> None:
 
     started = time.monotonic()
     lines = trio.run(session)
-    assert len(lines) == 2 * 14, lines
+    # Each era prints its header, then one line per read (and the demo's further questions).
+    starts = [i for i, line in enumerate(lines) if line.startswith("[")]
+    assert len(starts) == 2 and starts[0] == 0, lines
+    assert starts[1] == len(lines) - starts[1] > 13, lines
     assert not any(" E_" in line for line in lines), lines
     assert live.alive, f"the bridge stopped after {time.monotonic() - started:.1f} s"
 
@@ -283,14 +286,15 @@ def _rss_kib(pid: int) -> int:
 
 
 def test_strangers_with_big_messages_leave_no_memory_behind(live: LiveBridge) -> None:
-    """Issue 11, D4: 100 unauthenticated uplinks each start a 1 MiB message; each is refused
-    past 64 KiB (1009), the rest of what it sends is dropped unread, and the bridge's memory
-    comes back to within a few MiB of before."""
+    """60 unauthenticated uplinks from one address (within the door's quota of strangers per
+    address, docs/operations.md "Limits that strangers cannot fill") each start a 1 MiB message;
+    each is refused past 64 KiB (1009), the rest of what it sends is dropped unread, and the
+    bridge's memory comes back to within a few MiB of before."""
     pid = live.procs[0].pid
 
     def strangers() -> set[int | None]:
         socks = []
-        for _ in range(100):
+        for _ in range(60):
             sock, _after = live.upgrade()
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 sock.sendall(frame(2, b"\xa0" * (1024 * 1024)))
@@ -316,9 +320,9 @@ def test_strangers_with_big_messages_leave_no_memory_behind(live: LiveBridge) ->
     let_go()
     live.assert_serving()
     after = _rss_kib(pid)
-    print(f"bridge RSS before {before / 1024:.1f} MiB, after 100 strangers {after / 1024:.1f} MiB")
+    print(f"bridge RSS before {before / 1024:.1f} MiB, after 60 strangers {after / 1024:.1f} MiB")
     # the allocator keeps some of what it grew (5 to 10 MiB here); the defect held about 1 MiB
-    # per stranger (100 MiB for 100) until each socket's 45 s read timeout
+    # per stranger (60 MiB for 60) until each socket's 45 s read timeout
     assert after - before < 16 * 1024, (before, after)
 
 
