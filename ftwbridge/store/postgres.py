@@ -24,7 +24,8 @@ from psycopg_pool import ConnectionPool
 
 from . import migrate
 from .base import StoreError
-from .sql import Connection, Dialect, Found, Matcher, SqlStore
+from .dialect import Connection, Dialect, Found, Matcher
+from .sql import SqlStore
 
 T = TypeVar("T")
 log = logging.getLogger("ftwbridge.store")

@@ -4,142 +4,30 @@ say differently.
 
 Statements are written with `?` placeholders (DB-API "qmark"); a dialect turns them into its
 own (`Dialect.sql`). Both engines take the same upsert (`INSERT ... ON CONFLICT (key) DO UPDATE
-SET c = excluded.c`, SQLite 3.24 or newer), `TRUE` and `FALSE`, and `NOT flag`, so these are
-shared. A dialect keeps the rest: how JSON and lists of text are stored and read, a JSON field
-as text, membership in a set of values, where the write mark is read, and the statements that
+SET c = excluded.c`, SQLite 3.24 or newer) and `TRUE` and `FALSE`, so these are shared. A
+dialect keeps the rest: how JSON and lists of text are stored and read, a JSON field as text, membership in a set of values, where the write mark is read, and the statements that
 read and write one thing atomically, which PostgreSQL says in one statement (`RETURNING`,
 `FOR UPDATE`, JSONB containment `@>`) and SQLite in one `BEGIN IMMEDIATE` transaction.
 
 An engine's own class (`SqliteStore` in `sqlite.py`, `PgStore` in `postgres.py`) adds how a
 statement reaches its database (`SqlStore._call`: one SQLite connection under a lock, or a
 pooled PostgreSQL connection with its retry and `StoreError`) and its lifetime (`start`,
-`close`). docs/architecture.md, "One store, two dialects", says why the cut is there.
+`close`). The dialect's interface is in `dialect.py`; docs/architecture.md, "One store, two
+dialects", says why the cut is there.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, TypeVar
 
 from .base import StoreError, TokenRecord
+from .dialect import Connection, Dialect, Found
 
 T = TypeVar("T")
 log = logging.getLogger("ftwbridge.store")
-
-Found = list[tuple[str, dict[str, Any], int]]
-"""Items of sign-in state as (key, record, expires_at_ms)."""
-
-
-Matcher = Callable[[dict[str, Any]], bool]
-"""Whether a record read back is one that was asked for."""
-
-
-class Rows(Protocol):
-    """What a statement gives back, on either engine (a DB-API cursor)."""
-
-    @property
-    def rowcount(self) -> int:
-        """Rows the statement changed."""
-        ...
-
-    def fetchone(self) -> Any:
-        """The next row as a tuple, or None."""
-        ...
-
-    def fetchall(self) -> list[Any]:
-        """The remaining rows."""
-        ...
-
-    def __iter__(self) -> Iterator[Any]:
-        """The remaining rows, one at a time."""
-        ...
-
-
-class Connection(Protocol):
-    """One connection of either engine (`sqlite3.Connection`, `psycopg.Connection`)."""
-
-    def execute(self, sql: str, args: Sequence[Any] = ..., /) -> Rows:
-        """Run one statement in the engine's own placeholders."""
-        ...
-
-
-class Dialect(abc.ABC):
-    """How one engine says what the two do not say alike. The statement methods are blocking
-    functions on a connection (in the engine's own placeholders), which `SqlStore` runs in a
-    worker thread; each is atomic against every other connection."""
-
-    @abc.abstractmethod
-    def sql(self, statement: str) -> str:
-        """`statement`, written with `?` placeholders, in this engine's placeholders."""
-
-    @abc.abstractmethod
-    def json(self, value: Any) -> Any:
-        """A JSON value (dict or list) as a statement's parameter."""
-
-    @abc.abstractmethod
-    def unjson(self, value: Any) -> Any:
-        """A JSON column's value as Python values."""
-
-    @abc.abstractmethod
-    def texts(self, values: list[str]) -> Any:
-        """A list of text (a token's scopes) as a statement's parameter."""
-
-    @abc.abstractmethod
-    def untexts(self, value: Any) -> tuple[str, ...]:
-        """A list-of-text column's value."""
-
-    @abc.abstractmethod
-    def json_text(self, column: str, field: str) -> str:
-        """SQL for the text of the top-level `field` of the JSON in `column`."""
-
-    @abc.abstractmethod
-    def among(self, values: list[str]) -> Iterator[tuple[str, tuple[Any, ...]]]:
-        """SQL tests that a column is one of `values` (to follow the column's name, with `?`
-        placeholders), with their parameters: as many as the engine needs, none for none."""
-
-    @abc.abstractmethod
-    def matching(self, where: dict[str, Any]) -> tuple[str, tuple[Any, ...], Matcher]:
-        """How a record is matched against `where` (`OAuthStore` semantics: every field of
-        `where` present with the same value and type): a test to add to a `WHERE` clause
-        (with `?` placeholders, starting with " AND ", or empty), its parameters, and a check
-        for the rows it returns."""
-
-    write_mark: str
-    """The statement (no parameters) that reads `Store.write_mark`'s number."""
-
-    @abc.abstractmethod
-    def use_refresh(
-        self, db: Connection, token_hash: bytes, now_ms: int
-    ) -> tuple[str, bool, dict[str, Any]] | None:
-        """See `BridgeStore.use_refresh`."""
-
-    @abc.abstractmethod
-    def change_state(
-        self,
-        db: Connection,
-        kind: str,
-        key: str,
-        changes: dict[str, Any],
-        now_ms: int,
-        where: dict[str, Any] | None,
-    ) -> dict[str, Any] | None:
-        """See `OAuthStore.change_oauth_state`."""
-
-    @abc.abstractmethod
-    def take_state(
-        self, db: Connection, kind: str, key: str, now_ms: int, where: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        """See `OAuthStore.take_oauth_state`."""
-
-    @abc.abstractmethod
-    def expire_states(self, db: Connection, kind: str, now_ms: int) -> Found:
-        """See `OAuthStore.expire_oauth_states` (sorted by key)."""
-
-    @abc.abstractmethod
-    def drop_states(self, db: Connection, kind: str, where: dict[str, Any]) -> int:
-        """See `OAuthStore.drop_oauth_states`."""
 
 
 def upsert(table: str, keys: Sequence[str], columns: Sequence[str]) -> str:

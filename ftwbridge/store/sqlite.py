@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import trio
 
 from .base import StoreError
-from .sql import Connection, Dialect, Found, Matcher, SqlStore
+from .dialect import Connection, Dialect, Found, Matcher
+from .sql import SqlStore
 
 T = TypeVar("T")
 
