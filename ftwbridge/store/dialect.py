@@ -122,3 +122,7 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def drop_states(self, db: Connection, kind: str, where: dict[str, Any]) -> int:
         """See `OAuthStore.drop_oauth_states`."""
+
+    @abc.abstractmethod
+    def sync_keys(self, db: Connection, home: str, wanted: list[bytes]) -> list[bytes]:
+        """See `SealedKeyStore.sync_sealed_keys` (`store/sealed.py`)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 import trio
@@ -173,6 +173,22 @@ class PgDialect(Dialect):
             "DELETE FROM oauth_state WHERE kind = %s AND record @> %s", (kind, Jsonb(where))
         ).rowcount
 
+    def sync_keys(self, db: Connection, home: str, wanted: list[bytes]) -> list[bytes]:
+        """See `Dialect.sync_keys`: one transaction of an UPDATE and a DELETE ... RETURNING."""
+        conn = cast(Conn, db)
+        with conn.transaction():
+            conn.execute(
+                "UPDATE agent_keys SET listed = TRUE"
+                " WHERE home = %s AND public_key = ANY(%s) AND NOT listed",
+                (home, wanted),
+            )
+            rows = conn.execute(
+                "DELETE FROM agent_keys WHERE home = %s AND listed"
+                " AND NOT (public_key = ANY(%s)) RETURNING public_key",
+                (home, wanted),
+            ).fetchall()
+        return [bytes(row[0]) for row in rows]
+
 
 POSTGRES = PgDialect()
 """The one PostgreSQL dialect (it keeps nothing)."""
@@ -297,6 +313,6 @@ class PgStore(SqlStore):
 
         return await self.thread(work)
 
-    async def _call(self, fn: Callable[[Connection], T], *, idempotent: bool = True) -> T:
-        """See `SqlStore._call`: `query`."""
+    async def call(self, fn: Callable[[Connection], T], *, idempotent: bool = True) -> T:
+        """See `SqlStore.call`: `query`."""
         return await self.query(fn, idempotent=idempotent)

@@ -10,7 +10,7 @@ read and write one thing atomically, which PostgreSQL says in one statement (`RE
 `FOR UPDATE`, JSONB containment `@>`) and SQLite in one `BEGIN IMMEDIATE` transaction.
 
 An engine's own class (`SqliteStore` in `sqlite.py`, `PgStore` in `postgres.py`) adds how a
-statement reaches its database (`SqlStore._call`: one SQLite connection under a lock, or a
+statement reaches its database (`SqlStore.call`: one SQLite connection under a lock, or a
 pooled PostgreSQL connection with its retry and `StoreError`) and its lifetime (`start`,
 `close`). The dialect's interface is in `dialect.py`; docs/architecture.md, "One store, two
 dialects", says why the cut is there.
@@ -71,9 +71,11 @@ class SqlStore(abc.ABC):
         """Whether the last `write_mark` found the database not answering."""
 
     @abc.abstractmethod
-    async def _call(self, fn: Callable[[Connection], T], *, idempotent: bool = True) -> T:
-        """`fn` on a connection in a worker thread; tried once more after a broken
-        connection only when `idempotent` (and the engine can)."""
+    async def call(self, fn: Callable[[Connection], T], *, idempotent: bool = True) -> T:
+        """`fn` on a connection in a worker thread (the statements of `SqlStore`, and of the
+        sealed keys and rotations that live in the same database), its statements in the
+        engine's placeholders (`dialect.sql`); tried once more after a broken connection
+        only when `idempotent` (and the engine can)."""
 
     @abc.abstractmethod
     async def start(self) -> list[str]:
@@ -85,11 +87,11 @@ class SqlStore(abc.ABC):
 
     async def _exec(self, sql: str, args: tuple[Any, ...], *, idempotent: bool = True) -> int:
         q = self.dialect.sql(sql)
-        return await self._call(lambda db: db.execute(q, args).rowcount, idempotent=idempotent)
+        return await self.call(lambda db: db.execute(q, args).rowcount, idempotent=idempotent)
 
     async def _one(self, sql: str, args: tuple[Any, ...], *, idempotent: bool = True) -> Any:
         q = self.dialect.sql(sql)
-        return await self._call(lambda db: db.execute(q, args).fetchone(), idempotent=idempotent)
+        return await self.call(lambda db: db.execute(q, args).fetchone(), idempotent=idempotent)
 
     async def enroll_home(self, home: str, public_key: bytes) -> None:
         """See `Store.enroll_home`."""
@@ -112,7 +114,7 @@ class SqlStore(abc.ABC):
                     out[str(home)] = bytes(key)
             return out
 
-        return await self._call(work)
+        return await self.call(work)
 
     async def write_mark(self) -> int:
         """See `Store.write_mark` (SQLite: `PRAGMA data_version`, which changes on this
@@ -240,7 +242,7 @@ class SqlStore(abc.ABC):
         presenting the same refresh token at once, the second sees it used (the reuse RFC
         9700 section 4.14.2 revokes the family for). Never tried twice: a second try would
         find it used by the first, a false reuse."""
-        return await self._call(
+        return await self.call(
             lambda db: self.dialect.use_refresh(db, token_hash, now_ms), idempotent=False
         )
 
@@ -280,7 +282,7 @@ class SqlStore(abc.ABC):
             rows = db.execute(read, (kind,)).fetchall()
             return [(str(k), dict(d.unjson(r)), int(e)) for k, r, e in rows]
 
-        return await self._call(work)
+        return await self.call(work)
 
     async def oauth_state(
         self, kind: str, key: str, now_ms: int
@@ -306,7 +308,7 @@ class SqlStore(abc.ABC):
         writers (instances, or processes on one file) changing the same item from the same
         state, one does and the other finds it changed. Never tried twice (a second try after
         a commit would not match)."""
-        return await self._call(
+        return await self.call(
             lambda db: self.dialect.change_state(db, kind, key, changes, now_ms, where),
             idempotent=False,
         )
@@ -316,7 +318,7 @@ class SqlStore(abc.ABC):
     ) -> dict[str, Any] | None:
         """See `OAuthStore.take_oauth_state`: atomically, so one writer takes the item. Never
         tried twice (a second try would find it gone)."""
-        return await self._call(
+        return await self.call(
             lambda db: self.dialect.take_state(db, kind, key, now_ms, where), idempotent=False
         )
 
@@ -335,18 +337,18 @@ class SqlStore(abc.ABC):
             found = [(str(k), dict(d.unjson(r)), int(e)) for k, r, e in rows]
             return [item for item in found if keep(item[1])]
 
-        return await self._call(work)
+        return await self.call(work)
 
     async def expire_oauth_states(self, kind: str, now_ms: int) -> Found:
         """See `OAuthStore.expire_oauth_states`: atomically, so each expired item is returned
         to one instance only."""
-        return await self._call(
+        return await self.call(
             lambda db: self.dialect.expire_states(db, kind, now_ms), idempotent=False
         )
 
     async def drop_oauth_states(self, kind: str, where: dict[str, Any]) -> int:
         """See `OAuthStore.drop_oauth_states` (atomically)."""
-        return await self._call(lambda db: self.dialect.drop_states(db, kind, where))
+        return await self.call(lambda db: self.dialect.drop_states(db, kind, where))
 
     async def count_oauth_states(self, kind: str, now_ms: int) -> int:
         """See `OAuthStore.count_oauth_states` (PostgreSQL: the `oauth_state_expiry` index of

@@ -195,6 +195,24 @@ class SqliteDialect(Dialect):
 
         return immediate(db, work)
 
+    def sync_keys(self, db: Connection, home: str, wanted: list[bytes]) -> list[bytes]:
+        """See `Dialect.sync_keys` (one immediate transaction)."""
+        keep = set(wanted)
+
+        def work(db: Connection) -> list[bytes]:
+            rows = db.execute(
+                "SELECT public_key, listed FROM agent_keys WHERE home = ?", (home,)
+            ).fetchall()
+            gone = [bytes(k) for k, was in rows if was and bytes(k) not in keep]
+            for k, was in rows:
+                if not was and bytes(k) in keep:
+                    db.execute("UPDATE agent_keys SET listed = 1 WHERE public_key = ?", (bytes(k),))
+            for k in gone:
+                db.execute("DELETE FROM agent_keys WHERE public_key = ?", (k,))
+            return gone
+
+        return immediate(db, work)
+
 
 SQLITE = SqliteDialect()
 """The one SQLite dialect (it keeps nothing)."""
@@ -244,8 +262,8 @@ class SqliteStore(SqlStore):
 
         return await trio.to_thread.run_sync(work)
 
-    async def _call(self, fn: Callable[[Connection], T], *, idempotent: bool = True) -> T:
-        """See `SqlStore._call`: `run` (nothing is tried twice; a file does not break)."""
+    async def call(self, fn: Callable[[Connection], T], *, idempotent: bool = True) -> T:
+        """See `SqlStore.call`: `run` (nothing is tried twice; a file does not break)."""
         return await self.run(fn)
 
 
