@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 Found = list[tuple[str, dict[str, Any], int]]
@@ -90,6 +91,18 @@ class Dialect(abc.ABC):
 
     write_mark: str
     """The statement (no parameters) that reads `Store.write_mark`'s number."""
+    row_lock: str
+    """What follows a `SELECT` to lock the rows it reads until the transaction ends (" FOR
+    UPDATE"), or "" when the transaction has locked the database already."""
+    error: type[Exception]
+    """The driver's base error (a statement failed, or the connection)."""
+
+    @abc.abstractmethod
+    def transaction(self, db: Connection) -> AbstractContextManager[object]:
+        """One transaction on `db` for the statements in the `with` block: committed when the
+        block ends, rolled back when it raises; on SQLite it takes the write lock first
+        (`BEGIN IMMEDIATE`), so a read-then-write in it is atomic against every other
+        connection."""
 
     @abc.abstractmethod
     def use_refresh(

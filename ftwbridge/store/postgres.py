@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -26,6 +27,7 @@ from . import migrate
 from .base import StoreError
 from .dialect import Connection, Dialect, Found, Matcher
 from .sql import SqlStore
+from .sql import first_line as first_line  # said here too: the directory, events, importer
 
 T = TypeVar("T")
 log = logging.getLogger("ftwbridge.store")
@@ -59,11 +61,6 @@ def describe(url: str) -> str:
     return f"PostgreSQL database {name} at {host}{port}"
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's text (libpq's messages run on with DETAIL and HINT)."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def unreachable(where: str, exc: BaseException) -> str:
     """One sentence for a failed connection to `where`: the server's own refusal when it gave
     one (a database that does not exist, a wrong password: libpq's "FATAL:" line), otherwise
@@ -82,6 +79,12 @@ class PgDialect(Dialect):
     (connections are in autocommit)."""
 
     write_mark = "SELECT value FROM write_marks WHERE name = 'homes'"
+    row_lock = " FOR UPDATE"
+    error = psycopg.Error
+
+    def transaction(self, db: Connection) -> AbstractContextManager[object]:
+        """See `Dialect.transaction`: psycopg's (READ COMMITTED)."""
+        return cast(Conn, db).transaction()
 
     def sql(self, statement: str) -> str:
         """See `Dialect.sql`: `%s` for `?` (the shared statements have no `%` and no `?`
@@ -175,14 +178,13 @@ class PgDialect(Dialect):
 
     def sync_keys(self, db: Connection, home: str, wanted: list[bytes]) -> list[bytes]:
         """See `Dialect.sync_keys`: one transaction of an UPDATE and a DELETE ... RETURNING."""
-        conn = cast(Conn, db)
-        with conn.transaction():
-            conn.execute(
+        with self.transaction(db):
+            db.execute(
                 "UPDATE agent_keys SET listed = TRUE"
                 " WHERE home = %s AND public_key = ANY(%s) AND NOT listed",
                 (home, wanted),
             )
-            rows = conn.execute(
+            rows = db.execute(
                 "DELETE FROM agent_keys WHERE home = %s AND listed"
                 " AND NOT (public_key = ANY(%s)) RETURNING public_key",
                 (home, wanted),

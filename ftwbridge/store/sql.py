@@ -30,6 +30,11 @@ T = TypeVar("T")
 log = logging.getLogger("ftwbridge.store")
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (libpq's messages run on with DETAIL and HINT)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def upsert(table: str, keys: Sequence[str], columns: Sequence[str]) -> str:
     """The statement that inserts a row of `table` (`keys` then `columns`, in the table's own
     order) or, when one with the same `keys` is there, sets its `columns`."""

@@ -7,11 +7,13 @@ upsert).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +47,9 @@ CREATE TABLE IF NOT EXISTS agent_keys (
     public_key BLOB PRIMARY KEY, home TEXT NOT NULL, sealed BLOB NOT NULL, listed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS agent_keys_home ON agent_keys (home);
+CREATE TABLE IF NOT EXISTS refresh_rotations (
+    parent BLOB PRIMARY KEY, child BLOB NOT NULL, sealed BLOB NOT NULL, until_ms INTEGER NOT NULL
+);
 """
 
 
@@ -66,6 +71,12 @@ class SqliteDialect(Dialect):
     another's), the records matched in Python."""
 
     write_mark = "PRAGMA data_version"
+    row_lock = ""
+    error = sqlite3.Error
+
+    def transaction(self, db: Connection) -> AbstractContextManager[object]:
+        """See `Dialect.transaction`: `BEGIN IMMEDIATE`."""
+        return _immediately(db)
 
     def sql(self, statement: str) -> str:
         """See `Dialect.sql`: SQLite's own."""
@@ -106,8 +117,7 @@ class SqliteDialect(Dialect):
     ) -> tuple[str, bool, dict[str, Any]] | None:
         """See `Dialect.use_refresh`: one write transaction, so another process on the file
         cannot read it unused between the read and the write."""
-
-        def work(db: Connection) -> tuple[str, bool, dict[str, Any]] | None:
+        with self.transaction(db):
             row = db.execute(
                 "SELECT family, used, record FROM refresh_tokens WHERE hash = ? AND expires_at_ms > ?",
                 (token_hash, now_ms),
@@ -116,8 +126,6 @@ class SqliteDialect(Dialect):
                 return None
             db.execute("UPDATE refresh_tokens SET used = 1 WHERE hash = ?", (token_hash,))
             return str(row[0]), bool(row[1]), dict(json.loads(row[2]))
-
-        return immediate(db, work)
 
     def change_state(
         self,
@@ -129,8 +137,7 @@ class SqliteDialect(Dialect):
         where: dict[str, Any] | None,
     ) -> dict[str, Any] | None:
         """See `Dialect.change_state`: read, compare and write in one immediate transaction."""
-
-        def work(db: Connection) -> dict[str, Any] | None:
+        with self.transaction(db):
             row = db.execute(
                 "SELECT record FROM oauth_state WHERE kind = ? AND key = ? AND expires_at_ms > ?",
                 (kind, key, now_ms),
@@ -145,14 +152,11 @@ class SqliteDialect(Dialect):
             )
             return record
 
-        return immediate(db, work)
-
     def take_state(
         self, db: Connection, kind: str, key: str, now_ms: int, where: dict[str, Any] | None
     ) -> dict[str, Any] | None:
         """See `Dialect.take_state` (one immediate transaction)."""
-
-        def work(db: Connection) -> dict[str, Any] | None:
+        with self.transaction(db):
             row = db.execute(
                 "SELECT record, expires_at_ms FROM oauth_state WHERE kind = ? AND key = ?",
                 (kind, key),
@@ -163,12 +167,9 @@ class SqliteDialect(Dialect):
             db.execute("DELETE FROM oauth_state WHERE kind = ? AND key = ?", (kind, key))
             return record if int(row[1]) > now_ms else None
 
-        return immediate(db, work)
-
     def expire_states(self, db: Connection, kind: str, now_ms: int) -> Found:
         """See `Dialect.expire_states` (one immediate transaction)."""
-
-        def work(db: Connection) -> Found:
+        with self.transaction(db):
             rows = db.execute(
                 "SELECT key, record, expires_at_ms FROM oauth_state"
                 " WHERE kind = ? AND expires_at_ms <= ? ORDER BY key",
@@ -179,12 +180,9 @@ class SqliteDialect(Dialect):
             )
             return [(str(k), dict(json.loads(r)), int(e)) for k, r, e in rows]
 
-        return immediate(db, work)
-
     def drop_states(self, db: Connection, kind: str, where: dict[str, Any]) -> int:
         """See `Dialect.drop_states` (one immediate transaction)."""
-
-        def work(db: Connection) -> int:
+        with self.transaction(db):
             rows = db.execute(
                 "SELECT key, record FROM oauth_state WHERE kind = ?", (kind,)
             ).fetchall()
@@ -193,13 +191,11 @@ class SqliteDialect(Dialect):
                 db.execute("DELETE FROM oauth_state WHERE kind = ? AND key = ?", (kind, key))
             return len(gone)
 
-        return immediate(db, work)
-
     def sync_keys(self, db: Connection, home: str, wanted: list[bytes]) -> list[bytes]:
         """See `Dialect.sync_keys` (one immediate transaction)."""
         keep = set(wanted)
 
-        def work(db: Connection) -> list[bytes]:
+        with self.transaction(db):
             rows = db.execute(
                 "SELECT public_key, listed FROM agent_keys WHERE home = ?", (home,)
             ).fetchall()
@@ -210,8 +206,6 @@ class SqliteDialect(Dialect):
             for k in gone:
                 db.execute("DELETE FROM agent_keys WHERE public_key = ?", (k,))
             return gone
-
-        return immediate(db, work)
 
 
 SQLITE = SqliteDialect()
@@ -267,18 +261,17 @@ class SqliteStore(SqlStore):
         return await self.run(fn)
 
 
-def immediate(db: Connection, fn: Callable[[Connection], T]) -> T:
-    """`fn(db)` in one `BEGIN IMMEDIATE` transaction (the write lock taken before the first
-    read, so a read-then-write is atomic against every other connection), rolled back when
-    it raises."""
+@contextlib.contextmanager
+def _immediately(db: Connection) -> Iterator[None]:
+    """One `BEGIN IMMEDIATE` transaction (the write lock taken before the first read, so a
+    read-then-write is atomic against every other connection), rolled back when it raises."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        out = fn(db)
+        yield
     except BaseException:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
-    return out
 
 
 def matches(record: dict[str, Any], where: dict[str, Any] | None) -> bool:
