@@ -5,9 +5,11 @@ say differently.
 Statements are written with `?` placeholders (DB-API "qmark"); a dialect turns them into its
 own (`Dialect.sql`). Both engines take the same upsert (`INSERT ... ON CONFLICT (key) DO UPDATE
 SET c = excluded.c`, SQLite 3.24 or newer) and `TRUE` and `FALSE`, so these are shared. A
-dialect keeps the rest: how JSON and lists of text are stored and read, a JSON field as text, membership in a set of values, where the write mark is read, and the statements that
-read and write one thing atomically, which PostgreSQL says in one statement (`RETURNING`,
-`FOR UPDATE`, JSONB containment `@>`) and SQLite in one `BEGIN IMMEDIATE` transaction.
+dialect keeps the rest: how JSON and lists of text are stored and read, a JSON field as text,
+membership in a set of values, where the write mark is read, transactions and row locks, and
+the statements that read and write one thing atomically, which PostgreSQL says in one
+statement (`RETURNING`, `FOR UPDATE`, JSONB containment `@>`) and SQLite in one `BEGIN
+IMMEDIATE` transaction.
 
 An engine's own class (`SqliteStore` in `sqlite.py`, `PgStore` in `postgres.py`) adds how a
 statement reaches its database (`SqlStore.call`: one SQLite connection under a lock, or a

@@ -119,7 +119,8 @@ class SqliteDialect(Dialect):
         cannot read it unused between the read and the write."""
         with self.transaction(db):
             row = db.execute(
-                "SELECT family, used, record FROM refresh_tokens WHERE hash = ? AND expires_at_ms > ?",
+                "SELECT family, used, record FROM refresh_tokens"
+                " WHERE hash = ? AND expires_at_ms > ?",
                 (token_hash, now_ms),
             ).fetchone()
             if row is None:
