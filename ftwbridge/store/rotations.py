@@ -7,24 +7,22 @@ and the end of the grace window. A repeat of the parent at any instance within t
 the rotation and opens the answer with the token it was given; nothing in the store opens it.
 
 Tables: `refresh_tokens` (the store's own) and `refresh_rotations`: PostgreSQL's in
-`migrations/0007_shared_limits.sql`, where a rotation goes with its parent row; SQLite's is made
-here on first use (the bridge is one process there, but the rule is the same). Times are ms
-since the epoch, by the bridge's wall clock.
+`migrations/0007_shared_limits.sql`, where a rotation goes with its parent row; SQLite's in the
+schema of `sqlite.py` (the bridge is one process there, but the rule is the same). One class
+for both (`SqlRotations`), its statements written once; the engines differ only in their
+transaction and whether a row lock is needed (`Dialect.transaction`, `Dialect.row_lock`).
+Times are ms since the epoch, by the bridge's wall clock.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from .sqlite import SqliteStore
-
-if TYPE_CHECKING:
-    from .postgres import PgStore
+from .dialect import Connection, Dialect
+from .sql import SqlStore, first_line, upsert
 
 log = logging.getLogger("ftwbridge.store")
 
@@ -87,136 +85,79 @@ class RotationStore(Protocol):
 _STATE = """
 SELECT r.family, r.used, r.record, g.child, g.sealed, g.until_ms
 FROM refresh_tokens r
-LEFT JOIN refresh_rotations g ON g.parent = r.hash AND g.until_ms > {now}
+LEFT JOIN refresh_rotations g ON g.parent = r.hash AND g.until_ms > ?
     AND EXISTS (SELECT 1 FROM refresh_tokens c WHERE c.hash = g.child AND NOT c.used)
-WHERE r.hash = {parent} AND r.expires_at_ms > {now}
+WHERE r.hash = ? AND r.expires_at_ms > ?
 """
 """A refresh token, and its rotation if the window is open and the child still unused (the
-window closes early once the new refresh token is used: its owner holds the new pair)."""
-
-
-_PURGE = "DELETE FROM refresh_rotations WHERE until_ms <= {now} OR child = {parent}"
+window closes early once the new refresh token is used: its owner holds the new pair).
+Parameters: now, parent, now."""
+_PURGE = "DELETE FROM refresh_rotations WHERE until_ms <= ? OR child = ?"
 """Rotations whose window has ended, and the one whose child is being used now: a sealed pair
 is kept no longer than a repeat may be answered from it."""
+_USED = "UPDATE refresh_tokens SET used = TRUE WHERE hash = ?"
+_CHILD = (
+    "INSERT INTO refresh_tokens (hash, family, used, record, expires_at_ms)"
+    " VALUES (?, ?, FALSE, ?, ?)"
+)
+_ROTATION = upsert("refresh_rotations", ["parent"], ["child", "sealed", "until_ms"])
 
 
-def _state(row: Any) -> RefreshState | None:
+def _state(row: Any, dialect: Dialect) -> RefreshState | None:
     if row is None:
         return None
     family, used, record, child, sealed, until = row
     graced = None if child is None else Graced(bytes(child), bytes(sealed), int(until))
-    if isinstance(record, str):  # SQLite keeps JSON as text
-        record = json.loads(record)
-    return RefreshState(str(family), dict(record), bool(used), graced)
+    return RefreshState(str(family), dict(dialect.unjson(record)), bool(used), graced)
 
 
-class SqliteRotations:
-    """`RotationStore` on the SQLite store's connection (its lock makes each call alone)."""
+class SqlRotations:
+    """`RotationStore` on the store's own database, SQLite or PostgreSQL (`SqlStore.call`),
+    shared by every instance on PostgreSQL."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqlStore) -> None:
         self._store = store
-        self._made = False
-        self._state_sql = _STATE.format(now=":now", parent=":parent")
-
-    def _table(self, db: sqlite3.Connection) -> None:
-        if not self._made:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS refresh_rotations (parent BLOB PRIMARY KEY,"
-                " child BLOB NOT NULL, sealed BLOB NOT NULL, until_ms INTEGER NOT NULL)"
-            )
-            self._made = True
-
-    async def refresh_state(self, parent: bytes, now_ms: int) -> RefreshState | None:
-        """See `RotationStore.refresh_state`."""
-
-        def work(db: sqlite3.Connection) -> RefreshState | None:
-            self._table(db)
-            args = {"parent": parent, "now": now_ms}
-            return _state(db.execute(self._state_sql, args).fetchone())
-
-        return await self._store.run(work)
-
-    async def rotate(self, parent: bytes, now_ms: int, child: Child) -> RefreshState | None:
-        """See `RotationStore.rotate`: one `BEGIN IMMEDIATE` transaction, so another process
-        on the file cannot use the token between the read and the write."""
-
-        def work(db: sqlite3.Connection) -> RefreshState | None:
-            self._table(db)
-            with db:
-                db.execute("BEGIN IMMEDIATE")
-                args = {"parent": parent, "now": now_ms}
-                before = _state(db.execute(self._state_sql, args).fetchone())
-                if before is None or before.used:
-                    return before
-                db.execute("UPDATE refresh_tokens SET used = 1 WHERE hash = ?", (parent,))
-                db.execute(
-                    "INSERT INTO refresh_tokens (hash, family, used, record, expires_at_ms)"
-                    " VALUES (?, ?, 0, ?, ?)",
-                    (child.hash, before.family, json.dumps(child.record), child.expires_at_ms),
-                )
-                db.execute(_PURGE.format(now="?", parent="?"), (now_ms, parent))
-                if child.until_ms > now_ms:
-                    db.execute(
-                        "INSERT OR REPLACE INTO refresh_rotations VALUES (?, ?, ?, ?)",
-                        (parent, child.hash, child.sealed, child.until_ms),
-                    )
-            return before
-
-        return await self._store.run(work)
-
-
-class PgRotations:
-    """`RotationStore` on PostgreSQL (`PgStore.query`), shared by every instance."""
-
-    def __init__(self, store: PgStore) -> None:
-        self._store = store
-        self._state_sql = _STATE.format(now="%(now)s", parent="%(parent)s")
+        self._d = store.dialect
 
     async def refresh_state(self, parent: bytes, now_ms: int) -> RefreshState | None:
         """See `RotationStore.refresh_state`: one statement."""
-        args = {"parent": parent, "now": now_ms}
-        return _state(
-            await self._store.query(lambda db: db.execute(self._state_sql, args).fetchone())
-        )
+        sql, args = self._d.sql(_STATE), (now_ms, parent, now_ms)
+        row = await self._store.call(lambda db: db.execute(sql, args).fetchone())
+        return _state(row, self._d)
 
     async def rotate(self, parent: bytes, now_ms: int, child: Child) -> RefreshState | None:
-        """See `RotationStore.rotate`: a transaction that first locks the parent's row
-        (`FOR UPDATE`), so of two instances rotating one token at once the second waits for
-        the first to commit, and then reads (a new snapshot per statement, PostgreSQL's READ
-        COMMITTED) the token used and the first one's rotation."""
-        import psycopg
-        from psycopg.types.json import Jsonb
+        """See `RotationStore.rotate`: one transaction (SQLite: `BEGIN IMMEDIATE`, so another
+        process on the file cannot use the token between the read and the write; PostgreSQL:
+        the parent's row locked first, `FOR UPDATE`, so of two instances rotating one token
+        at once the second waits for the first to commit, and then reads, a new snapshot per
+        statement in READ COMMITTED, the token used and the first one's rotation). The ended
+        rotations are purged after the commit, alone: a purge that fails leaves the rotation
+        standing."""
+        d = self._d
 
-        from .postgres import first_line
-
-        args = {"parent": parent, "now": now_ms}
-
-        def work(db: Any) -> RefreshState | None:
-            with db.transaction():
-                db.execute("SELECT 1 FROM refresh_tokens WHERE hash = %s FOR UPDATE", (parent,))
-                before = _state(db.execute(self._state_sql, args).fetchone())
+        def work(db: Connection) -> RefreshState | None:
+            with d.transaction(db):
+                if d.row_lock:
+                    lock = f"SELECT 1 FROM refresh_tokens WHERE hash = ?{d.row_lock}"
+                    db.execute(d.sql(lock), (parent,))
+                before = _state(db.execute(d.sql(_STATE), (now_ms, parent, now_ms)).fetchone(), d)
                 if before is None or before.used:
                     return before
-                db.execute("UPDATE refresh_tokens SET used = TRUE WHERE hash = %s", (parent,))
-                db.execute(
-                    "INSERT INTO refresh_tokens (hash, family, used, record, expires_at_ms)"
-                    " VALUES (%s, %s, FALSE, %s, %s)",
-                    (child.hash, before.family, Jsonb(child.record), child.expires_at_ms),
-                )
+                db.execute(d.sql(_USED), (parent,))
+                record = d.json(child.record)
+                db.execute(d.sql(_CHILD), (child.hash, before.family, record, child.expires_at_ms))
                 if child.until_ms > now_ms:
-                    db.execute(
-                        "INSERT INTO refresh_rotations VALUES (%s, %s, %s, %s)",
-                        (parent, child.hash, child.sealed, child.until_ms),
-                    )
-            try:  # after the commit, alone: a purge that fails leaves the rotation standing
-                db.execute(_PURGE.format(now="%s", parent="%s"), (now_ms, parent))
-            except psycopg.Error as exc:
+                    rotation = (parent, child.hash, child.sealed, child.until_ms)
+                    db.execute(d.sql(_ROTATION), rotation)
+            try:
+                db.execute(d.sql(_PURGE), (now_ms, parent))
+            except d.error as exc:
                 log.warning("ended refresh rotations were not deleted: %s", first_line(exc))
             return before
 
         # not tried twice: a rotation that committed before the connection broke would be
         # seen used by the second try, which would answer it as a repeat of itself
-        return await self._store.query(work, idempotent=False)
+        return await self._store.call(work, idempotent=False)
 
 
 _KEPT: weakref.WeakKeyDictionary[object, RotationStore] = weakref.WeakKeyDictionary()
@@ -230,13 +171,7 @@ def refresh_rotations(store: object) -> RotationStore:
     """
     kept = _KEPT.get(store)
     if kept is None:
-        if isinstance(store, SqliteStore):
-            kept = SqliteRotations(store)
-        else:
-            from .postgres import PgStore  # psycopg loads only for a bridge that uses it
-
-            if not isinstance(store, PgStore):
-                raise TypeError(f"{type(store).__name__} keeps no refresh rotations")
-            kept = PgRotations(store)
-        _KEPT[store] = kept
+        if not isinstance(store, SqlStore):
+            raise TypeError(f"{type(store).__name__} keeps no refresh rotations")
+        kept = _KEPT[store] = SqlRotations(store)
     return kept

@@ -7,16 +7,12 @@ schema in `sqlite.py`, PostgreSQL's in `migrations/0005_agent_keys.sql`).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .base import BridgeStore
-from .sqlite import SqliteStore
-
-if TYPE_CHECKING:
-    from .postgres import PgStore
+from .sql import SqlStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,103 +50,46 @@ class SealedKeyStore(Protocol):
         """Delete `public`'s row if no roster ever listed it; whether one went."""
 
 
-class SqliteSealedKeys:
-    """`SealedKeyStore` on the SQLite store's connection."""
+class SqlSealedKeys:
+    """`SealedKeyStore` on the store's own database, SQLite or PostgreSQL (`SqlStore.call`);
+    `sync_sealed_keys` is the dialect's (`Dialect.sync_keys`)."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqlStore) -> None:
         self._store = store
+        self._sql = store.dialect.sql
 
     async def put_sealed_key(self, public: bytes, home: str, sealed: bytes) -> None:
         """See `SealedKeyStore.put_sealed_key`."""
-        await self._store.run(
-            lambda db: db.execute(
-                "INSERT INTO agent_keys VALUES (?, ?, ?, 0)", (public, home, sealed)
-            )
-        )
-
-    async def sealed_key(self, public: bytes) -> SealedKey | None:
-        """See `SealedKeyStore.sealed_key`."""
-        sql = "SELECT public_key, home, sealed, listed FROM agent_keys WHERE public_key = ?"
-        return _row(await self._store.run(lambda db: db.execute(sql, (public,)).fetchone()))
-
-    async def any_sealed_key(self) -> SealedKey | None:
-        """See `SealedKeyStore.any_sealed_key`."""
-        sql = "SELECT public_key, home, sealed, listed FROM agent_keys LIMIT 1"
-        return _row(await self._store.run(lambda db: db.execute(sql).fetchone()))
-
-    async def sync_sealed_keys(self, home: str, listed: Collection[bytes]) -> list[bytes]:
-        """See `SealedKeyStore.sync_sealed_keys`."""
-        wanted = {bytes(k) for k in listed}
-
-        def work(db: sqlite3.Connection) -> list[bytes]:
-            with db:
-                db.execute("BEGIN IMMEDIATE")
-                rows = db.execute(
-                    "SELECT public_key, listed FROM agent_keys WHERE home = ?", (home,)
-                ).fetchall()
-                gone = [bytes(k) for k, was in rows if was and bytes(k) not in wanted]
-                marks = [(bytes(k),) for k, was in rows if not was and bytes(k) in wanted]
-                db.executemany("UPDATE agent_keys SET listed = 1 WHERE public_key = ?", marks)
-                db.executemany("DELETE FROM agent_keys WHERE public_key = ?", [(k,) for k in gone])
-            return gone
-
-        return await self._store.run(work)
-
-    async def drop_sealed_key(self, public: bytes) -> bool:
-        """See `SealedKeyStore.drop_sealed_key`."""
-        sql = "DELETE FROM agent_keys WHERE public_key = ? AND listed = 0"
-        return bool(await self._store.run(lambda db: db.execute(sql, (public,)).rowcount))
-
-
-class PgSealedKeys:
-    """`SealedKeyStore` on the PostgreSQL store's pool (`PgStore.query`)."""
-
-    def __init__(self, store: PgStore) -> None:
-        self._store = store
-
-    async def put_sealed_key(self, public: bytes, home: str, sealed: bytes) -> None:
-        """See `SealedKeyStore.put_sealed_key`."""
-        await self._store.query(
-            lambda db: db.execute(
-                "INSERT INTO agent_keys VALUES (%s, %s, %s, FALSE)", (public, home, sealed)
-            ),
+        sql = self._sql("INSERT INTO agent_keys VALUES (?, ?, ?, FALSE)")
+        await self._store.call(
+            lambda db: db.execute(sql, (public, home, sealed)),
             idempotent=False,  # a second try after a commit would meet its own row
         )
 
     async def sealed_key(self, public: bytes) -> SealedKey | None:
         """See `SealedKeyStore.sealed_key`."""
-        sql = "SELECT public_key, home, sealed, listed FROM agent_keys WHERE public_key = %s"
-        return _row(await self._store.query(lambda db: db.execute(sql, (public,)).fetchone()))
+        sql = self._sql(f"{_SELECT} WHERE public_key = ?")
+        return _row(await self._store.call(lambda db: db.execute(sql, (public,)).fetchone()))
 
     async def any_sealed_key(self) -> SealedKey | None:
         """See `SealedKeyStore.any_sealed_key`."""
-        sql = "SELECT public_key, home, sealed, listed FROM agent_keys LIMIT 1"
-        return _row(await self._store.query(lambda db: db.execute(sql).fetchone()))
+        return _row(await self._store.call(lambda db: db.execute(f"{_SELECT} LIMIT 1").fetchone()))
 
     async def sync_sealed_keys(self, home: str, listed: Collection[bytes]) -> list[bytes]:
         """See `SealedKeyStore.sync_sealed_keys`."""
         wanted = [bytes(k) for k in listed]
-
-        def work(db: Any) -> list[bytes]:
-            with db.transaction():
-                db.execute(
-                    "UPDATE agent_keys SET listed = TRUE"
-                    " WHERE home = %s AND public_key = ANY(%s) AND NOT listed",
-                    (home, wanted),
-                )
-                rows = db.execute(
-                    "DELETE FROM agent_keys WHERE home = %s AND listed"
-                    " AND NOT (public_key = ANY(%s)) RETURNING public_key",
-                    (home, wanted),
-                ).fetchall()
-            return [bytes(row[0]) for row in rows]
-
-        return list(await self._store.query(work, idempotent=False))
+        sync = self._store.dialect.sync_keys
+        return await self._store.call(lambda db: sync(db, home, wanted), idempotent=False)
 
     async def drop_sealed_key(self, public: bytes) -> bool:
         """See `SealedKeyStore.drop_sealed_key`."""
-        sql = "DELETE FROM agent_keys WHERE public_key = %s AND NOT listed"
-        return bool(await self._store.query(lambda db: db.execute(sql, (public,)).rowcount))
+        sql = self._sql("DELETE FROM agent_keys WHERE public_key = ? AND NOT listed")
+        return bool(await self._store.call(lambda db: db.execute(sql, (public,)).rowcount))
+
+
+SqliteSealedKeys = PgSealedKeys = SqlSealedKeys
+"""The names each engine's form had; both are `SqlSealedKeys` now."""
+_SELECT = "SELECT public_key, home, sealed, listed FROM agent_keys"
 
 
 def _row(row: Any) -> SealedKey | None:
@@ -161,10 +100,11 @@ def _row(row: Any) -> SealedKey | None:
 
 
 def sealed_keys(store: BridgeStore) -> SealedKeyStore:
-    """The sealed-key rows of `store` (SQLite or PostgreSQL)."""
-    if isinstance(store, SqliteStore):
-        return SqliteSealedKeys(store)
-    from .postgres import PgStore  # psycopg loads only for a keys service that uses it
+    """The sealed-key rows of `store` (SQLite or PostgreSQL).
 
-    assert isinstance(store, PgStore)
-    return PgSealedKeys(store)
+    Raises:
+        TypeError: another kind of store, which keeps no sealed keys.
+    """
+    if not isinstance(store, SqlStore):
+        raise TypeError(f"{type(store).__name__} keeps no sealed agent keys")
+    return SqlSealedKeys(store)
