@@ -37,6 +37,7 @@ from ftwbridge.store import TokenRecord
 from . import inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
+from .capabilities import capabilities
 from .confirm import StateRefused
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
@@ -113,13 +114,29 @@ class BodyGone(Exception):
     """The client left before its whole body arrived (audited as `cancelled`; no answer)."""
 
 
+Write = Callable[[bytes], Awaitable[None]]
+"""Writes one piece of a streamed response body (the HTTP shell's)."""
+
+
 @dataclass(slots=True)
 class HttpResponse:
-    """Status, headers and body bytes to send."""
+    """Status, headers and body bytes to send; or, with `stream`, a body of unknown length
+    that `stream(write)` writes piece by piece until it returns (`subscriptions/listen`).
+    The shell cancels `stream` when the client goes away."""
 
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    stream: Callable[[Write], Awaitable[None]] | None = None
+
+
+class ListenPort(Protocol):
+    """`subscriptions/listen` (`mcp/listen.py`, docs/live.md)."""
+
+    async def open(
+        self, route: inbound.Route, token: TokenRecord, headers: dict[str, list[str]]
+    ) -> HttpResponse:
+        """A stream's response, or a refusal as an ordinary JSON error."""
 
 
 def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> HttpResponse:
@@ -134,6 +151,15 @@ def _refuse_body(status: int, message: str) -> HttpResponse:
     sending stops and reads the answer instead of filling the socket."""
     rej = inbound.Rejection(status, jsonrpc.INVALID_REQUEST, message)
     return _json(status, rej.body(), {"connection": "close"})
+
+
+def _is_listen(route: inbound.Route | inbound.Rejection) -> bool:
+    """A 2026-07-28 `subscriptions/listen` (served here, never forwarded: docs/live.md)."""
+    return (
+        isinstance(route, inbound.Route)
+        and route.era == "modern"
+        and route.method == "subscriptions/listen"
+    )
 
 
 def _accepts_json(values: list[str]) -> bool:
@@ -167,6 +193,7 @@ class McpService:
         confirm_ttl_s: how long a person has to confirm a charge where the client can ask
             (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
         mesh: forwarding to the instance that holds a token's home, if this is one of many.
+        listen: `subscriptions/listen` streams (2026-07-28), if served.
     """
 
     def __init__(
@@ -187,9 +214,11 @@ class McpService:
         anonymous_token: str | None = None,
         confirm_ttl_s: float | None = 120.0,
         mesh: MeshPort | None = None,
+        listen: ListenPort | None = None,
     ) -> None:
         self._homes = homes
         self._mesh = mesh
+        self._listen = listen
         self._control = Control(
             homes=homes,
             wall_ms=wall_ms,
@@ -295,7 +324,7 @@ class McpService:
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
             seen.method = method_label(route.method)
-        if req.mesh_epoch is None and self._mesh is not None:
+        if req.mesh_epoch is None and self._mesh is not None and not _is_listen(route):
             rid = None if isinstance(route, inbound.Rejection) else route.id
             sent = await self._mesh.forward(token.home, req, body, rid)
             if isinstance(sent, HttpResponse):
@@ -349,7 +378,7 @@ class McpService:
         if route.era == "modern" and m == "server/discover":
             result = {
                 "supportedVersions": list(inbound.MODERN),
-                "capabilities": {"tools": {"listChanged": False}},
+                "capabilities": capabilities("modern", listen=self._listen is not None),
                 "instructions": INSTRUCTIONS,
                 "_meta": {"io.modelcontextprotocol/serverInfo": SERVER_INFO},
             }
@@ -359,7 +388,7 @@ class McpService:
             version = asked if asked in inbound.LEGACY else inbound.LEGACY[-1]
             result = {
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": False}},
+                "capabilities": capabilities("legacy", listen=self._listen is not None),
                 "serverInfo": SERVER_INFO,
                 "instructions": INSTRUCTIONS,
             }
@@ -379,6 +408,8 @@ class McpService:
             return self._result(route, {"tools": self._tool_list}, cacheable=True)
         if m == "tools/call":
             return await self._call(route, token, seen)
+        if _is_listen(route) and self._listen is not None:
+            return await self._listen.open(route, token, headers)
         seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 

@@ -71,7 +71,8 @@ class FeedStats:
 class Watch:
     """One reference to a feed: a small dirty flag, never a backlog of frames.
 
-    `changed` is set when the picture moved since the holder last called `take`; `notable`
+    `changed` is set when the picture moved since the holder last called `take`, and when
+    the feed ended (so a holder waits on one event); `notable`
     says whether a source's state, the mode or a dispatch block moved among those changes.
     `ended` is set when the feed ended; `end_reason` says why (a `tun.end` reason, a local end
     such as `uplink_lost`, or a refusal's code when the feed could not start).
@@ -182,6 +183,7 @@ class Feed:
         for w in self.watches:
             w.end_reason = reason
             w.ended.set()
+            w.changed.set()  # one event to wait on: a change or the end
 
 
 class Feeds:
@@ -236,6 +238,7 @@ class Feeds:
         if f.state is FeedState.ENDED:
             w.end_reason = f.end_reason
             w.ended.set()
+            w.changed.set()
         elif f.complete:
             w.changed.set()  # the picture is there already
         f.watches.add(w)
