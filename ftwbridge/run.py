@@ -314,6 +314,8 @@ class Bridge:
         responses under way finish whole, then stop serving."""
         log.info("draining")
         self.listens.drain()  # every listen stream ends with its graceful result
+        with trio.move_on_after(HTTP_STOP_S):
+            await self.listens.wait_streams_at_most(0)
         await self.pool.drain(self.config.drain_s)
         await self.door.close_all(CLOSE_GOING_AWAY, "the bridge is restarting")
         self._stop_http.set()  # hypercorn stops accepting and lets responses under way finish

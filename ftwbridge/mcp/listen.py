@@ -108,6 +108,13 @@ class Listens:
         self.updates_sent = 0
         self._drain = trio.Event()
         self._streams: set[_Stream] = set()
+        self._ended = trio.Event()
+        """Set (and replaced) each time a stream ends."""
+
+    async def wait_streams_at_most(self, n: int) -> None:
+        """Return once at most `n` streams are open (the caller bounds the time)."""
+        while self.open_streams > n:
+            await self._ended.wait()
 
     def drain(self) -> None:
         """End every stream with the graceful result, and refuse new ones (503)."""
@@ -150,6 +157,8 @@ class Listens:
                 await self._serve(rid, token, filt, write)
             finally:
                 self.open_streams -= 1
+                self._ended.set()
+                self._ended = trio.Event()
                 left = self._per_agent[key] - 1
                 if left:
                     self._per_agent[key] = left
