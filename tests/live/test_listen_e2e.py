@@ -66,3 +66,33 @@ async def test_a_withdrawn_grant_ends_the_stream_without_a_result(env: Env) -> N
                 with pytest.raises(SubscriptionLost):
                     async for _event in sub:
                         pass
+
+
+@pytest.mark.config(**FAST)
+async def test_a_lost_uplink_keeps_the_stream_until_the_home_is_back(env: Env) -> None:
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home)
+    uri = live_uri(home.name)
+    async with env.http(token) as http, env.client(http, "2026-07-28") as client:
+        with trio.fail_after(REAL_WAIT_S):
+            async with client.listen(resource_subscriptions=[uri]) as sub:
+                await sub.__anext__()
+                started = env.bridge.pool.feeds.stats.started
+                await home.console(op="drop_uplink")  # the box redials by itself
+                stale = await sub.__anext__()  # the home went stale: one update, no end
+                assert isinstance(stale, ResourceUpdated)
+                while env.bridge.pool.feeds.stats.started == started:
+                    await sub.__anext__()  # updates go on once a new feed runs
+                assert isinstance(await sub.__anext__(), ResourceUpdated)
+
+
+@pytest.mark.config(**FAST, token_ttl_s=3)
+async def test_an_expired_token_ends_the_stream_without_a_result(env: Env) -> None:
+    home = await env.add_home("h1")
+    _key, _agent, token = await env.agent(home)
+    async with env.http(token) as http, env.client(http, "2026-07-28") as client:
+        with trio.fail_after(REAL_WAIT_S):
+            async with client.listen(resource_subscriptions=[live_uri(home.name)]) as sub:
+                with pytest.raises(SubscriptionLost):
+                    async for _event in sub:
+                        pass

@@ -157,3 +157,55 @@ async def test_a_stream_outlives_the_read_timeout_and_the_idle_close(env: Env) -
         assert env.bridge.pool.feeds.stats.running == 1
         assert env.bridge.pool.statistics().sessions == 1
         await s.aclose()
+
+
+@pytest.mark.config(listen_streams=1)
+async def test_past_the_process_bound_a_listen_gets_503(env: Env) -> None:
+    home = await env.add_home("h1")
+    _k1, _a1, one = await env.agent(home)
+    _k2, _a2, two = await env.agent(home)
+    every = "application/json, text/event-stream"
+    with trio.fail_after(REAL_WAIT_S):
+        first = await _open(env, _request(env, one, _listen(1, {}), accept=every))
+        await _read_until(first, b"acknowledged")
+        status, headers, body = await _answer(env, _request(env, two, _listen(2, {}), accept=every))
+        assert status == 503 and int(headers["retry-after"]) >= 1 and body["id"] == 2
+        await first.aclose()
+
+
+async def test_discover_and_initialize_declare_what_is_served(env: Env) -> None:
+    token, _uri = await _home(env)
+    with trio.fail_after(REAL_WAIT_S):
+        meta = _listen(1, {})["params"]["_meta"]
+        discover = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "server/discover",
+            "params": {"_meta": meta},
+        }
+        status, _h, body = await _answer(
+            env, _request(env, token, discover, accept="application/json")
+        )
+        assert status == 200
+        assert body["result"]["capabilities"]["resources"]["subscribe"] is True
+        url = urlsplit(env.url)
+        init = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        ).encode()
+        raw = (
+            f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            f"Content-Length: {len(init)}\r\n\r\n"
+        ).encode() + init
+        status, _h, body = await _answer(env, raw)
+        assert status == 200
+        assert body["result"]["capabilities"]["resources"]["subscribe"] is False
