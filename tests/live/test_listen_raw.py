@@ -209,3 +209,20 @@ async def test_discover_and_initialize_declare_what_is_served(env: Env) -> None:
         status, _h, body = await _answer(env, raw)
         assert status == 200
         assert body["result"]["capabilities"]["resources"]["subscribe"] is False
+
+
+@pytest.mark.config(listen_keepalive_s=0.002, listen_stuck_s=1.0, door_silence_s=120.0)
+async def test_a_stream_whose_client_reads_nothing_is_closed(env: Env) -> None:
+    token, _uri = await _home(env)
+    every = "application/json, text/event-stream"
+    url = urlsplit(env.url)
+    sock = trio.socket.socket()
+    sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)  # fills at once
+    await sock.connect((url.hostname or "", url.port or 80))
+    stream = trio.SocketStream(sock)
+    with trio.fail_after(REAL_WAIT_S):
+        await stream.send_all(_request(env, token, _listen(1, {}), accept=every))
+        await _read_until(stream, b"acknowledged")
+    with trio.fail_after(60):  # half the read timeout: only the stream's own rule lets it go
+        await env.bridge.listens.wait_streams_at_most(0)  # it reads no more: let go
+    await stream.aclose()
