@@ -41,11 +41,20 @@ OUTCOMES = {
     "forwarded": "sent whole to the instance holding the home, which answered (ftwbridge.mesh)",
     "moved": "421 to a forwarding instance: this one no longer holds the home at that epoch",
     "input_required": "a command waits for the person's confirmation (MCP 2026-07-28 MRTR)",
+    "listen_refused": "subscriptions/listen refused before its stream opened (docs/live.md)",
 }
 """The outcome words of `/mcp` requests other than `ok` and a box's registry codes (audit
 `status`, metric label `outcome`), and when each is given."""
 METHODS = frozenset(
-    {"initialize", "ping", "server/discover", "tools/list", "tools/call", "notifications"}
+    {
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "notifications",
+        "subscriptions/listen",
+    }
 )
 """JSON-RPC methods named in the request metric; any other is counted as `other` (a client
 chooses the method, so the label set stays bounded), and a request refused before its body

@@ -409,7 +409,10 @@ class McpService:
         if m == "tools/call":
             return await self._call(route, token, seen)
         if _is_listen(route) and self._listen is not None:
-            return await self._listen.open(route, token, headers)
+            resp = await self._listen.open(route, token, headers)
+            if resp.stream is None:
+                seen.outcome = "listen_refused"
+            return resp
         seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 
