@@ -147,9 +147,13 @@ async def respond_stream(send: Send, receive: Receive, resp: HttpResponse) -> No
     which is how a client cancels a `subscriptions/listen` (docs/live.md)."""
     assert resp.stream is not None
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items()]
-    await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+    started = False
 
     async def write(chunk: bytes) -> None:
+        nonlocal started
+        if not started:  # the head goes with the first piece: `stream` runs from the start,
+            started = True  # so whatever it holds is released by its own `finally`
+            await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
     async with trio.open_nursery() as nursery:
@@ -162,6 +166,8 @@ async def respond_stream(send: Send, receive: Receive, resp: HttpResponse) -> No
         nursery.start_soon(until_gone)
         await resp.stream(write)
         nursery.cancel_scope.cancel()
+    if not started:
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
