@@ -28,7 +28,7 @@ from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import KeysError, forget_dropped
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
-from ftwbridge.mcp.listen import Listens
+from ftwbridge.mcp.listen import ListenMetrics, Listens
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
@@ -200,6 +200,7 @@ class Bridge:
             held_elsewhere=self._held_elsewhere if config.database_url is not None else None,
         )
         """`subscriptions/listen` streams (`mcp/listen.py`, docs/live.md)."""
+        self.metrics.registry.register(ListenMetrics(self.listens))
         self.oauth = OAuthService(
             store=self.store,
             keys=self.keys,

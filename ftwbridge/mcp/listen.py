@@ -32,6 +32,8 @@ from typing import Any, Protocol
 
 import trio
 from mcp_types import jsonrpc
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ftwbridge.config import Config
 from ftwbridge.pool.feed import Watch
@@ -247,6 +249,25 @@ class Listens:
                         await w.changed.wait()
                 s.waiting = None
         return "drain"
+
+
+class ListenMetrics(Collector):
+    """Prometheus families of `listens`, read at scrape time: `ftwbridge_listen_streams`
+    (open now) and `ftwbridge_listen_updates_total` (`resources/updated` sent)."""
+
+    def __init__(self, listens: Listens) -> None:
+        self._listens = listens
+
+    def collect(self) -> Iterator[Metric]:
+        """The two families."""
+        yield GaugeMetricFamily(
+            "ftwbridge_listen_streams", "Listen streams open", value=self._listens.open_streams
+        )
+        yield CounterMetricFamily(
+            "ftwbridge_listen_updates",
+            "resources/updated notifications sent on listen streams",
+            value=self._listens.updates_sent,
+        )
 
 
 @dataclass(slots=True, eq=False)

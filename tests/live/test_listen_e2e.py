@@ -33,6 +33,10 @@ async def test_the_official_client_listens_to_live(env: Env) -> None:
     assert all(isinstance(e, ResourceUpdated) and e.uri == uri for e in events)
     feeds = env.bridge.pool.feeds.stats
     assert feeds.updates >= 1 and feeds.box_reads == 0
+    async with env.http() as http:
+        text = (await http.get(f"{env.bridge.admin_url}/metrics")).text
+    assert "ftwbridge_feed_box_reads_total 0.0" in text
+    assert "ftwbridge_listen_updates_total" in text and "ftwbridge_listen_streams" in text
 
 
 @pytest.mark.config(**FAST)
