@@ -16,6 +16,13 @@ and the kind, and `on_connection_fault(kind)` of the listener's `EdgeConfig` cou
 
 `tests/edge/test_hypercorn.py` runs hypercorn's own class against the inputs that take it
 down, so an upgrade that fixes them is noticed and this module can go.
+
+A second change: a response of type `text/event-stream` (a listen stream, docs/live.md) gets
+its own rule. hypercorn applies one `read_timeout` to every connection of a listener, which
+would cut a stream whose client has nothing more to say; the guard runs its own copy of
+hypercorn's read loop (`TCPServer._read_data`, with `MAX_RECV`) whose timeout lives in a
+scope it can lift while such a response is under way, and bounds each of that response's
+writes by `EdgeConfig.stream_write_s` instead. `test_hypercorn.py` pins the loop copied.
 """
 
 from __future__ import annotations
