@@ -379,8 +379,11 @@ class StubHome:
             if wake.is_set():
                 self._pulse_wake = trio.Event()
                 continue
-            for sid, message in self.box.pulse(self.wall_ms(), self.uptime_ms()):
-                await self.send(tun(sid, message))
+            try:
+                for sid, message in self.box.pulse(self.wall_ms(), self.uptime_ms()):
+                    await self.send(tun(sid, message))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                return  # the uplink is closing under us: its reader ends the session
 
     async def _expire(self) -> None:
         """The goal timer's turn: expire what ran out, keep the book, push `agent.decided`."""

@@ -17,7 +17,9 @@ owner withdrew or that ran out, ends the stream without a result, so the client 
 and meets the 401; a drain ends every stream with the graceful result; a lost uplink (or any
 other end of the feed's session) keeps the stream: the client hears one update (the home is
 stale: a read now fails in words) and the feed is started again, after 1, 2, 4 ... at most
-`RETRY_MAX_S` seconds, until the home is back.
+`RETRY_MAX_S` seconds, until the home is back. On many instances, a feed that ends while the
+home's uplink is no longer here (a takeover by another instance, or the home offline) ends the
+stream without a result instead: the client listens again, where the home is.
 """
 
 from __future__ import annotations
@@ -199,6 +201,9 @@ class Listens:
                         await write(rules.ack(rid, filt))
                         acked = True
                     end = await self._loop(s, w, math.inf)
+                elsewhere = self._held_elsewhere
+                if end == "lost" and elsewhere is not None and await elsewhere(token.home):
+                    return  # taken over by another instance: ended, the client listens again
                 if end == "lost":  # the home is stale: say so, keep the stream, try again
                     s.pacer.changed(trio.current_time(), notable=True)
                     end = await self._loop(s, None, trio.current_time() + retry_s)

@@ -97,3 +97,35 @@ async def test_a_home_held_elsewhere_is_refused_in_words(
     body = json.loads(resp.body)
     assert body["id"] == "x" and "another instance holds it" in body["error"]["message"]
     assert listens.open_streams == 0
+
+
+async def test_a_takeover_elsewhere_ends_the_stream_without_a_result(
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
+) -> None:
+    moved = False
+
+    async def elsewhere(home: str) -> bool:
+        return moved
+
+    listens = Listens(
+        feeds=rig.pool.feeds, config=Config(), wall_ms=rig.bridge_ms, held_elsewhere=elsewhere
+    )
+    resp = await listens.open(_route(), _token(rig, agent), ACCEPT)
+    assert resp.stream is not None
+    kinds: list[str] = []
+
+    async def write(chunk: bytes) -> None:
+        kinds.append(_kind(chunk))
+
+    async def take_over() -> None:
+        nonlocal moved
+        await trio.sleep(10)
+        moved = True  # the box now dials another instance
+        await stub.drop_uplink()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(take_over)
+        with trio.fail_after(60):
+            await resp.stream(write)
+    assert kinds[0] == "notifications/subscriptions/acknowledged"
+    assert "result" not in kinds  # no graceful end: the client listens again
