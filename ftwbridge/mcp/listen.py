@@ -5,8 +5,9 @@ docs/live.md): the answer is a `text/event-stream` that lives while the client k
 the stream opens (no `text/event-stream` in `Accept`: 406; a bad filter: -32602; past the
 bounds: 429 per agent or 503 per process, both with `Retry-After`; a drain under way: 503;
 a home held by another instance: 503 in words). Otherwise it returns an `HttpResponse` whose
-`stream` writes the events: the acknowledgement first, before any box I/O (the feed reference
-is taken before it, as the official SDK subscribes before its ack, so nothing is lost); then
+`stream` writes the events: the acknowledgement first, before any box I/O (the feed's
+reference is taken just after it; nothing is lost, since a new reference to a feed that is
+already whole starts dirty, and one that starts hears its first snap); then
 `notifications/resources/updated` for the home's `live` URI as `listen_rules.UpdatePacer`
 allows, from the pool's live feed (`pool/feed.py`), never a box read per update; a keep-alive
 comment every `listen_keepalive_s` of quiet.
@@ -192,14 +193,14 @@ class Listens:
         left_s = (token.expires_at_ms - self._wall_ms()) / 1000
         s = _Stream(rid, uris, write, rules.UpdatePacer(self._config.listen_min_interval_s))
         s.keepalive_at = trio.current_time() + self._config.listen_keepalive_s
-        retry_s, acked = 1.0, False
+        retry_s = 1.0
         self._streams.add(s)
         with _discarding(self._streams, s), trio.move_on_after(max(0.0, left_s)):
+            # The ack goes first, before any box I/O; nothing is lost by taking the feed's
+            # reference after it: a new `Watch` of a feed already whole starts dirty.
+            await write(rules.ack(rid, filt))
             while True:  # the token's end cancels: no result
                 async with self._watch(token, bool(uris)) as w:
-                    if not acked:  # first, before any box I/O
-                        await write(rules.ack(rid, filt))
-                        acked = True
                     end = await self._loop(s, w, math.inf)
                 elsewhere = self._held_elsewhere
                 if end == "lost" and elsewhere is not None and await elsewhere(token.home):
