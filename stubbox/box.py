@@ -298,9 +298,15 @@ class Box:
 
     def pulse(self, now_ms: int, uptime_ms: int) -> list[tuple[int, bytes]]:
         """The telemetry frames due at this moment (`Streams.pulse`), sealed: (sid, message);
-        a `snap` on the bulk lane, a `tick` or `delta` on lane 0 with its flags."""
+        a `snap` on the bulk lane, a `tick` or `delta` on lane 0 with its flags. A subscribed
+        session whose grant has run out by the box's clock ends first (`session.terminate
+        {expired}`): its stream ends with it."""
         home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
-        out = []
+        out = [
+            (sess.sid, self._terminate(sess, TerminateReason.EXPIRED))
+            for sess in list(self._sessions.values())
+            if sess.sid in self.streams and now_ms >= sess.grant.expires_at_ms
+        ]
         for sid, t, body, flags in self.streams.pulse(home_ms, uptime_ms):
             sess = self._sessions.get(sid)
             if sess is not None:

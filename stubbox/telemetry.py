@@ -88,6 +88,9 @@ class Streams:
     def __len__(self) -> int:
         return len(self._streams)
 
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._streams
+
     def subscribe(
         self, sid: int, body: object, scopes: list[str], now_ms: int, uptime_ms: int
     ) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from ftwbridge.proto.frame import FLAG_TRUNCATED, LANE_BULK, LANE_CONTROL, decod
 from ftwbridge.proto.names import Read, Scope
 from ftwbridge.proto.noise import Initiator, Transport
 from ftwbridge.proto.registry import Msg
-from ftwbridge.proto.session import AgentSession, Push, Reply
+from ftwbridge.proto.session import AgentSession, Push, Reply, Terminated
 from ftwbridge.proto.telemetry import (
     TELEMETRY_HZ,
     TELEMETRY_TYPES,
@@ -180,6 +180,16 @@ def test_the_stream_ends_with_its_session() -> None:
     _subscribed(p)
     p.box.end(1)
     assert len(p.box.streams) == 0 and p.box.pulse(p.now, 5000) == []
+
+
+def test_a_grant_that_runs_out_ends_the_stream_with_its_session() -> None:
+    p = Pair(ttl_ms=10_000)
+    _subscribed(p)
+    assert p.box.pulse(NOW + 2_000, 2000)  # still granted: a frame
+    [(_sid, message)] = p.box.pulse(NOW + 10_000, 3000)
+    [ev] = p.session.receive(message)
+    assert isinstance(ev, Terminated) and ev.reason == "expired"
+    assert len(p.box.streams) == 0 and p.box.pulse(NOW + 11_000, 4000) == []
 
 
 def test_truncation_drops_sources_then_the_highest_fields() -> None:
