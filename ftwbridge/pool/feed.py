@@ -113,6 +113,8 @@ class Feed:
         self.end_reason: str | None = None
         self.last_frame_at = float("-inf")
         self.resync_wanted = trio.Event()
+        self.resyncing = False
+        """A resync is asked for or under way: frames meanwhile ask for no other."""
         self.started = trio.Event()
         self.scope = trio.CancelScope()
         self._stats = stats
@@ -150,8 +152,10 @@ class Feed:
             try:
                 moved = self.mirror.pulse(ev.t, ev.body, truncated=ev.truncated)
             except NeedsResync as exc:
-                self._stats.resyncs[exc.why] = self._stats.resyncs.get(exc.why, 0) + 1
-                self.resync_wanted.set()
+                if not self.resyncing:  # one live.get makes it whole, whatever came meanwhile
+                    self.resyncing = True
+                    self._stats.resyncs[exc.why] = self._stats.resyncs.get(exc.why, 0) + 1
+                    self.resync_wanted.set()
                 moved = Moved.READINGS
         else:
             return
@@ -161,6 +165,7 @@ class Feed:
 
     def resynced(self, live: Any) -> None:
         """One `live.get` answer (`Reply.body`) makes the picture whole again."""
+        self.resyncing = False
         self._mark(self.mirror.resync(live))
 
     def _mark(self, moved: Moved) -> None:

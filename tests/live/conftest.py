@@ -1,3 +1,3 @@
-from tests.pool.conftest import agent, rig, stub
+from tests.pool.conftest import agent, pytest_configure, rig, stub
 
-__all__ = ["agent", "rig", "stub"]
+__all__ = ["agent", "pytest_configure", "rig", "stub"]

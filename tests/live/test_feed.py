@@ -90,6 +90,22 @@ async def test_a_gap_resyncs_with_one_live_get(
         assert rig.pool.live_view("h1", agent) is not None and feeds.stats.box_reads == 1
 
 
+@pytest.mark.stub(answer_delay_ms=2500)
+async def test_frames_during_a_resync_ask_for_no_second_one(
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
+) -> None:
+    feeds = rig.pool.feeds
+    async with feeds.watch("h1", agent) as w:
+        await _changed(w)
+        await trio.sleep(2.5)
+        seq = w.feed.mirror.seq
+        assert seq is not None
+        w.feed.on_push(Push(TelemetryMsg.TICK.value, {"seq": seq + 5}))
+        await trio.sleep(10)  # the live.get takes 2.5 s; pulses come meanwhile
+        assert feeds.stats.box_reads == 1 and feeds.stats.resyncs == {"gap": 1}
+        assert rig.pool.live_view("h1", agent) is not None
+
+
 async def test_revocation_ends_the_feed_and_says_why(
     rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
