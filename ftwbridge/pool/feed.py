@@ -263,9 +263,7 @@ class Feeds:
                     while True:
                         await f.resync_wanted.wait()
                         f.resync_wanted = trio.Event()
-                        reply = await self._pool.call(f.home, f.agent_key, Read.LIVE_GET.value)
-                        self.stats.box_reads += 1
-                        f.resynced(reply.body)
+                        await self._resync(f)
                 except Refusal as exc:
                     f.end(_reason(exc))
         finally:
@@ -273,6 +271,25 @@ class Feeds:
             f.end(f.end_reason or TunEndReason.CLOSED.value)
             if self._feeds.get((f.home, f.agent_key)) is f:
                 del self._feeds[(f.home, f.agent_key)]
+
+    async def _resync(self, f: Feed) -> None:
+        """One `live.get` on the feed's session; a pacing refusal is waited out and asked
+        again (the stream is not ended for it).
+
+        Raises:
+            Refusal: any other refusal (the feed then ends with it).
+        """
+        while True:
+            try:
+                reply = await self._pool.call(f.home, f.agent_key, Read.LIVE_GET.value)
+            except Refusal as exc:
+                if exc.code != Code.E_RATE_LIMITED:
+                    raise
+                await trio.sleep((exc.retry_after_ms or 1000) / 1000)
+                continue
+            self.stats.box_reads += 1
+            f.resynced(reply.body)
+            return
 
     async def _start(self, f: Feed) -> None:
         """Send `sub` on the agent's session and wait for the first `snap` (or its refusal).
