@@ -147,3 +147,21 @@ async def test_a_drain_ends_feeds_restarting(
         assert w.ended.is_set() and w.end_reason == "restarting"
     async with rig.pool.feeds.watch("h1", agent) as w:  # no feed starts while draining
         assert w.ended.is_set() and w.end_reason == "restarting"
+
+
+@pytest.mark.config(pace_calls_burst=1, pace_calls_per_s=0.05, pace_wait_s=0)
+async def test_a_resync_refused_for_pacing_waits_its_turn(
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
+) -> None:
+    feeds = rig.pool.feeds
+    async with feeds.watch("h1", agent) as w:  # the sub took the home's one pacing turn
+        await _changed(w)
+        await trio.sleep(2.5)
+        seq = w.feed.mirror.seq
+        assert seq is not None
+        w.feed.on_push(Push(TelemetryMsg.TICK.value, {"seq": seq + 5}))
+        await trio.sleep(5)
+        assert feeds.stats.box_reads == 0 and not w.ended.is_set()  # refused, waiting
+        await trio.sleep(40)
+        assert feeds.stats.box_reads == 1 and not w.ended.is_set()
+        assert rig.pool.live_view("h1", agent) is not None
