@@ -377,7 +377,7 @@ class Pool:
     def _evict_for_room(self) -> None:
         while len(self._sessions) >= self._config.warm_sessions:
             for s in self._sessions.values():  # least recently used first
-                if s.is_available and not s.waiting:
+                if s.is_available and not s.waiting and not self.feeds.referenced(s):
                     s.close(TunEndReason.IDLE.value)
                     break
             else:

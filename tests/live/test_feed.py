@@ -165,3 +165,16 @@ async def test_a_resync_refused_for_pacing_waits_its_turn(
         await trio.sleep(40)
         assert feeds.stats.box_reads == 1 and not w.ended.is_set()
         assert rig.pool.live_view("h1", agent) is not None
+
+
+@pytest.mark.config(warm_sessions=1)
+async def test_a_referenced_feed_is_not_evicted_for_room(
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
+) -> None:
+    other, _ = await rig.grant(stub)
+    async with rig.pool.feeds.watch("h1", agent) as w:
+        await _changed(w)
+        await rig.pool.call("h1", other, Read.LIVE_GET)  # another agent needs a session
+        assert not w.ended.is_set()
+        await trio.sleep(3)
+        assert rig.pool.live_view("h1", agent) is not None
