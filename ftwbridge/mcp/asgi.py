@@ -146,14 +146,17 @@ async def respond_stream(send: Send, receive: Receive, resp: HttpResponse) -> No
     HTTP/1.1 chunked), until it returns; the client's close (`http.disconnect`) cancels it,
     which is how a client cancels a `subscriptions/listen` (docs/live.md)."""
     assert resp.stream is not None
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items()]
     started = False
+
+    async def start() -> None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items()]
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
 
     async def write(chunk: bytes) -> None:
         nonlocal started
         if not started:  # the head goes with the first piece: `stream` runs from the start,
-            started = True  # so whatever it holds is released by its own `finally`
-            await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+            started = True  # so whatever it holds is released by its own `finally`, and may
+            await start()  # set the status and headers until then (a relayed stream does)
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
     async with trio.open_nursery() as nursery:
@@ -167,7 +170,7 @@ async def respond_stream(send: Send, receive: Receive, resp: HttpResponse) -> No
         await resp.stream(write)
         nursery.cancel_scope.cancel()
     if not started:
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        await start()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -85,6 +85,12 @@ class MeshPort(Protocol):
         """Send the request to `home`'s holder if that is another instance: its answer, a
         `Refusal` when the holder failed, or None to answer here."""
 
+    async def forward_stream(
+        self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
+    ) -> HttpResponse | None:
+        """A `subscriptions/listen` served from `home`'s holder if that is another instance:
+        a response that relays its stream, or None to answer here."""
+
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
@@ -324,7 +330,13 @@ class McpService:
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
             seen.method = method_label(route.method)
-        if req.mesh_epoch is None and self._mesh is not None and not _is_listen(route):
+        if req.mesh_epoch is None and self._mesh is not None and _is_listen(route):
+            assert isinstance(route, inbound.Route)
+            relayed = await self._mesh.forward_stream(token.home, req, body, route.id)
+            if relayed is not None:
+                seen.outcome = "forwarded"
+                return relayed
+        elif req.mesh_epoch is None and self._mesh is not None:
             rid = None if isinstance(route, inbound.Rejection) else route.id
             sent = await self._mesh.forward(token.home, req, body, rid)
             if isinstance(sent, HttpResponse):
