@@ -4,7 +4,8 @@ docs/live.md): the answer is a `text/event-stream` that lives while the client k
 `Listens.open(route, token, headers)` refuses what it must with an ordinary JSON error before
 the stream opens (no `text/event-stream` in `Accept`: 406; a bad filter: -32602; past the
 bounds: 429 per agent or 503 per process, both with `Retry-After`; a drain under way: 503;
-a home held by another instance: 503 in words). Otherwise it returns an `HttpResponse` whose
+on many instances, a home whose uplink is not here: 503 in words; one another instance holds
+is forwarded there before it reaches this module, `mesh/forward.py`). Otherwise it returns an `HttpResponse` whose
 `stream` writes the events: the acknowledgement first, before any box I/O (the feed's
 reference is taken just after it; nothing is lost, since a new reference to a feed that is
 already whole starts dirty, and one that starts hears its first snap); then

@@ -160,7 +160,7 @@ def _refuse_body(status: int, message: str) -> HttpResponse:
 
 
 def _is_listen(route: inbound.Route | inbound.Rejection) -> bool:
-    """A 2026-07-28 `subscriptions/listen` (served here, never forwarded: docs/live.md)."""
+    """A 2026-07-28 `subscriptions/listen` (a stream: forwarded as one, docs/live.md)."""
     return (
         isinstance(route, inbound.Route)
         and route.era == "modern"

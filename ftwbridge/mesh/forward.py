@@ -6,6 +6,8 @@ held by another instance goes there whole, signed, and its answer comes back as 
 from the holder (it lost the home) or a holder that cannot be reached, one fresh lookup and
 one more try within the call's deadline; a holder that fails after the request went out ends
 the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice.
+`Forwarder.forward_stream` does the same for a `subscriptions/listen`, whose answer is a stream
+relayed as it comes (docs/live.md, "Many instances").
 """
 
 from __future__ import annotations
