@@ -234,6 +234,20 @@ class Config(BaseModel):
     token_ttl_s: int = Field(default=3600, gt=0)
     """An access token's lifetime, seconds."""
 
+    live_feed_hz: float = 1.0
+    """The rate live feeds subscribe at (agents.yaml `telemetry_hz`), pulses a second."""
+    listen_min_interval_s: Seconds = 5.0
+    """The least time between two `resources/updated` of one listen stream for readings that
+    moved, seconds; a source's state, the mode or a dispatch block is sent sooner (docs/live.md)."""
+    listen_keepalive_s: Seconds = 15.0
+    """A quiet listen stream sends a comment this often, seconds."""
+    listen_per_agent: int = Field(default=2, ge=1)
+    """Listen streams one agent holds at once (HTTP 429 past it)."""
+    listen_streams: int = Field(default=1024, ge=1)
+    """Listen streams one process holds at once (HTTP 503 past it)."""
+    listen_stuck_s: Seconds = 30.0
+    """A listen stream whose write does not finish in this many seconds is closed."""
+
     @field_validator("trusted_proxies")
     @classmethod
     def _proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -331,6 +345,15 @@ class Config(BaseModel):
             value = value.strip().lower()
             if value not in LOG_LEVELS:
                 raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} (got {value!r})")
+        return value
+
+    @field_validator("live_feed_hz")
+    @classmethod
+    def _feed_hz(cls, value: float) -> float:
+        from ftwbridge.proto.telemetry import TELEMETRY_HZ  # the contract's rates
+
+        if value not in TELEMETRY_HZ:
+            raise ValueError(f"must be one of {', '.join(f'{h:g}' for h in TELEMETRY_HZ)}")
         return value
 
     @model_validator(mode="after")

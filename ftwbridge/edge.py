@@ -16,6 +16,13 @@ and the kind, and `on_connection_fault(kind)` of the listener's `EdgeConfig` cou
 
 `tests/edge/test_hypercorn.py` runs hypercorn's own class against the inputs that take it
 down, so an upgrade that fixes them is noticed and this module can go.
+
+A second change: a response of type `text/event-stream` (a listen stream, docs/live.md) gets
+its own rule. hypercorn applies one `read_timeout` to every connection of a listener, which
+would cut a stream whose client has nothing more to say; the guard runs its own copy of
+hypercorn's read loop (`TCPServer._read_data`, with `MAX_RECV`) whose timeout lives in a
+scope it can lift while such a response is under way, and bounds each of that response's
+writes by `EdgeConfig.stream_write_s` instead. `test_hypercorn.py` pins the loop copied.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 
 from ftwbridge.fairshare import Network, SlotRefused, Slots, source_key
 from ftwbridge.idle import IdleTimer
@@ -137,6 +144,10 @@ class EdgeConfig(HypercornConfig):
     on_connection_fault: Callable[[str], None] | None = None
     connections: Connections | None = None
     exempt: tuple[Network, ...] = ()
+    stream_write_s: float | None = None
+    """While a response of type `text/event-stream` is under way (a listen stream), the
+    read timeout does not apply to the connection (the client has nothing more to say) and
+    each write is bounded by this instead (None: the read timeout)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -170,6 +181,9 @@ class GuardedTCPServer(TCPServer):
         self._busy = False
         self._closing = False
         self._stranger: tuple[Slots, str, trio.CancelScope] | None = None
+        self._streaming = False
+        """A `text/event-stream` response is under way (`EdgeConfig.stream_write_s`)."""
+        self._read_scope = trio.CancelScope()
         self.idle_task = IdleTimer(  # type: ignore[assignment]
             self.config.keep_alive_timeout,
             self.context.terminated,
@@ -231,6 +245,7 @@ class GuardedTCPServer(TCPServer):
                 self._known()
             if event.idle:
                 self._head_due = True  # the response is done; the next one starts with a head
+                self._stream(False)
         await super().protocol_send(event)
 
     async def _send_data(self, data: bytes) -> None:
@@ -268,6 +283,8 @@ class GuardedTCPServer(TCPServer):
                     self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
             elif head[9:10] != b"1":  # a final head (100 Continue comes before one)
                 self._head_due = False
+                if b"\r\ncontent-type: text/event-stream" in head:
+                    self._stream(True)
                 if _announces_body(head):
                     self._held = data  # written with its body, or at the next event
                     return
@@ -315,6 +332,8 @@ class GuardedTCPServer(TCPServer):
             trio.ClosedResourceError: the socket was closed meanwhile.
         """
         limit = self.config.read_timeout
+        if self._streaming:
+            limit = getattr(self.config, "stream_write_s", None) or limit
         deadline = trio.current_time() + limit if limit else math.inf
         with trio.CancelScope(shield=True, deadline=deadline) as scope:
             await self.stream.send_all(data)
@@ -358,7 +377,7 @@ class GuardedTCPServer(TCPServer):
 
         self.protocol.handle = handle  # type: ignore[method-assign]
         try:
-            await super()._read_data()
+            await self._read_loop()
         except Exception as exc:
             await self._fault(exc)
         finally:
@@ -374,6 +393,34 @@ class GuardedTCPServer(TCPServer):
                 if nursery is not None:
                     scope = nursery.cancel_scope
                     scope.deadline = min(scope.deadline, trio.current_time() + LAST_WORDS_S)
+
+    def _stream(self, on: bool) -> None:
+        """A `text/event-stream` response starts (`on`) or ends: the read timeout is lifted
+        for it, and put back (from now) when it ends."""
+        if on == self._streaming:
+            return
+        self._streaming = on
+        limit = self.config.read_timeout
+        self._read_scope.deadline = math.inf if on or not limit else trio.current_time() + limit
+
+    async def _read_loop(self) -> None:
+        """hypercorn's `TCPServer._read_data`, with its read timeout in a scope of our own, so
+        that a stream's response lifts it (`_stream`): the bytes read, the end of the loop and
+        the `Closed` it hands on are hypercorn's."""
+        while True:
+            limit = self.config.read_timeout
+            deadline = trio.current_time() + limit if limit and not self._streaming else math.inf
+            with trio.CancelScope(deadline=deadline) as self._read_scope:
+                try:
+                    data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+            if self._read_scope.cancelled_caught:
+                break  # the read timeout: hypercorn's TooSlowError
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
 
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module). Until

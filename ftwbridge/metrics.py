@@ -23,6 +23,7 @@ from ftwbridge.edge import Connections
 from ftwbridge.framing import framing_and_coding
 from ftwbridge.keys import KeysPort
 from ftwbridge.pool import Pool
+from ftwbridge.pool.feed import feed_metrics
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 
@@ -63,6 +64,7 @@ class _Gauges(Collector):
         for reason, n in sorted(s.drops.items()):
             ended.add_metric([reason], n)
         yield ended
+        yield from feed_metrics(self._pool.feeds.stats)
         yield CounterMetricFamily(
             "ftwbridge_pacing_refusals",
             "Calls refused by per-home pacing",

@@ -28,6 +28,7 @@ from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import KeysError, forget_dropped
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
+from ftwbridge.mcp.listen import ListenMetrics, Listens
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
@@ -192,6 +193,14 @@ class Bridge:
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
         )
         self.metrics.watch(self.pool, self.door, self.keys)
+        self.listens = Listens(
+            feeds=self.pool.feeds,
+            config=config,
+            wall_ms=clock,
+            held_elsewhere=self._held_elsewhere if config.database_url is not None else None,
+        )
+        """`subscriptions/listen` streams (`mcp/listen.py`, docs/live.md)."""
+        self.metrics.registry.register(ListenMetrics(self.listens))
         self.oauth = OAuthService(
             store=self.store,
             keys=self.keys,
@@ -296,11 +305,19 @@ class Bridge:
             return f"the keys part{where} does not answer ({exc or type(exc).__name__})"
         return None
 
+    async def _held_elsewhere(self, home: str) -> bool:
+        """For a listen stream on many instances: this instance does not hold the home's
+        uplink (another holds it, or it is offline), so the stream is not served here."""
+        return not self.door.online(home)
+
     async def drain(self) -> None:
         """Stop taking calls, let calls in flight finish (`drain_s`), end every session with
         `tun.end {restarting}`, close every uplink with a Close 1001 (going away), let the HTTP
         responses under way finish whole, then stop serving."""
         log.info("draining")
+        self.listens.drain()  # every listen stream ends with its graceful result
+        with trio.move_on_after(HTTP_STOP_S):
+            await self.listens.wait_streams_at_most(0)
         await self.pool.drain(self.config.drain_s)
         await self.door.close_all(CLOSE_GOING_AWAY, "the bridge is restarting")
         self._stop_http.set()  # hypercorn stops accepting and lets responses under way finish
@@ -412,6 +429,7 @@ class Bridge:
             confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands else None,
             mesh=None if self.node is None else self.node.forwarder,
             clock_skew_ms=c.clock_skew_max_ms,
+            listen=self.listens,
         )
         app = create_app(
             oauth=self.oauth,
@@ -429,6 +447,7 @@ class Bridge:
         hc.bind = [f"fd://{fd}"]
         hc.websocket_ping_interval = c.door_ping_s
         hc.read_timeout = int(c.door_silence_s)
+        hc.stream_write_s = c.listen_stuck_s  # a listen stream's rule (docs/live.md)
         hc.keep_alive_timeout = c.keep_alive_s  # idle.IdleTimer closes an idle connection then
         hc.accesslog = None
         hc.errorlog = logging.getLogger("hypercorn.error")

@@ -42,6 +42,7 @@ from ftwbridge.proto.noise import Responder
 from ftwbridge.proto.registry import CAPS, GOAL_REQUEST_SCOPE, READS, Msg
 from ftwbridge.proto.roster import Admitted, AgentGrant, Roster, admit
 from ftwbridge.proto.session import Channel
+from ftwbridge.proto.telemetry import TelemetryMsg
 
 from . import reads
 from .charger import OWNER
@@ -49,6 +50,7 @@ from .commands import Commands
 from .goals import Entry, GoalBook, decided
 from .home import Home
 from .problem import Problem, error_body, take_slot
+from .telemetry import Streams
 
 ClockSource = Literal["ntp", "rtc", "none"]
 MINUTE_MS = 60_000
@@ -117,6 +119,8 @@ class Box:
         """Agents' commands: idempotency table, `cmds_per_hour`, part E's checks."""
         self.goals = GoalBook()
         """Agents' goal requests, waiting for the owner or decided (30 days)."""
+        self.streams = Streams(home)
+        """Agents' live telemetry subscriptions (PROTOCOL.md part F, `stubbox/telemetry.py`)."""
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -149,10 +153,12 @@ class Box:
     def end(self, sid: int) -> None:
         """Forget tunnel `sid` (the bridge sent `tun.end`, or the uplink closed)."""
         self._sessions.pop(sid, None)
+        self.streams.end(sid)
 
     def end_all(self) -> None:
         """Forget every tunnel (the uplink closed)."""
         self._sessions.clear()
+        self.streams.clear()
 
     def has_session(self, sid: int) -> bool:
         """Whether tunnel `sid` carries an open session."""
@@ -185,6 +191,7 @@ class Box:
     def _terminate(self, sess: _Session, reason: TerminateReason) -> bytes:
         sess.closed = True
         self._sessions.pop(sess.sid, None)
+        self.streams.end(sess.sid)
         return sess.channel.wrap(Envelope(Msg.SESSION_TERMINATE, None, {"reason": reason.value}))
 
     # -- messages ---------------------------------------------------------------------------
@@ -255,6 +262,9 @@ class Box:
             self._count(sess, now_ms)
             queued = self.goals.ask(sess.key, g, env.b, now_ms)
             return self._wrap(sess, env.id, [(GoalMsg.GOAL_QUEUED, queued.to_body())])
+        if env.t == TelemetryMsg.SUB:  # part F: answered by its first snap, never in flight
+            snap = self.streams.subscribe(sess.sid, env.b, list(g.scopes), home_ms, uptime_ms)
+            return [] if snap is None else self._wrap(sess, env.id, [(TelemetryMsg.SNAP, snap)])
         if env.t not in set(Read):
             raise Problem(Code.E_UNKNOWN_OP, t=env.t)
         need = READS[Read(env.t)].scope
@@ -285,6 +295,26 @@ class Box:
                 code = body["code"]
                 self.stats.refusals[code] = self.stats.refusals.get(code, 0) + 1
         return [sess.channel.wrap(Envelope(t, rid, body), bulk=bulk) for t, body in answers]
+
+    def pulse(self, now_ms: int, uptime_ms: int) -> list[tuple[int, bytes]]:
+        """The telemetry frames due at this moment (`Streams.pulse`), sealed: (sid, message);
+        a `snap` on the bulk lane, a `tick` or `delta` on lane 0 with its flags. A subscribed
+        session whose grant has run out by the box's clock ends first (`session.terminate
+        {expired}`): its stream ends with it."""
+        home_ms = now_ms if self.frozen_ms is None else self.frozen_ms
+        out = [
+            (sess.sid, self._terminate(sess, TerminateReason.EXPIRED))
+            for sess in list(self._sessions.values())
+            if sess.sid in self.streams and now_ms >= sess.grant.expires_at_ms
+        ]
+        for sid, t, body, flags in self.streams.pulse(home_ms, uptime_ms):
+            sess = self._sessions.get(sid)
+            if sess is not None:
+                message = sess.channel.wrap(
+                    Envelope(t, None, body), bulk=t == TelemetryMsg.SNAP, flags=flags
+                )
+                out.append((sid, message))
+        return out
 
     # -- the owner's decisions --------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from ftwbridge.proto.roster import AgentGrant
 from .history import build_tiles
 from .home import Home
 from .problem import Problem
+from .telemetry import MODES
 
 
 class BoxView(Protocol):
@@ -103,7 +104,7 @@ def hello_ok(box: BoxView, grant: AgentGrant, now_ms: int, uptime_ms: int) -> di
         },
         "caps": caps,
         "capsHash": digest[:16],
-        "modes": [],
+        "modes": list(MODES),
         "role": Role.AGENT.value,
         "scopes": list(grant.scopes),
         "ops": list(grant.ops),

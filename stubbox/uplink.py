@@ -100,6 +100,8 @@ class StubHome:
         self._changing = trio.Lock()
         self.goal_timer = GoalTimer(self.wall_ms)
         """Pushes a goal request's expiry when it runs out (run by `run_session`)."""
+        self._pulse_wake = trio.Event()
+        """Set when a subscription starts, so the pulse timer looks at its due time again."""
 
     @property
     def home(self) -> str:
@@ -349,6 +351,7 @@ class StubHome:
                 nursery.start_soon(
                     self.goal_timer.run, lambda: self.box.goals.next_expiry_ms(), self._expire
                 )
+                nursery.start_soon(self._pulses)
                 try:
                     while True:
                         await self._handle(decode_envelope(_binary(await ws.get_message())))
@@ -363,6 +366,26 @@ class StubHome:
                 self.box.end_all()
         if failure is not None:
             raise failure
+
+    async def _pulses(self) -> None:
+        """Send the telemetry frames of each due pulse (PROTOCOL.md part F) until cancelled;
+        with nobody subscribed, wait for a `sub`."""
+        while True:
+            due = self.box.streams.next_due_ms()
+            wake = self._pulse_wake
+            if due is None:
+                await wake.wait()
+            else:
+                with trio.move_on_after(max(0, due - self.uptime_ms()) / 1000):
+                    await wake.wait()
+            if wake.is_set():
+                self._pulse_wake = trio.Event()
+                continue
+            try:
+                for sid, message in self.box.pulse(self.wall_ms(), self.uptime_ms()):
+                    await self.send(tun(sid, message))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                return  # the uplink is closing under us: its reader ends the session
 
     async def _expire(self) -> None:
         """The goal timer's turn: expire what ran out, keep the book, push `agent.decided`."""
@@ -383,8 +406,10 @@ class StubHome:
                 if m2 is not None:
                     await self.send(tun(sid, m2))
                 return
-            before = self.box.goals.version
+            before, streams = self.box.goals.version, len(self.box.streams)
             out = self.box.receive(sid, d, self.wall_ms(), self.uptime_ms())
+            if len(self.box.streams) != streams:
+                self._pulse_wake.set()
             await self._keep_goals(before)  # a queued request is on disk before the agent hears
             if self.box.goals.version != before:
                 self.goal_timer.wake()

@@ -141,6 +141,39 @@ async def respond(send: Send, resp: HttpResponse, *, head: bool = False) -> None
     await send({"type": "http.response.body", "body": b"" if head else resp.body})
 
 
+async def respond_stream(send: Send, receive: Receive, resp: HttpResponse) -> None:
+    """Send `resp`'s head, then what `resp.stream` writes, each piece as it comes (no length:
+    HTTP/1.1 chunked), until it returns; the client's close (`http.disconnect`) cancels it,
+    which is how a client cancels a `subscriptions/listen` (docs/live.md)."""
+    assert resp.stream is not None
+    started = False
+
+    async def start() -> None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items()]
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+
+    async def write(chunk: bytes) -> None:
+        nonlocal started
+        if not started:  # the head goes with the first piece: `stream` runs from the start,
+            started = True  # so whatever it holds is released by its own `finally`, and may
+            await start()  # set the status and headers until then (a relayed stream does)
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async with trio.open_nursery() as nursery:
+
+        async def until_gone() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(until_gone)
+        await resp.stream(write)
+        nursery.cancel_scope.cancel()
+    if not started:
+        await start()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 class McpRoute:
     """An ASGI app: HTTP requests to exactly `/mcp` answered by `service`, the rest to `app`.
 
@@ -180,16 +213,14 @@ class McpRoute:
         allowed = origin is not None and origin.lower() in self.site.allowed_origins
         resp = await self._answer(scope, method, headers, origin, allowed, receive)
         if allowed and origin is not None:
-            resp = HttpResponse(
-                resp.status,
-                resp.headers
-                | {
-                    "access-control-allow-origin": origin,
-                    "access-control-expose-headers": CORS_EXPOSED_HEADERS,
-                    "vary": "origin",
-                },
-                resp.body,
-            )
+            resp.headers = resp.headers | {
+                "access-control-allow-origin": origin,
+                "access-control-expose-headers": CORS_EXPOSED_HEADERS,
+                "vary": "origin",
+            }
+        if resp.stream is not None:
+            await respond_stream(send, receive, resp)
+            return
         await respond(send, resp, head=method == "HEAD")
 
     async def _answer(

@@ -44,6 +44,7 @@ OUTCOMES = {
     "unknown_resource": "resources/read of a URI that is not one of the token's home's resources",
     "unknown_prompt": "prompts/get naming no prompt of the bridge",
     "input_required": "a command waits for the person's confirmation (MCP 2026-07-28 MRTR)",
+    "listen_refused": "subscriptions/listen refused before its stream opened (docs/live.md)",
 }
 """The outcome words of `/mcp` requests other than `ok` and a box's registry codes (audit
 `status`, metric label `outcome`), and when each is given."""
@@ -60,6 +61,7 @@ METHODS = frozenset(
         "resources/read",
         "prompts/list",
         "prompts/get",
+        "subscriptions/listen",
     }
 )
 """JSON-RPC methods named in the request metric; any other is counted as `other` (a client

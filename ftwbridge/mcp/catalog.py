@@ -24,12 +24,8 @@ from mcp_types import (
     ListPromptsResult,
     ListResourcesResult,
     ListResourceTemplatesResult,
-    PromptsCapability,
     ReadResourceResult,
-    ResourcesCapability,
-    ServerCapabilities,
     TextResourceContents,
-    ToolsCapability,
     jsonrpc,
 )
 from pydantic import BaseModel, ValidationError
@@ -42,13 +38,6 @@ from .inbound import Route
 from .results import ERROR_META, invalid_arguments, refusal_result, roster_behind_result
 from .tools import TOOLS_BY_NAME, ToolSpec
 
-CAPABILITIES: Final = ServerCapabilities(
-    tools=ToolsCapability(list_changed=False),
-    resources=ResourcesCapability(subscribe=False, list_changed=False),
-    prompts=PromptsCapability(list_changed=False),
-).model_dump(by_alias=True, exclude_none=True)
-"""What `initialize` and `server/discover` declare: tools, resources (no `resources/subscribe`)
-and prompts, none of whose lists changes while a token lives."""
 METHODS: Final = frozenset(
     {
         "resources/list",

@@ -38,7 +38,8 @@ from ftwbridge.store import TokenRecord
 from . import inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
-from .catalog import CAPABILITIES, METHODS, Catalog
+from .capabilities import capabilities
+from .catalog import METHODS, Catalog
 from .confirm import StateRefused
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
@@ -87,6 +88,12 @@ class MeshPort(Protocol):
         """Send the request to `home`'s holder if that is another instance: its answer, a
         `Refusal` when the holder failed, or None to answer here."""
 
+    async def forward_stream(
+        self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
+    ) -> HttpResponse | None:
+        """A `subscriptions/listen` served from `home`'s holder if that is another instance:
+        a response that relays its stream, or None to answer here."""
+
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
@@ -117,15 +124,31 @@ class BodyGone(Exception):
     """The client left before its whole body arrived (audited as `cancelled`; no answer)."""
 
 
+Write = Callable[[bytes], Awaitable[None]]
+"""Writes one piece of a streamed response body (the HTTP shell's)."""
+
+
 @dataclass(slots=True)
 class HttpResponse:
-    """Status, headers and body bytes to send."""
+    """Status, headers and body bytes to send; or, with `stream`, a body of unknown length
+    that `stream(write)` writes piece by piece until it returns (`subscriptions/listen`).
+    The shell cancels `stream` when the client goes away."""
 
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     outcome: str | None = None
     """The audit outcome of a response a guard made (`audit.OUTCOMES`), not sent."""
+    stream: Callable[[Write], Awaitable[None]] | None = None
+
+
+class ListenPort(Protocol):
+    """`subscriptions/listen` (`mcp/listen.py`, docs/live.md)."""
+
+    async def open(
+        self, route: inbound.Route, token: TokenRecord, headers: dict[str, list[str]]
+    ) -> HttpResponse:
+        """A stream's response, or a refusal as an ordinary JSON error."""
 
 
 def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> HttpResponse:
@@ -140,6 +163,15 @@ def _refuse_body(status: int, message: str) -> HttpResponse:
     sending stops and reads the answer instead of filling the socket."""
     rej = inbound.Rejection(status, jsonrpc.INVALID_REQUEST, message)
     return _json(status, rej.body(), {"connection": "close"})
+
+
+def _is_listen(route: inbound.Route | inbound.Rejection) -> bool:
+    """A 2026-07-28 `subscriptions/listen` (a stream: forwarded as one, docs/live.md)."""
+    return (
+        isinstance(route, inbound.Route)
+        and route.era == "modern"
+        and route.method == "subscriptions/listen"
+    )
 
 
 def _accepts_json(values: list[str]) -> bool:
@@ -175,6 +207,7 @@ class McpService:
         mesh: forwarding to the instance that holds a token's home, if this is one of many.
         clock_skew_ms: how far a box's clock may run from ours (ms); an energy report starts
             that much inside the grant's `history_days`, so a box ahead of us never refuses it.
+        listen: `subscriptions/listen` streams (2026-07-28), if served.
     """
 
     def __init__(
@@ -196,9 +229,11 @@ class McpService:
         confirm_ttl_s: float | None = 120.0,
         mesh: MeshPort | None = None,
         clock_skew_ms: int = 300_000,
+        listen: ListenPort | None = None,
     ) -> None:
         self._homes = homes
         self._mesh = mesh
+        self._listen = listen
         self._control = Control(
             homes=homes,
             wall_ms=wall_ms,
@@ -307,7 +342,13 @@ class McpService:
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
             seen.method = method_label(route.method)
-        if req.mesh_epoch is None and self._mesh is not None:
+        if req.mesh_epoch is None and self._mesh is not None and _is_listen(route):
+            assert isinstance(route, inbound.Route)
+            relayed = await self._mesh.forward_stream(token.home, req, body, route.id)
+            if relayed is not None:
+                seen.outcome = "forwarded"
+                return relayed
+        elif req.mesh_epoch is None and self._mesh is not None:
             rid = None if isinstance(route, inbound.Rejection) else route.id
             who = replace(req, remote=f"agent {token.home} {token.agent_id}")  # the guard's key
             sent = await self._mesh.forward(token.home, who, body, rid)
@@ -366,7 +407,7 @@ class McpService:
         if route.era == "modern" and m == "server/discover":
             result = {
                 "supportedVersions": list(inbound.MODERN),
-                "capabilities": CAPABILITIES,
+                "capabilities": capabilities("modern", listen=self._listen is not None),
                 "instructions": INSTRUCTIONS,
                 "_meta": {"io.modelcontextprotocol/serverInfo": SERVER_INFO},
             }
@@ -376,7 +417,7 @@ class McpService:
             version = asked if asked in inbound.LEGACY else inbound.LEGACY[-1]
             result = {
                 "protocolVersion": version,
-                "capabilities": CAPABILITIES,
+                "capabilities": capabilities("legacy", listen=self._listen is not None),
                 "serverInfo": SERVER_INFO,
                 "instructions": INSTRUCTIONS,
             }
@@ -405,6 +446,11 @@ class McpService:
                 return self._error(route, *ans.error)
             assert ans.result is not None
             return self._result(route, ans.result, ans.ttl_ms is not None, ans.ttl_ms or 0)
+        if _is_listen(route) and self._listen is not None:
+            resp = await self._listen.open(route, token, headers)
+            if resp.stream is None:
+                seen.outcome = "listen_refused"
+            return resp
         seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 

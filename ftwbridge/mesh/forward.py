@@ -6,6 +6,8 @@ held by another instance goes there whole, signed, and its answer comes back as 
 from the holder (it lost the home) or a holder that cannot be reached, one fresh lookup and
 one more try within the call's deadline; a holder that fails after the request went out ends
 the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice.
+`Forwarder.forward_stream` does the same for a `subscriptions/listen`, whose answer is a stream
+relayed as it comes (docs/live.md, "Many instances").
 """
 
 from __future__ import annotations
@@ -20,12 +22,18 @@ import httpx2
 import trio
 
 from ftwbridge.mcp import inbound
-from ftwbridge.mcp.server import MESH_MOVED, RATE_LIMITED_JSONRPC, HttpRequest, HttpResponse
+from ftwbridge.mcp.server import (
+    MESH_MOVED,
+    RATE_LIMITED_JSONRPC,
+    HttpRequest,
+    HttpResponse,
+    Write,
+)
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import StoreError
-from ftwbridge.store.directory import Directory
+from ftwbridge.store.directory import Directory, Holder
 
 from . import signing
 
@@ -191,23 +199,7 @@ class Forwarder:
                 guarded = self._guard(req.remote, rid)
                 if guarded is not None:
                     return guarded
-            headers = [
-                (k, v)
-                for k, vs in req.headers.items()
-                for v in vs
-                if k not in HOP_BY_HOP and not k.startswith("ftw-mesh-")
-            ]
-            signed = signing.sign(
-                self._key,
-                sender=self.instance_id,
-                method=req.method,
-                path=PATH,
-                to=holder.instance,
-                epoch=holder.epoch,
-                body=body,
-                now_ms=self._wall_ms(),
-            )
-            headers += list(signed.items())
+            headers = self._signed_headers(req, body, holder)
             try:
                 resp = await self._http.request(
                     req.method, holder.url + PATH, headers=headers, content=body
@@ -242,13 +234,99 @@ class Forwarder:
                 )
                 continue
             self.stats.forwarded += 1
-            out = {
-                k: v
-                for k, v in resp.headers.items()
-                if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")
-            }
-            return HttpResponse(resp.status_code, out, resp.content)
+            return HttpResponse(resp.status_code, _end_to_end(resp.headers), resp.content)
         return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
+
+    def _signed_headers(
+        self, req: HttpRequest, body: bytes, holder: Holder
+    ) -> list[tuple[str, str]]:
+        """`req`'s end-to-end headers (no hop-by-hop, no client's `ftw-mesh-*`) and the mesh
+        signature for `holder` at its epoch."""
+        headers = [
+            (k, v)
+            for k, vs in req.headers.items()
+            for v in vs
+            if k not in HOP_BY_HOP and not k.startswith("ftw-mesh-")
+        ]
+        signed = signing.sign(
+            self._key,
+            sender=self.instance_id,
+            method=req.method,
+            path=PATH,
+            to=holder.instance,
+            epoch=holder.epoch,
+            body=body,
+            now_ms=self._wall_ms(),
+        )
+        return headers + list(signed.items())
+
+    async def forward_stream(
+        self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
+    ) -> HttpResponse | None:
+        """A `subscriptions/listen` whose home another instance holds, served from there by
+        one forwarded stream (docs/live.md, "Many instances"): the holder's answer is relayed
+        piece by piece as it comes, and the client's close closes the forwarded request.
+
+        Returns:
+            None to answer here (as `forward`), the entry's guard's 429, or a response whose
+            `stream` relays the holder's. Not reached, or moved (421): a 503 in words, so the
+            client listens again; a holder lost mid-stream ends the stream without a result.
+        """
+        if self._here(home):
+            return None
+        try:
+            holder = await self._directory.holder(home)
+        except StoreError as exc:
+            log.warning("listen of home %s: no lookup (%s); answered here", home, exc)
+            return None
+        if holder is None or holder.instance == self.instance_id or not holder.url:
+            return None
+        guarded = self._guard(req.remote, rid)
+        if guarded is not None:
+            return guarded
+        headers = self._signed_headers(req, body, holder)
+        resp = HttpResponse(200)
+
+        async def relay(write: Write) -> None:
+            try:
+                async with self._http.stream(
+                    "POST", holder.url + PATH, headers=headers, content=body, timeout=STREAM_TIMEOUT
+                ) as r:
+                    if r.status_code == 421 and r.headers.get(MOVED):
+                        raise httpx2.ConnectError("the holder no longer holds the home")
+                    resp.status = r.status_code
+                    resp.headers = _end_to_end(r.headers)
+                    async for chunk in r.aiter_raw():
+                        await write(chunk)
+                self.stats.forwarded += 1
+            except httpx2.TransportError as exc:
+                self.stats.holder_lost += 1
+                log.warning(
+                    "listen of home %s at instance %s ended (%s)", home, holder.instance, exc
+                )
+                if resp.headers:
+                    return  # mid-stream: no result, the client listens again
+                resp.status, resp.headers = 503, {"content-type": "application/json"}
+                words = "the instance that holds this home did not answer; listen again"
+                rej = inbound.Rejection(503, -32603, words, rid)
+                resp.headers["retry-after"] = "2"
+                await write(_dumps(rej.body()))
+
+        resp.stream = relay
+        return resp
+
+
+STREAM_TIMEOUT = httpx2.Timeout(60.0, connect=CONNECT_S, pool=CONNECT_S)
+"""A forwarded listen stream's bounds: `CONNECT_S` to connect, and 60 s for each read (four
+of the holder's keep-alive comments at their 15 s default)."""
+
+
+def _end_to_end(headers: httpx2.Headers) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in headers.items()
+        if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")
+    }
 
 
 def _dumps(value: object) -> bytes:

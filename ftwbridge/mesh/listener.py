@@ -1,4 +1,6 @@
 """The internal listener's app (issue 13 item 4): `/mcp` requests other instances forward.
+(`mesh/streams.StreamingRoute` takes their POSTs ahead of this app, with the same checks, so
+that a listen stream can flow; this route answers the other methods.)
 
 Each request's mesh headers are checked first (`signing.Checker`): anything unsigned,
 forged, misaddressed, stale or replayed is refused with 403 and a JSON-RPC error in words,

@@ -28,6 +28,7 @@ from .holdings import Holdings
 from .listener import create_internal_app
 from .relay import BoxRelay, add_relay_route
 from .signing import Checker, mesh_key_bytes
+from .streams import StreamingRoute
 
 log = logging.getLogger("ftwbridge.mesh")
 
@@ -176,16 +177,26 @@ class Node:
                         wall_ms=self._wall_ms,
                         on_refused=metrics.on_mesh_refused,
                     )
+                    streaming = StreamingRoute(  # forwarded POSTs, listen streams included
+                        app,
+                        service=service,
+                        checker=checker,
+                        wall_ms=self._wall_ms,
+                        max_body_bytes=c.max_body_bytes,
+                        body_timeout_s=c.body_timeout_s,
+                        on_refused=metrics.on_mesh_refused,
+                    )
                     hc = edge.EdgeConfig()
                     hc.on_connection_fault = metrics.on_connection_fault
                     hc.connections = metrics.listener("internal")
+                    hc.stream_write_s = c.listen_stuck_s
                     hc.bind = [f"fd://{fd}"]
                     hc.accesslog = None
                     hc.errorlog = logging.getLogger("hypercorn.error")
                     hc.read_timeout = int(c.door_silence_s)
                     hc.keep_alive_timeout = c.keep_alive_s
                     hc.graceful_timeout = 1.0
-                    await nursery.start(_serve_internal, app, hc)
+                    await nursery.start(_serve_internal, streaming, hc)
                     log.info("instance %s: internal listener at %s", self.instance_id, url)
                 task_status.started()
         finally:

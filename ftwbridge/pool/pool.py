@@ -39,6 +39,7 @@ from ftwbridge.proto.session import AgentSession, Reply
 
 from .command import CommandBudget, CommandOutcome, Renames, send_command
 from .deadlines import DeadlineHeap
+from .feed import Feeds
 from .homes import HomeShare, PoolObserver, PoolStats
 from .opening import open_outcome
 from .pacing import HomePacer
@@ -95,6 +96,8 @@ class Pool:
         """`cmds_per_hour` at the bridge (pool/command.py)."""
         self._renames = Renames()
         """Each agent's latest `cmdId` changed after `E_CONFLICT` (pool/command.py)."""
+        self.feeds = Feeds(self, hz=config.live_feed_hz, start_s=config.call_deadline_s)
+        """Live telemetry feeds per (home, agent) on the warm sessions (pool/feed.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[Pool] = trio.TASK_STATUS_IGNORED) -> None:
         """Own every opening and closing until cancelled; then end every session
@@ -158,6 +161,22 @@ class Pool:
             s.close(TunEndReason.RESTARTING.value)
         with trio.move_on_after(1):
             await self._wait_until(lambda: not self._sessions and not self._closing)
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run `fn(*args)` in the pool's nursery (a live feed's task); False when the pool is
+        not running or is draining."""
+        if self._nursery is None or self._draining:
+            return False
+        try:
+            self._nursery.start_soon(fn, *args)
+        except RuntimeError:  # the nursery is closing
+            return False
+        return True
+
+    def live_view(self, home: str, agent_key: bytes) -> dict[str, Any] | None:
+        """A fresh `live` answer (PROTOCOL.md part B) from the agent's running live feed, or
+        None when there is none (then read the box). No I/O (pool/feed.py)."""
+        return self.feeds.live_view(home, agent_key)
 
     def warm_grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
         """The grant of a warm session, if any (for `homes_list`)."""
@@ -358,7 +377,7 @@ class Pool:
     def _evict_for_room(self) -> None:
         while len(self._sessions) >= self._config.warm_sessions:
             for s in self._sessions.values():  # least recently used first
-                if s.is_available and not s.waiting:
+                if s.is_available and not s.waiting and not self.feeds.referenced(s):
                     s.close(TunEndReason.IDLE.value)
                     break
             else:
@@ -435,6 +454,7 @@ class Pool:
             del h.sessions[s.agent_key]
             self._forget_home_if_empty(s.home)
         reason = s.end_reason or TunEndReason.CLOSED.value
+        self.feeds.session_closed(s)
         self._drops[reason] = self._drops.get(reason, 0) + 1
         self._closing += 1
         self._notify()
@@ -484,7 +504,10 @@ class Pool:
         """The deadline heap's look at `s`: close it when idle past `idle_close_s`, or when its
         box has not answered, within `call_deadline_s`, a request whose caller gave up."""
         if s.state is State.READY:
-            if s.has_expired(now):
+            if s.has_expired(now) and self.feeds.referenced(s):  # a live feed holds it
+                s.idle_at = now + self._config.idle_close_s
+                self._deadlines.schedule(s, s.idle_at)
+            elif s.has_expired(now):
                 s.close(TunEndReason.IDLE.value)
             else:
                 self._deadlines.schedule(s, s.idle_at)

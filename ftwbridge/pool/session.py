@@ -19,6 +19,7 @@ box's messages (`deliver`), and the pool's one deadline heap closes it when idle
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -136,6 +137,7 @@ class PooledSession:
         "home",
         "idle_at",
         "opening",
+        "push_sink",
         "sent_at",
         "state",
         "tun",
@@ -165,6 +167,8 @@ class PooledSession:
         self.check_at = float("inf")
         """When the pool's deadline heap looks at this session next (inf: not in the heap)."""
         self._lot: trio.lowlevel.ParkingLot | None = None
+        self.push_sink: Callable[[Push], None] | None = None
+        """Where messages that answer no call go (a live feed, `pool/feed.py`), if anywhere."""
 
     # -- the table ----------------------------------------------------------------------------
 
@@ -298,7 +302,11 @@ class PooledSession:
             if isinstance(ev, Terminated):
                 self.close(peer_reason(ev.reason))
                 return
-            if isinstance(ev, Push) or self.state is not State.BUSY:
+            if isinstance(ev, Push):
+                if self.push_sink is not None:
+                    self.push_sink(ev)
+                continue
+            if self.state is not State.BUSY:
                 continue
             if isinstance(ev, Acked):
                 if self.waiter is not None and self.waiter.rid == ev.id:

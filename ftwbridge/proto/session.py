@@ -21,6 +21,10 @@ Control (PROTOCOL.md part E; message shapes in `proto/control.py`):
   `control.GoalQueued` or a `control.RequestList`.
 - A control answer whose body breaks its shape, whose `cmdId` is not the command's, or whose
   type is not one of the request's answers ends the call with `Failed(E_BAD_BODY)`.
+- Telemetry (part F): `subscribe(body)` sends `sub` with an id of its own, outside the one
+  request in flight; the first `snap` (or `error`) on that id comes out as a `Push` with
+  `answers_sub`, and every id-less `snap`, `delta` and `tick` as a plain `Push` (`truncated`
+  when its frame had flag 0x02). `modes` keeps `hello_ok.modes`, which a snap's mode indexes.
 - `agent.decided` has no id: it comes out as `Push(t, control.Decided)` whatever is in flight
   (a read stays in flight) and answers no call; a malformed one is dropped and counted in
   `bad_pushes`.
@@ -36,11 +40,22 @@ from .control import BadBody, Cmd, CmdAck, CmdResult, Decided, GoalQueued, Reque
 from .control import not_valid_after_ms as _nva
 from .envelope import MAX_ID, Envelope, decode_envelope
 from .errors import LocalProtocolError, RemoteProtocolError
-from .frame import DEFAULT_CONTROL_BUCKET, LANE_BULK, decode_frame, encode_frame, lane_for
+from .frame import (
+    DEFAULT_CONTROL_BUCKET,
+    FLAG_TRUNCATED,
+    LANE_BULK,
+    decode_frame,
+    encode_frame,
+    lane_for,
+)
 from .names import Answer, Code, GoalMsg, Read
 from .noise import Transport, TransportKeys
 from .refusal import Refusal
 from .registry import Msg, peer_code, peer_retry_ms
+from .telemetry import TelemetryMsg
+
+SUB = TelemetryMsg.SUB.value
+SNAP = TelemetryMsg.SNAP.value
 
 
 class Channel:
@@ -73,11 +88,20 @@ class Channel:
         Raises:
             RemoteProtocolError: authentication failure, replay, or a message older than the window.
         """
+        return self.unwrap_flagged(message)[0]
+
+    def unwrap_flagged(self, message: bytes) -> tuple[Envelope | None, int]:
+        """As `unwrap`, with the frame's flags (0x02: truncated, PROTOCOL.md parts A and F).
+
+        Raises:
+            RemoteProtocolError: as `unwrap`.
+        """
         frame_bytes = self._transport.open(message)
         try:
-            return decode_envelope(decode_frame(frame_bytes).payload)
+            frame = decode_frame(frame_bytes)
+            return decode_envelope(frame.payload), frame.flags
         except RemoteProtocolError:
-            return None
+            return None, 0
 
 
 class State(Enum):
@@ -123,6 +147,11 @@ class Push:
 
     t: str
     body: Any
+    truncated: bool = False
+    """Its frame had flag 0x02 (a telemetry `delta` cut short, PROTOCOL.md part F)."""
+    answers_sub: bool = False
+    """The first `snap` of a subscription, or its `error`, on the `sub`'s id (part F): it
+    answers no call either, since a `sub` never holds the session's request in flight."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +200,10 @@ class AgentSession:
         """The box uptime (ms) of the newest answer that carried one, or None."""
         self.uptime_seen_at_ms: int | None = None
         """The `now_ms` given to `receive` when `box_uptime_ms` came (the caller's clock)."""
+        self.modes: tuple[str, ...] = ()
+        """`hello_ok.modes` (a telemetry snap's mode field indexes it, part F)."""
+        self.sub_id: int | None = None
+        """The id of a `sub` whose first `snap` has not come (part F), or None."""
 
     @property
     def busy(self) -> bool:
@@ -240,6 +273,21 @@ class AgentSession:
         cmd = Cmd(cmd_id, op, args, self.not_valid_after_ms(now_ms), rev)
         return self._start(Msg.CMD, cmd.to_body(), bulk=False, cmd_id=cmd_id)
 
+    def subscribe(self, body: Any) -> tuple[int, bytes]:
+        """A `sub {bucket, hz}` on lane 0 with an id of its own (PROTOCOL.md part F); returns
+        (its id, the transport message). It does not take the request in flight: the box
+        answers it with the first `snap`, which comes out of `receive` as a `Push` with
+        `answers_sub`, and reads and commands go on beside it.
+
+        Raises:
+            LocalProtocolError: the session is not OPEN.
+        """
+        self._check_open()
+        rid = self._next_id
+        self._next_id = 1 if rid >= MAX_ID else rid + 1
+        self.sub_id = rid
+        return rid, self._channel.wrap(Envelope(SUB, rid, body))
+
     def notify(self, t: str, body: Any = None) -> bytes:
         """A message without an id (`hello`); returns its transport message.
 
@@ -272,7 +320,7 @@ class AgentSession:
         """
         self._check_open()
         try:
-            env = self._channel.unwrap(message)
+            env, flags = self._channel.unwrap_flagged(message)
         except RemoteProtocolError:
             self.state = State.ERROR
             self._pending = None
@@ -282,12 +330,20 @@ class AgentSession:
         if self._pending is not None and env.id == self._pending.id:
             self._pending.nbytes += len(message)
         self._note(env, now_ms)
+        if env.id is not None and env.id == self.sub_id and env.t in (SNAP, Msg.ERROR):
+            self.sub_id = None
+            return [Push(env.t, env.b, answers_sub=True)]
+        if env.id is None and flags & FLAG_TRUNCATED:
+            return [Push(env.t, env.b, truncated=True)]
         return self._dispatch(env)
 
     def _note(self, env: Envelope, now_ms: int | None) -> None:
         """Keep the newest `controlRev` and box uptime an answer carries (part E)."""
         if not isinstance(env.b, dict) or env.t == Msg.ERROR:
             return
+        modes = env.b.get("modes") if env.t == Msg.HELLO_OK else None
+        if isinstance(modes, list) and all(isinstance(m, str) for m in modes):
+            self.modes = tuple(modes)
         rev = env.b.get("controlRev")
         if _uint(rev):
             self.control_rev = rev

@@ -88,6 +88,37 @@ async def test_a_call_entering_elsewhere_is_answered_by_the_holder(cluster: Clus
         )
 
 
+async def test_a_listen_entering_elsewhere_is_served_by_the_holder(cluster: Cluster) -> None:
+    """One forwarded stream (docs/live.md, "Many instances"), with the official client."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.subscriptions import ResourceUpdated
+
+    from ftwbridge.mcp.listen_rules import live_uri
+
+    _b1, b2, _b3 = cluster.instances.values()
+    uri = live_uri("h1")
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {cluster.tokens['a1']}"},
+        timeout=httpx2.Timeout(BOUND_S),
+    )
+    with trio.fail_after(BOUND_S):
+        async with (
+            http,
+            Client(streamable_http_client(b2.mcp, http_client=http), mode="2026-07-28") as c,
+            c.listen(resource_subscriptions=[uri]) as sub,
+        ):
+            assert sub.honored.resource_subscriptions == [uri]
+            assert isinstance(await sub.__anext__(), ResourceUpdated)
+            assert await metric(cluster, "b-1", "ftwbridge_listen_streams") == 1  # the holder
+            assert await metric(cluster, "b-2", "ftwbridge_listen_streams") == 0
+        line = 'ftwbridge_mcp_requests_total{method="subscriptions/listen",outcome="forwarded"}'
+        assert await metric(cluster, "b-2", line) >= 1
+        # the client's close reaches the holder through the entry: another process's doing
+        while await metric(cluster, "b-1", "ftwbridge_listen_streams") != 0:  # noqa: ASYNC110
+            await trio.sleep(0.2)
+
+
 def _same(result: Any) -> Any:
     """A `status` result without the box's uptime and its sources' last readings (ms of
     uptime), the figures that move between two reads of a home whose clock is frozen."""

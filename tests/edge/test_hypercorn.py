@@ -108,6 +108,19 @@ def test_the_guard_relies_on_what_hypercorn_has() -> None:
     assert hasattr(hypercorn_run, "TCPServer")
 
 
+def test_the_read_loop_copied_is_hypercorns() -> None:
+    """`GuardedTCPServer._read_loop` copies hypercorn's read loop to lift its timeout for a
+    stream: a change of that loop upstream fails here, to be copied again."""
+    import inspect
+
+    from hypercorn.trio import tcp_server
+
+    source = inspect.getsource(tcp_server.TCPServer._read_data)
+    assert "trio.fail_after(self.config.read_timeout or inf)" in source
+    assert "receive_some(MAX_RECV)" in source and "RawData(bytes(data))" in source
+    assert tcp_server.MAX_RECV == 2**16
+
+
 async def test_a_close_for_the_peers_fault_is_reported_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
