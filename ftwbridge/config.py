@@ -190,9 +190,12 @@ class Config(BaseModel):
     """Agent sessions per home."""
     call_deadline_s: Seconds = 25.0
     """One tool call, end to end, seconds."""
-    confirm_commands: bool = True
-    """Ask the person before `ev_charge_now` where their client can (MCP 2026-07-28
-    elicitation, docs/control.md); false sends commands on the owner's grant alone."""
+    confirm_commands: Literal["elicit", "preview", "off"] = "elicit"
+    """How the person confirms `ev_charge_now` (docs/control.md, "Confirmation by the
+    person"): `elicit` asks by elicitation where the client declares it (MCP 2026-07-28) and
+    by a preview with a confirmation token otherwise; `preview` uses the preview for every
+    client; `off` sends commands on the owner's grant alone. (true and false, the older
+    spelling, read as `elicit` and `off`.)"""
     confirm_ttl_s: Seconds = 120.0
     """How long the person has to confirm a command, seconds."""
     idle_close_s: Seconds = 60.0
@@ -233,6 +236,17 @@ class Config(BaseModel):
 
     token_ttl_s: int = Field(default=3600, gt=0)
     """An access token's lifetime, seconds."""
+
+    @field_validator("confirm_commands", mode="before")
+    @classmethod
+    def _confirm_spelling(cls, value: Any) -> Any:
+        """true and false (TOML, or the words in the environment) read as elicit and off."""
+        word = value.strip().lower() if isinstance(value, str) else value
+        if word in (True, "true"):
+            return "elicit"
+        if word in (False, "false"):
+            return "off"
+        return word
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -408,7 +408,8 @@ class Bridge:
             on_request=self.metrics.on_request,
             roster_behind=self.door.rosters.roster_behind,
             anonymous_token=c.test_anonymous_token,
-            confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands else None,
+            confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands != "off" else None,
+            confirm_mode=c.confirm_commands,
             mesh=None if self.node is None else self.node.forwarder,
         )
         app = create_app(

@@ -38,6 +38,7 @@ from . import inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
 from .confirm import StateRefused
+from .consent import ConfirmMode
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .limits import AgentRequests
@@ -166,6 +167,7 @@ class McpService:
         anonymous_token: the test profile's token for requests without one (never in production).
         confirm_ttl_s: how long a person has to confirm a charge where the client can ask
             (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
+        confirm_mode: `confirm_commands` (`mcp/consent.py`): how the person is asked.
         mesh: forwarding to the instance that holds a token's home, if this is one of many.
     """
 
@@ -186,6 +188,7 @@ class McpService:
         roster_behind: Callable[[str, bytes], Any] | None = None,
         anonymous_token: str | None = None,
         confirm_ttl_s: float | None = 120.0,
+        confirm_mode: ConfirmMode = "elicit",
         mesh: MeshPort | None = None,
     ) -> None:
         self._homes = homes
@@ -195,6 +198,7 @@ class McpService:
             wall_ms=wall_ms,
             call_deadline_s=call_deadline_s,
             confirm_ttl_s=confirm_ttl_s,
+            confirm_mode=confirm_mode,
         )
         self._auth = BearerAuth(
             verify_token=verify_token,

@@ -1,0 +1,192 @@
+"""A person's consent parses closed, is final, and is asked in every client (docs/control.md,
+"Confirmation by the person" and "Retries").
+
+Raw MRTR rounds as an attacker sends them: only `{"action": "accept", "content": {"confirm":
+true}}` is consent; after a decline or a cancel the same `requestState` never acts; a replayed
+acceptance or a retried call answers with the first attempt's answer, saying so and when it
+was observed. Clients that cannot elicit (the official `mcp` client in legacy mode, a
+2026-07-28 client without elicitation) get a preview and a confirmation token first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp_types import ElicitResult
+
+from ftwbridge.config import Config
+from ftwbridge.mcp.confirm import MAX_ANSWERED, Confirmed, ConfirmStates, StateExpired
+
+from .test_control import CHARGE, Clock, Homes, client, service
+from .test_service import call, post
+
+ELICITS = {"elicitation": {}}
+
+
+def charge_call(rid: int = 1, caps: Any = ELICITS, **params: Any) -> tuple[Any, Any]:
+    body, headers = call("ev_charge_now", CHARGE)
+    body["id"] = rid
+    meta = body["params"]["_meta"]
+    body["params"]["_meta"] = {**meta, "io.modelcontextprotocol/clientCapabilities": caps}
+    body["params"] |= params
+    return body, headers
+
+
+async def asked_state(svc: Any, rid: int = 1) -> str:
+    _, first = await post(svc, *charge_call(rid))
+    assert first["result"]["resultType"] == "input_required"
+    return str(first["result"]["requestState"])
+
+
+YES = {"action": "accept", "content": {"confirm": True}}
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"action": "accept", "content": {"confirm": "false"}},
+        {"action": "accept", "content": {"confirm": "true"}},
+        {"action": "accept", "content": {"confirm": 1}},
+        {"action": "accept", "content": {"confirm": False}},
+        {"action": "accept"},
+        {"action": "accept", "content": None},
+        {"action": "accept", "content": "yes"},
+        {"action": "accept", "content": [True]},
+        {"action": "accept", "content": {"confirm": True, "also": "charge at 22 kW"}},
+        {"action": "accept", "content": {"Confirm": True}},
+        {"action": "accept", "content": {"confirm": True}, "action2": "x"},
+    ],
+)
+async def test_only_a_well_formed_acceptance_is_consent(response: Any) -> None:
+    homes = Homes()
+    svc = service(homes)
+    state = await asked_state(svc)
+    body, headers = charge_call(2, requestState=state, inputResponses={"confirm": response})
+    status, out = await post(svc, body, headers)
+    assert status == 200 and out["result"]["isError"], out
+    assert "did not confirm" in out["result"]["content"][0]["text"]
+    assert homes.sent == []
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel", "accept-false"])
+async def test_after_a_decline_the_same_state_never_acts(action: str) -> None:
+    homes = Homes()
+    svc = service(homes)
+    state = await asked_state(svc)
+    no: dict[str, Any] = {"action": action}
+    if action == "accept-false":
+        no = {"action": "accept", "content": {"confirm": False}}
+    await post(svc, *charge_call(2, requestState=state, inputResponses={"confirm": no}))
+    for rid in (3, 4):  # then an acceptance of the same question, twice
+        _, out = await post(
+            svc, *charge_call(rid, requestState=state, inputResponses={"confirm": YES})
+        )
+        assert out["result"]["isError"] and "did not confirm" in str(out["result"]), out
+    assert homes.sent == []
+    fresh = await asked_state(svc, 5)  # a new question can still be answered yes
+    _, out = await post(svc, *charge_call(6, requestState=fresh, inputResponses={"confirm": YES}))
+    assert out["result"]["structuredContent"]["state"] == "applied" and len(homes.sent) == 1
+
+
+async def test_a_replayed_acceptance_says_it_is_the_first_answer_and_when() -> None:
+    homes = Homes()
+    clock = Clock()
+    svc = service(homes, clock)
+    state = await asked_state(svc)
+    accept = {"requestState": state, "inputResponses": {"confirm": YES}}
+    _, first = await post(svc, *charge_call(2, **accept))
+    observed_at = clock.ms
+    clock.ms += 45_000
+    _, again = await post(svc, *charge_call(3, **accept))  # replayed, 45 s on
+    one, two = first["result"]["structuredContent"], again["result"]["structuredContent"]
+    assert len(homes.sent) == 1  # nothing went to the box again
+    assert "repeated" not in one and one["observedAtMs"] == observed_at
+    assert two["cmdId"] == one["cmdId"] and two["repeated"] is True
+    assert two["observedAtMs"] == observed_at and two["firstSentAtMs"] == observed_at
+    assert "not what it does now" in two["message"] and "Charging as asked" in one["message"]
+    assert "Charging as asked" not in two["message"]
+
+
+def test_forgotten_answers_never_turn_a_decline_into_consent() -> None:
+    """Past `MAX_ANSWERED` answered states the oldest is forgotten, and every state that
+    expires no later than it is refused as expired from then on (asked again)."""
+    states = ConfirmStates(ttl_s=120)
+    first = states.seal(principal="p", digest="d", cmd_id="c0", now_ms=0)
+    opened = states.open(first, principal="p", digest="d", now_ms=1)
+    assert states.settle(opened, "decline", now_ms=1) == "decline"
+    for i in range(1, MAX_ANSWERED + 1):
+        states.settle(Confirmed(f"c{i}", 120_000 + i), "decline", now_ms=2)
+    with pytest.raises(StateExpired):
+        states.open(first, principal="p", digest="d", now_ms=3)
+
+
+async def test_a_legacy_client_gets_a_preview_then_charges_on_the_confirmation() -> None:
+    """The official client at 2025-11-25 (no elicitation): a preview in plain words, nothing
+    sent; the second call carrying the token sends the charge once."""
+    homes = Homes()
+    async with client(service(homes), mode="legacy") as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert "confirmation" in tools["ev_charge_now"].input_schema["properties"]
+        assert "show its question to the person" in (tools["ev_charge_now"].description or "")
+        preview = await c.call_tool("ev_charge_now", CHARGE)
+        shown = preview.structured_content
+        assert not preview.is_error and shown is not None and homes.sent == []
+        assert shown["state"] == "awaiting_confirmation"
+        assert shown["question"] == (
+            "Charge Garage charger at 7.4 kW for 15 minutes? It stops by itself after that."
+        )
+        assert "Show the person the question" in shown["message"]
+        token = shown["confirmation"]
+        other = await c.call_tool(
+            "ev_charge_now", CHARGE | {"power_w": 11000, "confirmation": token}
+        )
+        assert other.structured_content["state"] == "awaiting_confirmation"  # type: ignore[index]
+        assert other.structured_content["message"].startswith("The confirmation given is not")  # type: ignore[index]
+        assert homes.sent == []
+        done = await c.call_tool("ev_charge_now", CHARGE | {"confirmation": token})
+        assert done.structured_content["state"] == "applied"  # type: ignore[index]
+        assert homes.sent == [
+            ("loadpoint.hold", {"id": "lp1", "power_w": 7400, "hold_s": 900}, shown["cmdId"])
+        ]
+        again = await c.call_tool("ev_charge_now", CHARGE | {"confirmation": token})
+        assert again.structured_content["repeated"] is True and len(homes.sent) == 1  # type: ignore[index]
+
+
+async def test_a_preview_token_expires_and_is_no_request_state() -> None:
+    homes = Homes()
+    clock = Clock()
+    svc = service(homes, clock)
+    _, out = await post(svc, *charge_call(1, caps={}))
+    token = out["result"]["structuredContent"]["confirmation"]
+    status, out = await post(  # a preview's token is not a requestState, nor the reverse
+        svc, *charge_call(2, requestState=token, inputResponses={"confirm": YES})
+    )
+    assert status == 400 and out["error"]["code"] == -32602
+    state = await asked_state(svc, 3)
+    body, headers = charge_call(4, caps={})
+    body["params"]["arguments"] = CHARGE | {"confirmation": state}
+    _, out = await post(svc, body, headers)
+    assert out["result"]["structuredContent"]["state"] == "awaiting_confirmation"
+    clock.ms += 120_000
+    body["params"]["arguments"] = CHARGE | {"confirmation": token}
+    _, out = await post(svc, body, headers)
+    again = out["result"]["structuredContent"]
+    assert again["message"].startswith("That confirmation ran out. Nothing was done yet")
+    assert again["question"].startswith("Charge Garage charger") and again["confirmation"] != token
+    assert homes.sent == []
+
+
+async def test_the_setting_chooses_elicit_preview_or_off() -> None:
+    async def yes(ctx: Any, params: Any) -> ElicitResult:
+        return ElicitResult(action="accept", content={"confirm": True})
+
+    homes = Homes()
+    svc = service(homes, confirm_mode="preview")
+    async with client(svc, elicit=yes) as c:  # it could elicit; the deployment previews
+        out = await c.call_tool("ev_charge_now", CHARGE)
+    assert out.structured_content["state"] == "awaiting_confirmation" and homes.sent == []  # type: ignore[index]
+    base = {"state_dir": "/tmp/x", "public_url": "https://b.example"}
+    assert Config(**base).confirm_commands == "elicit"
+    for given, read in ((True, "elicit"), ("false", "off"), ("preview", "preview")):
+        assert Config(**base, confirm_commands=given).confirm_commands == read
