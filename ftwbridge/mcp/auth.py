@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable, Container
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -127,7 +127,9 @@ class BearerAuth:
 
     A token is good when the store knows it (`verify_token`), it is for this resource (RFC 8707
     audience), it has not expired by the bridge's clock, and the home's newest roster still
-    lists its agent (`grant`) with a grant that has not run out. The 401 says which of these
+    lists its agent (`grant`) with a grant that has not run out. The record returned carries
+    only the token's scopes that grant still lists: the scopes copied into a token when it was
+    minted never outlast the owner's signed roster. The 401 says which of these
     failed, in words (RFC 6750 section 3.1 `error_description`): a withdrawn agent and a
     grant that ran out each have their own sentence (issue 11).
 
@@ -193,10 +195,12 @@ class BearerAuth:
         elif record is not None and grant is not None and grant.expires_at_ms <= self._wall_ms():
             record = None
             why = RUN_OUT
-        if record is None:
+        if record is None or grant is None:
             challenge = self.challenge("invalid_token", why)
             return Unauthorized(
                 {"error": "invalid_token", "error_description": why},
                 {"www-authenticate": challenge},
             )
-        return record
+        # only signed data decides: the scopes copied into the token when it was minted count
+        # only as far as the home's newest verified roster still grants them
+        return replace(record, scopes=tuple(s for s in record.scopes if s in grant.scopes))

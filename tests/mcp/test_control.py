@@ -522,3 +522,16 @@ async def test_a_command_refused_at_the_bridge_or_timed_out_is_audited_too(
         "outcome=E_CAP_EXCEEDED",
         "outcome=timeout",
     ]
+
+
+async def test_a_token_counts_only_the_scopes_its_newest_roster_row_grants() -> None:
+    """Only signed data decides: the owner's newer roster keeps the agent but no longer grants
+    `ftw.dispatch.write`; the token, minted before with that scope in its record, is answered
+    403 for a charge (a step-up the owner decides), and nothing is asked of the home."""
+    narrowed = dataclasses.replace(GRANT, scopes=("ftw.assets.read", "ftw.goals.write"))
+    homes = Homes(narrowed)
+    status, body = await post(service(homes), *call("ev_charge_now", CHARGE))
+    assert status == 403 and body["error"]["data"] == {"requiredScopes": ["ftw.dispatch.write"]}
+    assert homes.sent == [] and homes.asked == []
+    status, body = await post(service(homes), *call("requests_list", {}))
+    assert status == 200 and not body["result"]["isError"]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.server import HttpRequest, HttpResponse, McpService
 from ftwbridge.mcp.words import sentence
 from ftwbridge.proto.clean import clean
@@ -31,8 +32,17 @@ META = {
     "io.modelcontextprotocol/clientCapabilities": {},
 }
 GRANT = AgentGrant(
-    "a\x1b[31m1", "cl\u202eient", "Na\u200bme", ("ftw.live.read",), (), {"x\u200b": 1}, 0, 2**62
+    "a\x1b[31m1",
+    "cl\u202eient",
+    "Na\u200bme",
+    tuple(sorted(TOOL_SCOPES)),
+    (),
+    {"x\u200b": 1},
+    0,
+    2**62,
 )
+"""The roster row: it grants every tool's scope, so a token's own scopes decide here (the
+bridge counts a token's scopes only as far as its roster row grants them)."""
 RECORD = TokenRecord(
     "h1", "a\n1 status=ok", b"k" * 32, ("ftw.live.read", "ftw.history.read"), RESOURCE, "c", 2**62
 )
