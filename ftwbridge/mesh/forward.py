@@ -203,6 +203,7 @@ class Forwarder:
                 epoch=holder.epoch,
                 body=body,
                 now_ms=self._wall_ms(),
+                headers=headers,  # every header the holder reads is covered
             )
             headers += list(signed.items())
             try:

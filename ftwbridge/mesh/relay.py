@@ -112,6 +112,7 @@ class BoxRelay:
                 epoch=holder.epoch,
                 body=body,
                 now_ms=self._wall_ms(),
+                headers=[("content-type", "application/json")],
             )
             headers["content-type"] = "application/json"
             try:
