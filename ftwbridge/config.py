@@ -373,6 +373,9 @@ class Config(BaseModel):
         "instance_id",
         "internal_bind",
         "internal_url",
+        "internal_certfile",
+        "internal_keyfile",
+        "mesh_cafile",
         mode="before",
     )
     @classmethod
@@ -408,7 +411,17 @@ class Config(BaseModel):
     `database_url` and `mesh_key`."""
     internal_url: str | None = None
     """The URL other instances reach the internal listener at; None follows `internal_bind`
-    (a wildcard host read as this machine's loopback, as for `public_url`)."""
+    (a wildcard host read as this machine's loopback, as for `public_url`; `https://` with
+    `internal_certfile`)."""
+    internal_certfile: Path | None = None
+    """PEM certificate chain the internal listener serves TLS with (with `internal_keyfile`);
+    None serves plain HTTP (docs/operations.md, "Trust across the internal hop")."""
+    internal_keyfile: Path | None = Field(default=None, repr=False)
+    """PEM private key of `internal_certfile`."""
+    mesh_cafile: Path | None = None
+    """PEM CA certificates that sign the instances' internal certificates: set, calls are
+    forwarded only over `https://`, each holder's certificate verified against this file
+    alone. None forwards to what `internal_url` says (plain HTTP included)."""
 
     @field_validator("instance_id")
     @classmethod
@@ -430,6 +443,8 @@ class Config(BaseModel):
     @model_validator(mode="after")
     def _forwarding_needs(self) -> Config:
         """Forwarding (`internal_bind`) works only on a shared database with a shared key."""
+        if (self.internal_certfile is None) != (self.internal_keyfile is None):
+            raise ValueError("internal_certfile and internal_keyfile go together: set both")
         if self.internal_bind is not None:
             missing = [name for name in ("database_url", "mesh_key") if getattr(self, name) is None]
             if missing:
@@ -453,7 +468,8 @@ class Config(BaseModel):
         (port 0 stays 0 here; the bridge puts in the port it bound), or None when off."""
         if self.internal_url is not None or self.internal_bind is None:
             return self.internal_url
-        return url_of_bind(self.internal_bind)
+        url = url_of_bind(self.internal_bind)
+        return "https://" + url.removeprefix("http://") if self.internal_certfile else url
 
 
 SECRET_SETTINGS = ("database_url", "mesh_key", "kek")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -71,10 +72,13 @@ class ForwardStats:
     guarded: int = 0
 
 
-def new_client(deadline_s: float, *, keep_alive_s: float) -> httpx2.AsyncClient:
+def new_client(
+    deadline_s: float, *, keep_alive_s: float, verify: ssl.SSLContext | None = None
+) -> httpx2.AsyncClient:
     """The HTTP client forwards go through: `CONNECT_S` to connect or get a pooled
     connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
-    redirects, no environment proxies.
+    redirects, no environment proxies; `https://` holders verified with `verify` (the
+    cluster's CA, `mesh.tls.client_context`; None: the system's CAs).
 
     `keep_alive_s` is the other instances' `keep_alive_s` (the same setting on every
     instance): a pooled connection idle for half of it is dropped, never reused. A request
@@ -90,6 +94,7 @@ def new_client(deadline_s: float, *, keep_alive_s: float) -> httpx2.AsyncClient:
         ),
         follow_redirects=False,
         trust_env=False,
+        verify=verify if verify is not None else True,
     )
 
 
@@ -105,6 +110,9 @@ class Forwarder:
         key: the 32-byte `mesh_key`.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
         http_burst, http_per_s: the per-agent limit; the coarse guard is `GUARD_FACTOR` times it.
+        require_tls: forward only to `https://` holders (`mesh_cafile` is set): a holder whose
+            URL is plain HTTP is not sent the request (its bearer token would cross in clear);
+            the call ends `E_UNAVAILABLE {reason: holder_unreachable}`.
     """
 
     def __init__(
@@ -118,6 +126,7 @@ class Forwarder:
         wall_ms: Callable[[], int],
         http_burst: float,
         http_per_s: float,
+        require_tls: bool = False,
     ) -> None:
         self._directory = directory
         self._holds = holds
@@ -128,6 +137,7 @@ class Forwarder:
         self._guard_burst = http_burst * GUARD_FACTOR
         self._guard_per_s = http_per_s * GUARD_FACTOR
         self._guards: dict[str, TokenBucket] = {}
+        self._require_tls = require_tls
         self.stats = ForwardStats()
 
     @property
@@ -184,6 +194,16 @@ class Forwarder:
                 return None
             if holder is None or holder.instance == self.instance_id or not holder.url:
                 return None
+            if self._require_tls and not holder.url.startswith("https://"):
+                self.stats.unreachable += 1
+                log.warning(
+                    "forward of home %s: instance %s is at %s, not https: not sent (mesh_cafile"
+                    " is set, so tokens never cross the hop in clear)",
+                    home,
+                    holder.instance,
+                    holder.url,
+                )
+                return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
             if tries == 1:  # the guard counts each request once, at its first send
                 guarded = self._guard(req.remote, rid)
                 if guarded is not None:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import re
 import json
+import re
 import secrets
 from collections import deque
 from collections.abc import Iterable, Mapping
