@@ -44,6 +44,8 @@ def _forwarder(
     directory: Directory,
     handler: Callable[[httpx2.Request], httpx2.Response],
     here: Callable[[str], bool] = lambda home: False,
+    *,
+    require_tls: bool = False,
 ) -> Forwarder:
     return Forwarder(
         directory=directory,  # type: ignore[arg-type]
@@ -54,6 +56,7 @@ def _forwarder(
         wall_ms=lambda: NOW,
         http_burst=1,
         http_per_s=1,
+        require_tls=require_tls,
     )
 
 
@@ -191,3 +194,26 @@ async def test_the_entry_keeps_a_coarse_guard_per_address(autojump_clock: object
     await trio.sleep(0.25)
     answer = await fwd.forward("h", _request(), BODY, 1)
     assert isinstance(answer, HttpResponse) and answer.status == 200
+
+
+async def test_with_tls_required_a_plain_http_holder_is_never_sent_the_token() -> None:
+    """`mesh_cafile` set: the bearer token never crosses the hop in clear; an https holder is
+    sent the request as usual, and the holder reads only the headers the signature covers."""
+    seen: list[httpx2.Request] = []
+
+    def holder(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, content=b"{}")
+
+    fwd = _forwarder(Directory(B2), holder, require_tls=True)  # as with `mesh_cafile`
+    refused = await fwd.forward("h", _request(), BODY, 1)
+    assert isinstance(refused, Refusal) and refused.details == {"reason": "holder_unreachable"}
+    assert seen == []
+    secure = _forwarder(
+        Directory(Holder("b-2", 7, "https://b2.internal:8782")), holder, require_tls=True
+    )
+    assert isinstance(await secure.forward("h", _request(), BODY, 1), HttpResponse)
+    (sent,) = seen
+    headers = {k: sent.headers.get_list(k) for k in sent.headers}
+    covered = signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).headers
+    assert covered == {"content-type": ["application/json"], "authorization": ["Bearer t"]}
