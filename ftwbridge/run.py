@@ -29,6 +29,7 @@ from ftwbridge.keys.service import KeysError, forget_dropped
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
 from ftwbridge.mcp.server import McpService
+from ftwbridge.mesh.tls import client_of
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
@@ -124,7 +125,8 @@ def keys_part(config: Config) -> KeysPort:
         )
     if config.keys_url is not None and config.mesh_key is not None:
         addresses = keys_addresses(config.keys_url)
-        return RemoteKeys(addresses, mesh_key_bytes(config.mesh_key))
+        tls = client_of(config.mesh_cafile)  # the keys channel over TLS too, when it is set
+        return RemoteKeys(addresses, mesh_key_bytes(config.mesh_key), tls=tls)
     if config.keys_socket is not None:
         return KeysClient(config.keys_socket)
     return KeysService(Path(config.state_dir) / "agent-keys.json")

@@ -1,10 +1,12 @@
 """TLS on the internal hop (docs/operations.md, "Trust across the internal hop").
 
-An instance with `internal_certfile` and `internal_keyfile` serves its internal listener over
-TLS (hypercorn's own `certfile`/`keyfile`); an instance with `mesh_cafile` forwards only over
-`https://`, verifying the holder's certificate (chain and host name, `ssl`'s defaults for a
-client) against the cluster's CA in that file and never the system's. `make cluster` makes
-such a CA and one certificate per instance (`cluster/ca.py`).
+A process with `internal_certfile` and `internal_keyfile` serves TLS on its internal network:
+an instance's internal listener (hypercorn's own `certfile`/`keyfile`), or a keys service's
+TCP listener (`server_context`). A process with `mesh_cafile` speaks to the others only over
+TLS (forwards to `https://` holders, the keys channel wrapped in TLS), verifying the peer's
+certificate (chain and host name, `ssl`'s defaults for a client) against the cluster's CA in
+that file and never the system's. `make cluster` makes such a CA and one certificate per
+process (`cluster/ca.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,18 @@ def client_context(cafile: Path) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(cafile))
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
+
+
+def client_of(cafile: Path | None) -> ssl.SSLContext | None:
+    """`client_context(cafile)`, or None when `cafile` is None (plain TCP)."""
+    return None if cafile is None else client_context(cafile)
+
+
+def server_of(certfile: Path | None, keyfile: Path | None) -> ssl.SSLContext | None:
+    """`server_context(certfile, keyfile)`, or None when they are not set (plain TCP)."""
+    if certfile is None or keyfile is None:
+        return None
+    return server_context(certfile, keyfile)
 
 
 def server_context(certfile: Path, keyfile: Path) -> ssl.SSLContext:

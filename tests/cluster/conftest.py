@@ -249,12 +249,20 @@ def running_cluster(
     made = Cluster(folder, env, key, db_url)
     ca = ClusterCA(folder / "tls") if tls else None
     made.cafile = None if ca is None else ca.cafile
+    if made.cafile is not None:  # every process speaks TLS to the others (the CLI too)
+        made.env["FTWBRIDGE_MESH_CAFILE"] = str(made.cafile)
     try:
         made.ftwbridge("db", "migrate")
         # one keys service on TCP, agents' keys sealed in the database under its own kek
         keys_env = dict(
             env, FTWBRIDGE_STATE_DIR=str(folder / "keys"), FTWBRIDGE_KEK=secrets.token_hex(32)
         )
+        if ca is not None:  # the keys channel over TLS too; every instance verifies it
+            leaf = ca.leaf("keys")
+            keys_env |= {
+                "FTWBRIDGE_INTERNAL_CERTFILE": str(leaf.certfile),
+                "FTWBRIDGE_INTERNAL_KEYFILE": str(leaf.keyfile),
+            }
         argv = [sys.executable, "-m", "ftwbridge", "keys", "--listen", f"127.0.0.1:{keys_port}"]
         _proc, line = made.start(argv, "keys.log", keys_env)
         assert line.startswith("keys service on"), line

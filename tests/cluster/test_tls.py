@@ -76,3 +76,35 @@ async def test_the_internal_listener_speaks_only_tls_to_those_who_trust_the_ca(
         async with httpx2.AsyncClient(timeout=BOUND_S) as http:  # the system's CAs only
             with pytest.raises(httpx2.ConnectError):  # the certificate does not verify
                 await http.post(b1.internal, headers=signed(), content=body)
+
+
+async def test_the_keys_channel_runs_in_tls_verified_by_the_cluster_ca(
+    tls_cluster: Cluster,
+) -> None:
+    """The keys service answers the mesh's handshake inside TLS only: a peer that trusts the
+    cluster's CA opens the channel; plain TCP gets nothing of it."""
+    from ftwbridge.keys.mesh import MeshChannel
+
+    cluster = tls_cluster
+    assert cluster.cafile is not None
+    host, port = cluster.env["FTWBRIDGE_KEYS_URL"].removeprefix("tcp://").split(":")
+    with trio.fail_after(BOUND_S):
+        secure = await trio.open_ssl_over_tcp_stream(
+            host, int(port), ssl_context=client_context(cluster.cafile)
+        )
+        async with secure:
+            channel = MeshChannel(cluster.mesh_key, client=True)
+            while not channel.is_open:
+                await secure.send_all(channel.data_to_send())
+                data = await secure.receive_some(65536)
+                assert data, "the keys service hung up inside TLS"
+                channel.receive_data(data)
+        plain = await trio.open_tcp_stream(host, int(port))
+        async with plain:
+            channel = MeshChannel(cluster.mesh_key, client=True)
+            await plain.send_all(channel.data_to_send())
+            got = b""
+            with trio.move_on_after(5):
+                while chunk := await plain.receive_some(65536):
+                    got += chunk
+            assert not channel.receive_data(got) and not channel.is_open
