@@ -54,7 +54,7 @@ from .control_tools import (
 )
 from .firsts import First, FirstAnswers
 from .inbound import Route
-from .results import log_safe, ok_result, text_error
+from .results import log_safe, ok_result, refusal_result, text_error
 
 audit = logging.getLogger("ftwbridge.audit")
 
@@ -75,6 +75,11 @@ REPEATED = (
     " carried out once, not again). observed is what the charger did at observedAtMs, not"
     " what it does now; chargers_list says what it does now."
 )
+REPEATED_REFUSAL = (
+    "(This call was made before: this is the answer of its first attempt; nothing was sent again.)"
+)
+REPEATED_META = "ftwbridge/repeated"
+"""`_meta` key of a repeated command's refusal: when its first attempt was sent and observed."""
 REPEATED_UNTIMED = (
     "This call was made before (first sent at firstSentAtMs): the box answered with its first"
     " attempt's answer and did not act again. observed is the box's read-back from then, not"
@@ -199,7 +204,7 @@ class Control:
         earlier = self._firsts.begin(key, now_ms=self._wall_ms())
         if earlier is not None and earlier.outcome is not None:  # nothing is sent again
             self._audit(token, args.charger, "repeat")
-            return _command_result(tool, args.charger, earlier.outcome, earlier, repeat=True)
+            return _first_answer(tool, args.charger, earlier.outcome, earlier)
         try:
             outcome = await self._homes.command(
                 token.home, token.agent_key, HOLD_OP.value, op_args, cmd_id
@@ -216,8 +221,9 @@ class Control:
             self._firsts.begin(again, now_ms=self._wall_ms())
             self._firsts.done(again, outcome, observed_ms=observed_ms)
         self._audit(token, args.charger, outcome.result.state.value)
-        first = earlier if earlier is not None else First(0, outcome, observed_ms)
-        return _command_result(tool, args.charger, outcome, first, repeat=earlier is not None)
+        if earlier is not None:
+            return _first_answer(tool, args.charger, outcome, earlier)
+        return _command_result(tool, args.charger, outcome, First(0, outcome, observed_ms))
 
     async def _prepare(
         self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
@@ -313,8 +319,26 @@ class Control:
         )
 
 
+def _first_answer(
+    tool: ControlTool, charger: str, outcome: Outcome, first: First
+) -> dict[str, Any]:
+    """A repeated command's answer: the first attempt's result marked `repeated`, or its
+    refusal in words that say it is the first attempt's (with `_meta` `ftwbridge/repeated`
+    `{firstSentAtMs, observedAtMs?}`)."""
+    try:
+        return _command_result(tool, charger, outcome, first, repeat=True)
+    except Refusal as exc:
+        result = refusal_result(exc)
+    when = {"firstSentAtMs": first.sent_ms}
+    if first.observed_ms is not None:
+        when["observedAtMs"] = first.observed_ms
+    result["content"][0]["text"] += " " + REPEATED_REFUSAL
+    result["_meta"][REPEATED_META] = when
+    return result
+
+
 def _command_result(
-    tool: ControlTool, charger: str, outcome: Outcome, first: First, *, repeat: bool
+    tool: ControlTool, charger: str, outcome: Outcome, first: First, *, repeat: bool = False
 ) -> dict[str, Any]:
     """A command's tool result: `applied` and `unconfirmed` are results (with the read-back,
     when the bridge observed it, ms since the epoch, and when the hold ends); `rejected` and

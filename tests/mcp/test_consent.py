@@ -17,6 +17,8 @@ from mcp_types import ElicitResult
 
 from ftwbridge.config import Config
 from ftwbridge.mcp.confirm import MAX_ANSWERED, Confirmed, ConfirmStates, StateExpired
+from ftwbridge.pool.command import CommandOutcome
+from ftwbridge.proto.control import CmdError, CmdResult, CmdState
 
 from .test_control import CHARGE, Clock, Homes, client, service
 from .test_service import call, post
@@ -190,3 +192,34 @@ async def test_the_setting_chooses_elicit_preview_or_off() -> None:
     assert Config(**base).confirm_commands == "elicit"
     for given, read in ((True, "elicit"), ("false", "off"), ("preview", "preview")):
         assert Config(**base, confirm_commands=given).confirm_commands == read
+
+
+async def test_a_retried_refused_command_says_its_refusal_is_the_first_attempts() -> None:
+    """The box rejected the first try (a grid outage); the client's retry (same id and
+    arguments) is answered with that refusal, said to be the first attempt's, and nothing is
+    sent again."""
+
+    class Refusing(Homes):
+        async def command(
+            self, home: str, agent_key: bytes, op: str, args: dict[str, Any], cmd_id: str
+        ) -> CommandOutcome:
+            self.sent.append((op, args, cmd_id))
+            error = CmdError("E_PRECONDITION", {"blockedBy": ["grid_outage"]})
+            return CommandOutcome(cmd_id, None, CmdResult(cmd_id, CmdState.REJECTED, None, error))
+
+    homes = Refusing()
+    clock = Clock()
+    svc = service(homes, clock, confirm_ttl_s=None)
+    body, headers = call("ev_stop", {"charger": "lp1"})
+    _, first = await post(svc, body, headers)
+    clock.ms += 5_000
+    _, again = await post(svc, body, headers)
+    assert first["result"]["isError"] and again["result"]["isError"]
+    text = again["result"]["content"][0]["text"]
+    assert text.startswith(first["result"]["content"][0]["text"])
+    assert "answer of its first attempt" in text and "first attempt" not in str(first)
+    assert again["result"]["_meta"]["ftwbridge/repeated"] == {
+        "firstSentAtMs": 1_000_000,
+        "observedAtMs": 1_000_000,
+    }
+    assert len(homes.sent) == 1
