@@ -399,6 +399,7 @@ class Bridge:
         service = McpService(
             homes=_Homes(self.pool, self.door),
             verify_token=self.tokens.verify,
+            verify_digest=self.tokens.verify_digest,
             resource=self.site.resource,
             resource_metadata=self.site.metadata_url,
             max_body_bytes=c.max_body_bytes,

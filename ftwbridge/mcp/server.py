@@ -100,6 +100,9 @@ class HttpRequest:
     mesh_epoch: int | None = None
     """Set on a request another instance forwarded (`ftwbridge.mesh`): the epoch at which
     the sender believed this instance holds the token's home."""
+    token_digest: bytes | None = None
+    """On a forwarded request: the SHA-256 of the bearer token the sender verified, sent in
+    its place (the token itself never crosses the hop)."""
 
 
 class BodyTooLarge(Exception):
@@ -169,6 +172,8 @@ class McpService:
             (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
         confirm_mode: `confirm_commands` (`mcp/consent.py`): how the person is asked.
         mesh: forwarding to the instance that holds a token's home, if this is one of many.
+        verify_digest: a token's SHA-256 -> its record, or None: how a forwarded request's
+            token (sent as its digest) is looked up.
     """
 
     def __init__(
@@ -190,6 +195,7 @@ class McpService:
         confirm_ttl_s: float | None = 120.0,
         confirm_mode: ConfirmMode = "elicit",
         mesh: MeshPort | None = None,
+        verify_digest: Callable[[bytes], Awaitable[TokenRecord | None]] | None = None,
     ) -> None:
         self._homes = homes
         self._mesh = mesh
@@ -207,6 +213,7 @@ class McpService:
             resource_metadata=resource_metadata,
             wall_ms=wall_ms,
             anonymous_token=anonymous_token,
+            verify_digest=verify_digest,
         )
         self._max_body = max_body_bytes
         self._deadline_s = call_deadline_s
@@ -275,7 +282,9 @@ class McpService:
         if req.content_length is not None and req.content_length > self._max_body:
             seen.outcome = "body_too_large"
             return _refuse_body(413, "Request body too large")
-        token = await self._auth.authenticate(req.headers.get("authorization", []))
+        token = await self._auth.authenticate(
+            req.headers.get("authorization", []), digest=req.token_digest
+        )
         if isinstance(token, Unauthorized):
             seen.outcome = "unauthorized"
             return _json(401, token.body, token.headers)

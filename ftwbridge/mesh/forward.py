@@ -25,7 +25,7 @@ from ftwbridge.mcp.server import MESH_MOVED, RATE_LIMITED_JSONRPC, HttpRequest, 
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.store import StoreError
+from ftwbridge.store import StoreError, hash_token
 from ftwbridge.store.directory import Directory
 
 from . import signing
@@ -198,7 +198,7 @@ class Forwarder:
                 self.stats.unreachable += 1
                 log.warning(
                     "forward of home %s: instance %s is at %s, not https: not sent (mesh_cafile"
-                    " is set, so tokens never cross the hop in clear)",
+                    " is set, so calls never cross the hop in clear)",
                     home,
                     holder.instance,
                     holder.url,
@@ -208,11 +208,14 @@ class Forwarder:
                 guarded = self._guard(req.remote, rid)
                 if guarded is not None:
                     return guarded
+            digest = _token_digest(req.headers.get("authorization", []))
             headers = [
                 (k, v)
                 for k, vs in req.headers.items()
                 for v in vs
-                if k not in HOP_BY_HOP and not k.startswith("ftw-mesh-")
+                if k not in HOP_BY_HOP
+                and not k.startswith("ftw-mesh-")
+                and not (k == "authorization" and digest is not None)
             ]
             signed = signing.sign(
                 self._key,
@@ -224,6 +227,7 @@ class Forwarder:
                 body=body,
                 now_ms=self._wall_ms(),
                 headers=headers,  # every header the holder reads is covered
+                token_digest=digest,  # the token's digest in its place: never the token
             )
             headers += list(signed.items())
             try:
@@ -267,6 +271,16 @@ class Forwarder:
             }
             return HttpResponse(resp.status_code, out, resp.content)
         return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
+
+
+def _token_digest(values: list[str]) -> bytes | None:
+    """The SHA-256 of the request's one bearer token (which the entry has verified), or None
+    when it has not exactly one (then its `Authorization` goes as it came, and the holder
+    refuses it as the entry would have)."""
+    scheme, _, token = (values[0] if len(values) == 1 else "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return hash_token(token.strip())
 
 
 def _dumps(value: object) -> bytes:

@@ -98,6 +98,7 @@ def create_internal_app(
             len(body),
             remote=signed.sender,
             mesh_epoch=signed.epoch,
+            token_digest=signed.token_digest,
         )
         resp = await service.handle(req)
         return Response(resp.body, resp.status, resp.headers)

@@ -11,7 +11,11 @@ The sender adds six headers to the request it forwards:
   sends on, each covered by the signature with all its values (`Authorization`, `Mcp-*`,
   `Content-Type`, `Accept`, ...);
 - `ftw-mesh-sig`: HMAC-SHA256 (RFC 2104) under `mesh_key` over the lines of `signed_text`,
-  hex.
+  hex;
+- and, on a forwarded `/mcp` call, `ftw-mesh-token`: the SHA-256 (hex) of the bearer token
+  the sender verified, sent in place of its `Authorization` header: the token itself never
+  crosses the hop, and its digest opens nothing but a signed request (the store keeps the
+  same digest, never the token).
 
 The receiver refuses, in that order: a request without them (`unsigned`), with a signature
 that does not match (`forged`: any covered header, the body, the method or the path changed),
@@ -41,7 +45,10 @@ NONCE = "ftw-mesh-nonce"
 COVERED = "ftw-mesh-signed"
 SIG = "ftw-mesh-sig"
 HEADERS = (FROM, TO, TS, NONCE, COVERED, SIG)
-"""The mesh's own headers: set by the sender, never passed on from a client."""
+"""The mesh's own headers, each once on every signed request: set by the sender, never
+passed on from a client."""
+TOKEN = "ftw-mesh-token"
+"""The forwarded token's SHA-256, hex (optional; at most once)."""
 WINDOW_MS = 30_000
 """How far a forwarded request's time may be from the receiver's, ms (issue 13 item 4)."""
 NONCES_MAX = 100_000
@@ -72,6 +79,9 @@ class Signed:
     sender: str
     epoch: int
     headers: dict[str, list[str]] = field(default_factory=dict)
+    token_digest: bytes | None = None
+    """The SHA-256 of the bearer token the sender verified, in place of the token; None when
+    it forwarded none."""
     """The covered headers (lower-case name -> every value, in order): the only ones the
     holder reads."""
 
@@ -103,11 +113,13 @@ def signed_text(
     nonce: str,
     body: bytes,
     headers: Mapping[str, list[str]] | None = None,
+    token_digest: bytes | None = None,
 ) -> bytes:
     """The bytes the HMAC covers: `DOMAIN`, then one line each for the sender, the method,
     the path, the time (ms), the target instance, its epoch, the nonce, the body's SHA-256 in
-    hex, the covered headers' names (sorted, comma-separated), and the SHA-256 of those
-    headers as canonical JSON (`[[name, [value, ...]], ...]` in name order)."""
+    hex, the covered headers' names (sorted, comma-separated), the SHA-256 of those
+    headers as canonical JSON (`[[name, [value, ...]], ...]` in name order), and the
+    forwarded token's digest in hex ("" when none)."""
     covered = headers or {}
     names = sorted(covered)
     block = json.dumps([[n, list(covered[n])] for n in names], separators=(",", ":"))
@@ -122,6 +134,7 @@ def signed_text(
         hashlib.sha256(body).hexdigest(),
         ",".join(names),
         hashlib.sha256(block.encode()).hexdigest(),
+        "" if token_digest is None else token_digest.hex(),
     )
     return DOMAIN + b"".join(b"\n" + line.encode() for line in lines)
 
@@ -137,6 +150,7 @@ def sign(
     body: bytes,
     now_ms: int,
     headers: Iterable[tuple[str, str]] = (),
+    token_digest: bytes | None = None,
 ) -> dict[str, str]:
     """The mesh headers for a request from `sender` to instance `to` at `epoch` that sends on
     `headers` (name, value) pairs; every one of them is covered.
@@ -145,9 +159,10 @@ def sign(
         key: the 32-byte `mesh_key`.
         now_ms: the sender's wall clock, ms since the Unix epoch.
         headers: the other headers sent, in the order sent (names in any case).
+        token_digest: the SHA-256 (32 bytes) of the bearer token forwarded in its place.
 
     Returns:
-        header name -> value, the six of `HEADERS`.
+        header name -> value, the six of `HEADERS` (and `TOKEN` with a digest).
 
     Raises:
         ValueError: a header name that is not a token, one of the mesh's own, or more than
@@ -172,8 +187,9 @@ def sign(
         nonce=nonce,
         body=body,
         headers=covered,
+        token_digest=token_digest,
     )
-    return {
+    made = {
         FROM: sender,
         TO: f"{to};{epoch}",
         TS: str(now_ms),
@@ -181,6 +197,9 @@ def sign(
         COVERED: ",".join(sorted(covered)),
         SIG: hmac.new(key, text, hashlib.sha256).hexdigest(),
     }
+    if token_digest is not None:
+        made[TOKEN] = token_digest.hex()
+    return made
 
 
 MESH_KEY_BYTES = 32
@@ -271,6 +290,10 @@ class Checker:
         ):
             raise MeshRefused("unsigned", "the request's covered headers are not well formed")
         covered = {n: list(headers.get(n, [])) for n in names}
+        tokens = [t.strip() for t in headers.get(TOKEN, [])]
+        if len(tokens) > 1 or not all(_SIG.fullmatch(t) for t in tokens):
+            raise MeshRefused("unsigned", f"the request's {TOKEN} header is not well formed")
+        digest = bytes.fromhex(tokens[0]) if tokens else None
         ts_ms, epoch = int(values[TS]), int(epoch_text)
         text = signed_text(
             sender=values[FROM],
@@ -282,6 +305,7 @@ class Checker:
             nonce=values[NONCE],
             body=body,
             headers=covered,
+            token_digest=digest,
         )
         want = hmac.new(self._key, text, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(want, values[SIG]):
@@ -301,7 +325,7 @@ class Checker:
             raise MeshRefused("busy", "too many forwarded requests within the window")
         self._seen.add(values[NONCE])
         self._order.append((max(ts_ms, now_ms) + self._window_ms, values[NONCE]))
-        return Signed(values[FROM], epoch, {n: v for n, v in covered.items() if v})
+        return Signed(values[FROM], epoch, {n: v for n, v in covered.items() if v}, digest)
 
     def _forget(self, now_ms: int) -> None:
         """Drop the nonces whose requests could no longer pass the window. Entries are kept

@@ -15,6 +15,7 @@ from ftwbridge.mcp.server import HttpRequest, HttpResponse
 from ftwbridge.mesh import signing
 from ftwbridge.mesh.forward import Forwarder
 from ftwbridge.proto.refusal import Refusal
+from ftwbridge.store import hash_token
 from ftwbridge.store.directory import Holder
 
 KEY = bytes(range(32))
@@ -116,9 +117,12 @@ async def test_the_request_goes_whole_and_signed_and_the_answer_comes_back() -> 
     assert (answer.status, answer.body, answer.headers["x-answer"]) == (200, b'{"ok":1}', "yes")
     (sent,) = seen
     assert str(sent.url) == "http://b2.internal:8782/mcp" and sent.content == BODY
-    assert sent.headers["authorization"] == "Bearer t"
+    # the verified token's digest goes in its place: the token never crosses the hop
+    assert "authorization" not in sent.headers
+    assert sent.headers[signing.TOKEN] == hash_token("t").hex()
     headers = {k: sent.headers.get_list(k) for k in sent.headers}
-    assert signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).epoch == 7
+    checked = signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW)
+    assert checked.epoch == 7 and checked.token_digest == hash_token("t")
 
 
 async def test_a_421_from_the_holder_means_one_more_lookup() -> None:
@@ -216,4 +220,4 @@ async def test_with_tls_required_a_plain_http_holder_is_never_sent_the_token() -
     (sent,) = seen
     headers = {k: sent.headers.get_list(k) for k in sent.headers}
     covered = signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).headers
-    assert covered == {"content-type": ["application/json"], "authorization": ["Bearer t"]}
+    assert covered == {"content-type": ["application/json"]}  # and the token's digest

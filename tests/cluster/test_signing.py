@@ -173,3 +173,28 @@ def test_every_header_the_holder_reads_is_covered() -> None:
             now_ms=NOW,
             headers=[("ftw-mesh-sig", "x")],
         )
+
+
+def test_the_forwarded_token_digest_is_signed_and_malformed_ones_refused() -> None:
+    digest = bytes(range(32))
+    made = signing.sign(
+        KEY,
+        sender="b-1",
+        method="POST",
+        path="/mcp",
+        to="b-2",
+        epoch=7,
+        body=BODY,
+        now_ms=NOW,
+        token_digest=digest,
+    )
+    headers = {k: [v] for k, v in made.items()}
+    assert (
+        Checker(KEY, "b-2").check("POST", "/mcp", dict(headers), BODY, NOW).token_digest == digest
+    )
+    swapped = headers | {signing.TOKEN: [bytes(32).hex()]}
+    assert _refused(Checker(KEY, "b-2"), swapped) == "forged"
+    dropped = {k: v for k, v in headers.items() if k != signing.TOKEN}
+    assert _refused(Checker(KEY, "b-2"), dropped) == "forged"
+    for bad in (["zz"], [digest.hex(), digest.hex()]):
+        assert _refused(Checker(KEY, "b-2"), headers | {signing.TOKEN: bad}) == "unsigned"
