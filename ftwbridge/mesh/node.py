@@ -84,6 +84,7 @@ class Node:
                 http=self._http,
                 key=mesh_key_bytes(config.mesh_key),
                 wall_ms=wall_ms,
+                require_tls=verify is not None,
             )
             self.forwarder = Forwarder(
                 directory=self.directory,

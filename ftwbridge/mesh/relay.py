@@ -58,6 +58,8 @@ class BoxRelay:
         http: the mesh's HTTP client (owned by the caller; `forward.new_client`).
         key: the 32-byte `mesh_key`.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
+        require_tls: send only to `https://` holders (`mesh_cafile` is set); a plain-HTTP
+            holder is treated as offline, with a warning.
     """
 
     def __init__(
@@ -69,7 +71,9 @@ class BoxRelay:
         http: httpx2.AsyncClient,
         key: bytes,
         wall_ms: Callable[[], int],
+        require_tls: bool = False,
     ) -> None:
+        self._require_tls = require_tls
         self._directory = directory
         self._here = here
         self._send_here = send_here
@@ -103,6 +107,15 @@ class BoxRelay:
             if holder.instance == self._directory.instance_id:  # claimed here, uplink gone
                 await self._send_here(home, env)
                 return
+            if self._require_tls and not holder.url.startswith("https://"):
+                log.warning(
+                    "agent.request for home %s: instance %s is at %s, not https: not sent"
+                    " (mesh_cafile is set)",
+                    home,
+                    holder.instance,
+                    holder.url,
+                )
+                raise HomeOffline(home)
             headers = signing.sign(
                 self._key,
                 sender=self._directory.instance_id,

@@ -221,3 +221,31 @@ async def test_with_tls_required_a_plain_http_holder_is_never_sent_the_token() -
     headers = {k: sent.headers.get_list(k) for k in sent.headers}
     covered = signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).headers
     assert covered == {"content-type": ["application/json"]}  # and the token's digest
+
+
+async def test_with_tls_required_an_agent_request_is_never_relayed_in_clear() -> None:
+    from ftwbridge.door import HomeOffline
+    from ftwbridge.mesh.relay import BoxRelay
+    from ftwbridge.proto.envelope import Envelope
+
+    seen: list[httpx2.Request] = []
+
+    def holder(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, content=b"{}")
+
+    async def send_here(home: str, env: Envelope) -> None:
+        raise AssertionError("not here")
+
+    relay = BoxRelay(
+        directory=Directory(B2),  # type: ignore[arg-type]
+        here=lambda home: False,
+        send_here=send_here,
+        http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
+        key=KEY,
+        wall_ms=lambda: NOW,
+        require_tls=True,
+    )
+    with pytest.raises(HomeOffline):
+        await relay.send("h", Envelope("agent.request", None, {"req": "r1"}))
+    assert seen == []
