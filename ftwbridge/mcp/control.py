@@ -323,17 +323,19 @@ def _first_answer(
     tool: ControlTool, charger: str, outcome: Outcome, first: First
 ) -> dict[str, Any]:
     """A repeated command's answer: the first attempt's result marked `repeated`, or its
-    refusal in words that say it is the first attempt's (with `_meta` `ftwbridge/repeated`
-    `{firstSentAtMs, observedAtMs?}`)."""
+    refusal (or `superseded`) in words that say it is the first attempt's (with `_meta`
+    `ftwbridge/repeated` `{firstSentAtMs, observedAtMs?}`)."""
     try:
-        return _command_result(tool, charger, outcome, first, repeat=True)
+        result = _command_result(tool, charger, outcome, first, repeat=True)
     except Refusal as exc:
         result = refusal_result(exc)
+    if not result.get("isError"):
+        return result  # marked `repeated` in its structured content
     when = {"firstSentAtMs": first.sent_ms}
     if first.observed_ms is not None:
         when["observedAtMs"] = first.observed_ms
     result["content"][0]["text"] += " " + REPEATED_REFUSAL
-    result["_meta"][REPEATED_META] = when
+    result.setdefault("_meta", {})[REPEATED_META] = when
     return result
 
 
