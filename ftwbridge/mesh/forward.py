@@ -26,7 +26,7 @@ from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import StoreError, hash_token
-from ftwbridge.store.directory import Directory
+from ftwbridge.store.directory import Directory, Holder
 
 from . import signing
 
@@ -170,6 +170,21 @@ class Forwarder:
             _dumps(rej.body()),
         )
 
+    def _secure_enough(self, home: str, holder: Holder) -> bool:
+        """Whether `holder` may be sent a call: always, unless TLS is required and its URL is
+        not `https://` (then counted as unreachable, with a warning)."""
+        if not self._require_tls or holder.url.startswith("https://"):
+            return True
+        self.stats.unreachable += 1
+        log.warning(
+            "forward of home %s: instance %s is at %s, not https: not sent (mesh_cafile is"
+            " set, so calls never cross the hop in clear)",
+            home,
+            holder.instance,
+            holder.url,
+        )
+        return False
+
     async def forward(
         self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
     ) -> HttpResponse | Refusal | None:
@@ -194,29 +209,14 @@ class Forwarder:
                 return None
             if holder is None or holder.instance == self.instance_id or not holder.url:
                 return None
-            if self._require_tls and not holder.url.startswith("https://"):
-                self.stats.unreachable += 1
-                log.warning(
-                    "forward of home %s: instance %s is at %s, not https: not sent (mesh_cafile"
-                    " is set, so calls never cross the hop in clear)",
-                    home,
-                    holder.instance,
-                    holder.url,
-                )
+            if not self._secure_enough(home, holder):
                 return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
             if tries == 1:  # the guard counts each request once, at its first send
                 guarded = self._guard(req.remote, rid)
                 if guarded is not None:
                     return guarded
             digest = _token_digest(req.headers.get("authorization", []))
-            headers = [
-                (k, v)
-                for k, vs in req.headers.items()
-                for v in vs
-                if k not in HOP_BY_HOP
-                and not k.startswith("ftw-mesh-")
-                and not (k == "authorization" and digest is not None)
-            ]
+            headers = _passed_on(req.headers, drop_authorization=digest is not None)
             signed = signing.sign(
                 self._key,
                 sender=self.instance_id,
@@ -271,6 +271,19 @@ class Forwarder:
             }
             return HttpResponse(resp.status_code, out, resp.content)
         return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
+
+
+def _passed_on(headers: dict[str, list[str]], *, drop_authorization: bool) -> list[tuple[str, str]]:
+    """The client's headers sent on: all but the connection's own (`HOP_BY_HOP`), the mesh's
+    (a client's `ftw-mesh-*` never pass), and `Authorization` when its digest goes instead."""
+    return [
+        (k, v)
+        for k, vs in headers.items()
+        for v in vs
+        if k not in HOP_BY_HOP
+        and not k.startswith("ftw-mesh-")
+        and not (k == "authorization" and drop_authorization)
+    ]
 
 
 def _token_digest(values: list[str]) -> bytes | None:

@@ -81,6 +81,22 @@ class BoxRelay:
         self._key = key
         self._wall_ms = wall_ms
 
+    def _check_tls(self, home: str, instance: str, url: str) -> None:
+        """Refuse a plain-HTTP holder when TLS is required (`mesh_cafile`).
+
+        Raises:
+            HomeOffline: TLS is required and `url` is not `https://` (with a warning).
+        """
+        if self._require_tls and not url.startswith("https://"):
+            log.warning(
+                "agent.request for home %s: instance %s is at %s, not https: not sent"
+                " (mesh_cafile is set)",
+                home,
+                instance,
+                url,
+            )
+            raise HomeOffline(home)
+
     async def send(self, home: str, env: Envelope) -> None:
         """Send `env` to `home`'s box: through this door when its uplink is here, else to its
         holder's internal listener (a 421 or an unreachable holder: one fresh lookup and one
@@ -107,15 +123,7 @@ class BoxRelay:
             if holder.instance == self._directory.instance_id:  # claimed here, uplink gone
                 await self._send_here(home, env)
                 return
-            if self._require_tls and not holder.url.startswith("https://"):
-                log.warning(
-                    "agent.request for home %s: instance %s is at %s, not https: not sent"
-                    " (mesh_cafile is set)",
-                    home,
-                    holder.instance,
-                    holder.url,
-                )
-                raise HomeOffline(home)
+            self._check_tls(home, holder.instance, holder.url)
             headers = signing.sign(
                 self._key,
                 sender=self._directory.instance_id,

@@ -168,14 +168,7 @@ def sign(
         ValueError: a header name that is not a token, one of the mesh's own, or more than
             `MAX_COVERED` names.
     """
-    covered: dict[str, list[str]] = {}
-    for name, value in headers:
-        low = name.lower()
-        if not _NAME.fullmatch(low) or low.startswith("ftw-mesh-"):
-            raise ValueError(f"header {name!r} cannot be covered")
-        covered.setdefault(low, []).append(value)
-    if len(covered) > MAX_COVERED:
-        raise ValueError(f"more than {MAX_COVERED} headers to cover")
+    covered = _covering(headers)
     nonce = secrets.token_hex(16)
     text = signed_text(
         sender=sender,
@@ -200,6 +193,45 @@ def sign(
     if token_digest is not None:
         made[TOKEN] = token_digest.hex()
     return made
+
+
+def _covering(headers: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """`headers` (name, value) pairs as the covered map: lower-case name -> values in order.
+
+    Raises:
+        ValueError: a name that is not a token or is the mesh's own, or too many names.
+    """
+    covered: dict[str, list[str]] = {}
+    for name, value in headers:
+        low = name.lower()
+        if not _NAME.fullmatch(low) or low.startswith("ftw-mesh-"):
+            raise ValueError(f"header {name!r} cannot be covered")
+        covered.setdefault(low, []).append(value)
+    if len(covered) > MAX_COVERED:
+        raise ValueError(f"more than {MAX_COVERED} headers to cover")
+    return covered
+
+
+def _received(
+    headers: Mapping[str, list[str]], listed: str
+) -> tuple[dict[str, list[str]], bytes | None]:
+    """The covered headers `listed` names (`COVERED`'s value) as received, and the forwarded
+    token's digest, if any.
+
+    Raises:
+        MeshRefused: `unsigned`, when the list or the digest is not well formed.
+    """
+    names = listed.split(",") if listed else []
+    if len(names) > MAX_COVERED or not all(
+        _NAME.fullmatch(n) and not n.startswith("ftw-mesh-") for n in names
+    ):
+        raise MeshRefused("unsigned", "the request's covered headers are not well formed")
+    tokens = [t.strip() for t in headers.get(TOKEN, [])]
+    if len(tokens) > 1 or not all(_SIG.fullmatch(t) for t in tokens):
+        raise MeshRefused("unsigned", f"the request's {TOKEN} header is not well formed")
+    return {n: list(headers.get(n, [])) for n in names}, (
+        bytes.fromhex(tokens[0]) if tokens else None
+    )
 
 
 MESH_KEY_BYTES = 32
@@ -284,16 +316,7 @@ class Checker:
             and _SIG.fullmatch(values[SIG])
         ):
             raise MeshRefused("unsigned", "the request's mesh headers are not well formed")
-        names = values[COVERED].split(",") if values[COVERED] else []
-        if len(names) > MAX_COVERED or not all(
-            _NAME.fullmatch(n) and not n.startswith("ftw-mesh-") for n in names
-        ):
-            raise MeshRefused("unsigned", "the request's covered headers are not well formed")
-        covered = {n: list(headers.get(n, [])) for n in names}
-        tokens = [t.strip() for t in headers.get(TOKEN, [])]
-        if len(tokens) > 1 or not all(_SIG.fullmatch(t) for t in tokens):
-            raise MeshRefused("unsigned", f"the request's {TOKEN} header is not well formed")
-        digest = bytes.fromhex(tokens[0]) if tokens else None
+        covered, digest = _received(headers, values[COVERED])
         ts_ms, epoch = int(values[TS]), int(epoch_text)
         text = signed_text(
             sender=values[FROM],
