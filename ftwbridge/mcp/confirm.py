@@ -27,22 +27,18 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from .finals import Answer, FinalAnswers
 
 CONFIRM_KEY: Final = "confirm"
 """The key of our one input request (MRTR `inputRequests` keys are the server's)."""
 MAX_STATE_CHARS: Final = 1024
-MAX_ANSWERED: Final = 10_000
-"""Answered states remembered at most (until they expire); when more are answered, the oldest
-is forgotten and every state that expires no later than it is refused as expired from then
-on, so a forgotten decline can never turn into consent."""
 
 Purpose = Literal["elicit", "preview"]
 """What a sealed state is for: an MRTR `requestState`, or a preview's confirmation token. One
 is never accepted as the other."""
-Answer = Literal["accept", "decline"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +47,7 @@ class Confirmed:
 
     cmd_id: str
     expires_ms: int = 0
+    principal: str = ""
 
 
 class StateRefused(ValueError):
@@ -94,9 +91,7 @@ class ConfirmStates:
     def __init__(self, *, ttl_s: float, key: bytes | None = None) -> None:
         self._ttl_ms = int(ttl_s * 1000)
         self._key = key if key is not None else secrets.token_bytes(32)
-        self._answered: OrderedDict[str, tuple[Answer, int]] = OrderedDict()
-        self._void_to_ms = 0
-        """States expiring at or before this (ms) are refused as expired (see MAX_ANSWERED)."""
+        self._finals = FinalAnswers()
 
     @property
     def ttl_ms(self) -> int:
@@ -135,7 +130,7 @@ class ConfirmStates:
         Raises:
             StateRefused: not text of our form, a signature that fails, another agent's or
                 another call's state, or one sealed for the other purpose.
-            StateExpired: the state's time is up (or it was made void, see MAX_ANSWERED).
+            StateExpired: the state's time is up (or it was made void: `mcp/finals.py`).
         """
         if not isinstance(state, str) or len(state) > MAX_STATE_CHARS or state.count(".") != 1:
             raise StateRefused("requestState is not one this bridge issued")
@@ -154,27 +149,23 @@ class ConfirmStates:
         if body.get("d") != digest:
             raise StateRefused("requestState belongs to another call (tool or arguments differ)")
         expires = body.get("x")
-        if not isinstance(expires, int) or now_ms >= expires or expires <= self._void_to_ms:
+        void = self._finals.void_to(principal)
+        if not isinstance(expires, int) or now_ms >= expires or expires <= void:
             raise StateExpired("the confirmation ran out")
-        return Confirmed(str(body.get("c")), expires)
+        return Confirmed(str(body.get("c")), expires, principal)
 
     def settle(self, opened: Confirmed, given: Answer, *, now_ms: int) -> Answer:
         """The final answer to the question `opened` asked: the first one given to it (`given`
         when this is the first, which is then kept until the state expires). A person's answer
         to one question is final: a decline or cancel is never followed by the same state
         acting, and an acceptance stands (it sends the same `cmdId` again)."""
-        held = self._answered.get(opened.cmd_id)
-        if held is not None:
-            return held[0]
-        while self._answered:  # expired ones can no longer be opened: nothing to remember
-            oldest = next(iter(self._answered.values()))
-            if oldest[1] > now_ms and len(self._answered) < MAX_ANSWERED:
-                break
-            _cmd, (_a, expires) = self._answered.popitem(last=False)
-            if expires > now_ms:  # forgotten before its time: void it and all older ones
-                self._void_to_ms = max(self._void_to_ms, expires)
-        self._answered[opened.cmd_id] = (given, opened.expires_ms)
-        return given
+        return self._finals.settle(
+            opened.principal,
+            opened.cmd_id,
+            given,
+            expires_ms=opened.expires_ms,
+            now_ms=now_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ import pytest
 from mcp_types import ElicitResult
 
 from ftwbridge.config import Config
-from ftwbridge.mcp.confirm import MAX_ANSWERED, Confirmed, ConfirmStates, StateExpired
+from ftwbridge.mcp.confirm import Confirmed, ConfirmStates, StateExpired
+from ftwbridge.mcp.finals import MAX_PER_PRINCIPAL, FinalAnswers
 from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.control import CmdError, CmdResult, CmdState
 
@@ -111,16 +112,27 @@ async def test_a_replayed_acceptance_says_it_is_the_first_answer_and_when() -> N
 
 
 def test_forgotten_answers_never_turn_a_decline_into_consent() -> None:
-    """Past `MAX_ANSWERED` answered states the oldest is forgotten, and every state that
-    expires no later than it is refused as expired from then on (asked again)."""
+    """Past `MAX_PER_PRINCIPAL` answered states of one assistant its oldest is forgotten, and
+    every state of that assistant that expires no later is refused as expired from then on
+    (asked again); another assistant's questions are untouched by it."""
     states = ConfirmStates(ttl_s=120)
     first = states.seal(principal="p", digest="d", cmd_id="c0", now_ms=0)
+    theirs = states.seal(principal="q", digest="d", cmd_id="q0", now_ms=0)
     opened = states.open(first, principal="p", digest="d", now_ms=1)
     assert states.settle(opened, "decline", now_ms=1) == "decline"
-    for i in range(1, MAX_ANSWERED + 1):
-        states.settle(Confirmed(f"c{i}", 120_000 + i), "decline", now_ms=2)
+    for i in range(1, MAX_PER_PRINCIPAL + 1):  # the same assistant answers many more
+        states.settle(Confirmed(f"c{i}", 120_000 + i, "p"), "decline", now_ms=2)
     with pytest.raises(StateExpired):
         states.open(first, principal="p", digest="d", now_ms=3)
+    assert states.open(theirs, principal="q", digest="d", now_ms=3).cmd_id == "q0"
+
+
+def test_the_bound_on_assistants_fails_closed_too() -> None:
+    finals = FinalAnswers(per_principal=4, principals=2)
+    assert finals.settle("a", "x", "decline", expires_ms=100, now_ms=0) == "decline"
+    finals.settle("b", "y", "accept", expires_ms=100, now_ms=0)
+    finals.settle("c", "z", "accept", expires_ms=100, now_ms=0)  # "a" is forgotten: void
+    assert finals.void_to("a") == 100 and finals.void_to("b") == 0
 
 
 async def test_a_legacy_client_gets_a_preview_then_charges_on_the_confirmation() -> None:
