@@ -18,6 +18,7 @@ from mcp_types import ElicitResult
 from ftwbridge.config import Config
 from ftwbridge.mcp.confirm import Confirmed, ConfirmStates, StateExpired
 from ftwbridge.mcp.finals import MAX_PER_PRINCIPAL, FinalAnswers
+from ftwbridge.mcp.firsts import FirstAnswers
 from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.control import CmdError, CmdResult, CmdState
 
@@ -235,3 +236,14 @@ async def test_a_retried_refused_command_says_its_refusal_is_the_first_attempts(
         "observedAtMs": 1_000_000,
     }
     assert len(homes.sent) == 1
+
+
+def test_one_assistants_many_commands_never_make_another_forget_its_first_answer() -> None:
+    firsts = FirstAnswers(per_agent=4, agents=100)
+    assert firsts.begin(("h", b"b", "theirs"), now_ms=1) is None
+    firsts.done(("h", b"b", "theirs"), "outcome", observed_ms=2)
+    for i in range(1_000):  # another assistant's flood of commands
+        firsts.begin(("h", b"a", f"c{i}"), now_ms=3)
+    held = firsts.begin(("h", b"b", "theirs"), now_ms=4)
+    assert held is not None and held.outcome == "outcome" and held.observed_ms == 2
+    assert firsts.begin(("h", b"a", "c0"), now_ms=5) is None  # its own oldest: forgotten
