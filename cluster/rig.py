@@ -24,6 +24,7 @@ from ftwbridge.store.events import Event, Events
 from ftwbridge.store.pg_directory import RENEW_S, PgDirectory
 from ftwbridge.store.postgres import PgStore
 
+from .ca import ClusterCA
 from .homes import Home, start_homes, wall_ms
 from .procs import PY, CannotStart, Child, check_port_free, child_env, free_port, pin
 from .services import (
@@ -192,7 +193,9 @@ def instance_settings(
     database_url: str,
     shared: dict[str, Any],
 ) -> dict[str, Any]:
-    """The settings of instance `name` (ports: main, admin, internal)."""
+    """The settings of instance `name` (ports: main, admin, internal); with a cluster CA in
+    `shared["ca"]`, its internal listener serves TLS with a certificate of that CA and it
+    forwards only over TLS."""
     port, admin, internal = ports
     settings: dict[str, Any] = {
         "bind": f"127.0.0.1:{port}",
@@ -207,12 +210,15 @@ def instance_settings(
         # HAProxy in front names the client in X-Forwarded-For: the limits key on that
         "trusted_proxies": ["127.0.0.1"],
     }
+    ca: ClusterCA | None = shared.get("ca")
     settings |= {
         "instance_id": name,
         "internal_bind": f"127.0.0.1:{internal}",
-        "internal_url": f"http://127.0.0.1:{internal}",
+        "internal_url": f"{'https' if ca else 'http'}://127.0.0.1:{internal}",
         "mesh_key": shared["mesh_key"],
     }
+    if ca is not None:
+        settings |= ca.settings(name)
     reach: dict[str, Any] = shared.get("reach", {})
     extra: dict[str, Any] = shared.get("extra", {})
     return settings | reach | extra
@@ -269,6 +275,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
                 "kek": secrets.token_hex(32),
                 "keys_port": free_port(),
                 "extra": options.settings,
+                "ca": ClusterCA(root / "tls"),  # the internal hop over TLS
             }
             async with trio.open_nursery() as keys_n:
                 keys, shared["reach"] = await start_keys(keys_n, root, postgres.url, shared)

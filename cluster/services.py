@@ -181,7 +181,8 @@ async def start_keys(
     nursery: trio.Nursery, root: Path, database_url: str, settings: dict[str, Any]
 ) -> tuple[Child, dict[str, Any]]:
     """Start the keys service (`ftwbridge keys --listen`, agents' keys sealed in the
-    database under `kek`); returns it and the settings an instance needs to reach it
+    database under `kek`; over TLS with a certificate of `settings["ca"]`, the cluster CA,
+    when there is one); returns it and the settings an instance needs to reach it
     (`keys_url`, `mesh_key`).
 
     Raises:
@@ -196,6 +197,13 @@ async def start_keys(
         "mesh_key": settings["mesh_key"],
         "kek": settings["kek"],
     }
+    ca = settings.get("ca")
+    if ca is not None:
+        leaf = ca.leaf("keys")
+        keys_settings |= {
+            "internal_certfile": str(leaf.certfile),
+            "internal_keyfile": str(leaf.keyfile),
+        }
     where, ready = ["--listen", f"127.0.0.1:{port}"], "keys service on"
     reach = {"keys_url": f"tcp://127.0.0.1:{port}", "mesh_key": settings["mesh_key"]}
     path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))

@@ -16,6 +16,7 @@ from ftwbridge.keys import KeysClient, KeysPort, KeysService
 from ftwbridge.keys.remote import ChannelRefused, RemoteKeys
 from ftwbridge.keys.service import KeysError
 from ftwbridge.lifecycle import StartupError
+from ftwbridge.mesh.tls import client_of
 from ftwbridge.proto.roster import RosterRefused, verify_roster
 from ftwbridge.store import BridgeStore, StoreError, open_store, sqlite_path
 
@@ -96,7 +97,8 @@ async def agent_create(config: Config, home: str) -> int:
     try:
         if config.keys_url is not None and config.mesh_key is not None:
             mesh_key = mesh_key_bytes(config.mesh_key)
-            keys = RemoteKeys(keys_addresses(config.keys_url), mesh_key)
+            tls = client_of(config.mesh_cafile)
+            keys = RemoteKeys(keys_addresses(config.keys_url), mesh_key, tls=tls)
         elif config.keys_socket is not None:
             keys = KeysClient(config.keys_socket)
         elif config.kek is not None:  # the keys part's own store, as a keys service keeps it

@@ -24,6 +24,7 @@ one sentence on stderr, `ftwbridge: ...`, and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import functools
 import sqlite3
 import sys
 import tempfile
@@ -182,6 +183,7 @@ async def _keys(config: Config, socket: Path | None, listen: str | None) -> int:
     that cannot be bound, is refused in one sentence with status 2."""
     from ftwbridge.keys.listen import KeysListenError, serve_keys_tcp
     from ftwbridge.keys.wire import KeysSocketError
+    from ftwbridge.mesh.tls import server_of
 
     mesh_key = mesh_key_bytes(config.mesh_key) if config.mesh_key is not None else None
     if listen is not None:
@@ -217,7 +219,10 @@ async def _keys(config: Config, socket: Path | None, listen: str | None) -> int:
         async def run(nursery: trio.Nursery) -> None:
             try:
                 if listen is not None and mesh_key is not None:
-                    host, port = await nursery.start(serve_keys_tcp, listen, service, mesh_key)
+                    tls = server_of(config.internal_certfile, config.internal_keyfile)
+                    host, port = await nursery.start(
+                        functools.partial(serve_keys_tcp, tls=tls), listen, service, mesh_key
+                    )
                     print(f"keys service on {url_of((host, port))}", flush=True)
                 elif socket is not None:
                     await nursery.start(serve_keys, socket, service)

@@ -190,9 +190,12 @@ class Config(BaseModel):
     """Agent sessions per home."""
     call_deadline_s: Seconds = 25.0
     """One tool call, end to end, seconds."""
-    confirm_commands: bool = True
-    """Ask the person before `ev_charge_now` where their client can (MCP 2026-07-28
-    elicitation, docs/control.md); false sends commands on the owner's grant alone."""
+    confirm_commands: Literal["elicit", "preview", "off"] = "elicit"
+    """How the person confirms `ev_charge_now` (docs/control.md, "Confirmation by the
+    person"): `elicit` asks by elicitation where the client declares it (MCP 2026-07-28) and
+    by a preview with a confirmation token otherwise; `preview` uses the preview for every
+    client; `off` sends commands on the owner's grant alone. (true and false, the older
+    spelling, read as `elicit` and `off`.)"""
     confirm_ttl_s: Seconds = 120.0
     """How long the person has to confirm a command, seconds."""
     idle_close_s: Seconds = 60.0
@@ -247,6 +250,17 @@ class Config(BaseModel):
     """Listen streams one process holds at once (HTTP 503 past it)."""
     listen_stuck_s: Seconds = 30.0
     """A listen stream whose write does not finish in this many seconds is closed."""
+
+    @field_validator("confirm_commands", mode="before")
+    @classmethod
+    def _confirm_spelling(cls, value: Any) -> Any:
+        """true and false (TOML, or the words in the environment) read as elicit and off."""
+        word = value.strip().lower() if isinstance(value, str) else value
+        if word in (True, "true"):
+            return "elicit"
+        if word in (False, "false"):
+            return "off"
+        return word
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -382,6 +396,9 @@ class Config(BaseModel):
         "instance_id",
         "internal_bind",
         "internal_url",
+        "internal_certfile",
+        "internal_keyfile",
+        "mesh_cafile",
         mode="before",
     )
     @classmethod
@@ -419,7 +436,17 @@ class Config(BaseModel):
     `database_url` and `mesh_key`."""
     internal_url: str | None = None
     """The URL other instances reach the internal listener at; None follows `internal_bind`
-    (a wildcard host read as this machine's loopback, as for `public_url`)."""
+    (a wildcard host read as this machine's loopback, as for `public_url`; `https://` with
+    `internal_certfile`)."""
+    internal_certfile: Path | None = None
+    """PEM certificate chain the internal listener serves TLS with (with `internal_keyfile`);
+    None serves plain HTTP (docs/operations.md, "Trust across the internal hop")."""
+    internal_keyfile: Path | None = Field(default=None, repr=False)
+    """PEM private key of `internal_certfile`."""
+    mesh_cafile: Path | None = None
+    """PEM CA certificates that sign the instances' internal certificates: set, calls are
+    forwarded only over `https://`, each holder's certificate verified against this file
+    alone. None forwards to what `internal_url` says (plain HTTP included)."""
 
     @field_validator("instance_id")
     @classmethod
@@ -441,6 +468,8 @@ class Config(BaseModel):
     @model_validator(mode="after")
     def _forwarding_needs(self) -> Config:
         """Forwarding (`internal_bind`) works only on a shared database with a shared key."""
+        if (self.internal_certfile is None) != (self.internal_keyfile is None):
+            raise ValueError("internal_certfile and internal_keyfile go together: set both")
         if self.internal_bind is not None:
             missing = [name for name in ("database_url", "mesh_key") if getattr(self, name) is None]
             if missing:
@@ -464,7 +493,8 @@ class Config(BaseModel):
         (port 0 stays 0 here; the bridge puts in the port it bound), or None when off."""
         if self.internal_url is not None or self.internal_bind is None:
             return self.internal_url
-        return url_of_bind(self.internal_bind)
+        url = url_of_bind(self.internal_bind)
+        return "https://" + url.removeprefix("http://") if self.internal_certfile else url
 
 
 SECRET_SETTINGS = ("database_url", "mesh_key", "kek")

@@ -30,6 +30,7 @@ from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
 from ftwbridge.mcp.listen import ListenMetrics, Listens
 from ftwbridge.mcp.server import McpService
+from ftwbridge.mesh.tls import client_of
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
@@ -125,7 +126,8 @@ def keys_part(config: Config) -> KeysPort:
         )
     if config.keys_url is not None and config.mesh_key is not None:
         addresses = keys_addresses(config.keys_url)
-        return RemoteKeys(addresses, mesh_key_bytes(config.mesh_key))
+        tls = client_of(config.mesh_cafile)  # the keys channel over TLS too, when it is set
+        return RemoteKeys(addresses, mesh_key_bytes(config.mesh_key), tls=tls)
     if config.keys_socket is not None:
         return KeysClient(config.keys_socket)
     return KeysService(Path(config.state_dir) / "agent-keys.json")
@@ -415,6 +417,7 @@ class Bridge:
         service = McpService(
             homes=_Homes(self.pool, self.door),
             verify_token=self.tokens.verify,
+            verify_digest=self.tokens.verify_digest,
             resource=self.site.resource,
             resource_metadata=self.site.metadata_url,
             max_body_bytes=c.max_body_bytes,
@@ -426,7 +429,8 @@ class Bridge:
             on_request=self.metrics.on_request,
             roster_behind=self.door.rosters.roster_behind,
             anonymous_token=c.test_anonymous_token,
-            confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands else None,
+            confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands != "off" else None,
+            confirm_mode=c.confirm_commands,
             mesh=None if self.node is None else self.node.forwarder,
             clock_skew_ms=c.clock_skew_max_ms,
             listen=self.listens,

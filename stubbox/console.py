@@ -60,6 +60,29 @@ def _waiting(stub: StubHome, *, every: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _approval(cmd: dict[str, Any]) -> tuple[list[str] | None, int | None, bool]:
+    """The owner's `approve` choices, parsed closed (docs/control.md, "Consent parses
+    closed"): `scopes` a list of scope names, `expiresAtMs` an integer (ms since the epoch),
+    `readsOnly` a JSON boolean, each optional. Anything else is refused in words rather than
+    read as a wider grant (`"readsOnly": "true"` must not grant the ops).
+
+    Raises:
+        ValueError: a choice of another type.
+    """
+    scopes = cmd.get("scopes")
+    if scopes is not None and not (
+        isinstance(scopes, list) and all(isinstance(s, str) for s in scopes)
+    ):
+        raise ValueError("scopes must be a list of scope names")
+    expires = cmd.get("expiresAtMs")
+    if expires is not None and (not isinstance(expires, int) or isinstance(expires, bool)):
+        raise ValueError("expiresAtMs must be an integer, ms since the epoch")
+    reads_only = cmd.get("readsOnly", False)
+    if not isinstance(reads_only, bool):
+        raise ValueError("readsOnly must be true or false")
+    return scopes, expires, reads_only
+
+
 async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
     op = cmd.get("op")
     if op == "homes":
@@ -78,11 +101,9 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
     if op == "requests":
         return _waiting(stub, every=cmd.get("all") is True)
     if op == "approve":
+        scopes, expires, reads_only = _approval(cmd)
         seq = await stub.approve(
-            str(cmd["req"]),
-            scopes=cmd.get("scopes"),
-            expires_at_ms=cmd.get("expiresAtMs"),
-            reads_only=cmd.get("readsOnly") is True,
+            str(cmd["req"]), scopes=scopes, expires_at_ms=expires, reads_only=reads_only
         )
         return {"seq": seq}
     if op == "decide":

@@ -139,3 +139,19 @@ def test_keep_alive_is_a_setting() -> None:
     "Keep-alive behind a proxy")."""
     assert Config().keep_alive_s == HypercornConfig().keep_alive_timeout == 5
     assert load_config(env={"FTWBRIDGE_KEEP_ALIVE_S": "75"}).keep_alive_s == 75
+
+
+def test_the_internal_listener_s_tls_files_go_together_and_make_its_url_https(
+    tmp_path: Path,
+) -> None:
+    base = {
+        "state_dir": tmp_path,
+        "database_url": "postgresql://x@127.0.0.1/db",
+        "mesh_key": "00" * 32,
+        "internal_bind": "127.0.0.1:8782",
+    }
+    assert Config(**base).internal_site_url == "http://127.0.0.1:8782"
+    tls = Config(**base, internal_certfile=tmp_path / "c.pem", internal_keyfile=tmp_path / "k")
+    assert tls.internal_site_url == "https://127.0.0.1:8782"
+    with pytest.raises(pydantic.ValidationError, match="go together"):
+        Config(**base, internal_certfile=tmp_path / "c.pem")

@@ -66,3 +66,36 @@ async def test_a_row_the_held_copy_lacks_is_read_from_the_store_at_most_once_a_s
     await trio.sleep(REREAD_S)
     assert await door.grant("h1", other) is None
     assert store.roster_reads == reads + 2
+
+
+async def test_an_older_roster_never_replaces_a_newer_one_the_store_holds(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """This instance accepted the box's roster 2; before its save ran, another instance saved
+    the box's roster 3 (the box moved there). The save of 2 compares the signed seqs and
+    leaves 3; the `seq` column beside them decides nothing (it lies here: 99 over roster 1)."""
+    owner = Owner("h1", seed="h1")
+    store = MemoryStore()
+    await store.enroll_home("h1", owner.home_public_key)
+    await store.put_roster("h1", owner.roster.seq, owner.signed)
+    door = Door(config=Config(), store=store)
+    now = int(time.time() * 1000)
+    second = owner.put_agent(KEY, _grant(), now_ms=now)
+    assert (await door.rosters.take_roster("h1", second))[0]
+    third = owner.drop_agent(KEY, now_ms=now)
+    await store.put_roster("h1", 1, third)  # another instance; its column says 1
+    async with trio.open_nursery() as nursery:
+        await nursery.start(door.apply_rosters)
+        with trio.fail_after(5):
+            await door.rosters_saved()
+        nursery.cancel_scope.cancel()
+    assert (await store.roster("h1")) == (1, third)
+    fourth = owner.put_agent(KEY, _grant(), now_ms=now)
+    await store.put_roster("h1", 99, second)  # the older 2, under a column that says 99
+    assert (await door.rosters.take_roster("h1", fourth))[0]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(door.apply_rosters)
+        with trio.fail_after(5):
+            await door.rosters_saved()
+        nursery.cancel_scope.cancel()
+    assert (await store.roster("h1")) == (4, fourth)  # 4 is newer than the signed 2

@@ -89,9 +89,35 @@ class Rosters:
         self._applier = RosterApplier(self._save_roster)
 
     async def _save_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
+        """Store `roster` unless the store holds a newer one by its verified signed `seq`
+        (another instance saved the box's later roster while this save waited, e.g. through
+        a database outage): only signed data decides, and an older roster never replaces a
+        newer one (docs/operations.md, "Only signed data decides")."""
+        newer = await self._stored_newer(home, roster)
+        if newer is not None:
+            log.info(
+                "roster seq %d of home %s not saved: the store holds seq %d, signed later",
+                roster.seq,
+                home,
+                newer.seq,
+            )
+            return
         await self.store.put_roster(home, roster.seq, roster.signed)
         if self.on_persist is not None:
             await self.on_persist(home, roster, dropped)
+
+    async def _stored_newer(self, home: str, roster: Roster) -> Roster | None:
+        """The store's roster of `home` when it verifies with the home's key and its signed
+        `seq` is above `roster`'s, else None (the store's `seq` column is not read)."""
+        stored = await self.store.roster(home)
+        key = self._home_keys.get(home)
+        if stored is None or key is None or stored[1] == roster.signed:
+            return None
+        try:
+            held = verify_roster(stored[1], home_key=key, home=home)
+        except RosterRefused:
+            return None
+        return held if held.seq > roster.seq else None
 
     async def apply_rosters(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

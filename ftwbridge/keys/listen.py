@@ -12,6 +12,7 @@ one).
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Final
 
 import trio
@@ -89,10 +90,13 @@ async def serve_keys_tcp(
     service: KeysPort,
     mesh_key: bytes,
     *,
+    tls: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `service` on TCP `address` (`host:port`, port 0 picks one) to peers that prove
-    `mesh_key` (32 bytes), until cancelled. Reports (host, port) bound once listening.
+    `mesh_key` (32 bytes), until cancelled, over TLS with `tls` when given (`mesh.tls`
+    `server_of`; a peer whose TLS handshake fails ends its connection alone, within the
+    handshake's `HANDSHAKE_S`). Reports (host, port) bound once listening.
 
     Raises:
         KeysListenError: before reporting started, when `address` cannot be bound (in use,
@@ -111,19 +115,24 @@ async def serve_keys_tcp(
     strangers = Slots(MAX_STRANGERS, STRANGERS_PER_SOURCE)
     refusals = RefusalLog()
 
-    async def handler(stream: trio.SocketStream) -> None:
+    async def handler(stream: trio.abc.Stream) -> None:
         await serve_connection(
             stream, service, mesh_key, limiter=limiter, refusals=refusals, strangers=strangers
         )
 
+    served: list[trio.abc.Listener[trio.abc.Stream]] = list(listeners)
+    if tls is not None:
+        served = [trio.SSLListener(listener, tls) for listener in listeners]
     async with trio.open_nursery() as nursery:
         task_status.started((str(bound[0]), int(bound[1])))
-        await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+        await trio.serve_listeners(handler, served, handler_nursery=nursery)
 
 
 def _source(stream: trio.abc.Stream) -> str:
     """The peer's address without its port, the key of its stranger slots ("a peer" when
     unknown: such peers share one source)."""
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     if not isinstance(stream, trio.SocketStream):
         return "a peer"
     try:
@@ -135,6 +144,8 @@ def _source(stream: trio.abc.Stream) -> str:
 
 def _peer(stream: trio.abc.Stream) -> str:
     """The peer's `host:port` for the log, or "a peer" (a memory stream, a socket gone)."""
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     if not isinstance(stream, trio.SocketStream):
         return "a peer"
     try:

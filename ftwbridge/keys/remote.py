@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -62,25 +63,34 @@ class _Unreachable(Exception):
 
 @dataclass(eq=False)
 class _Conn:
-    stream: trio.SocketStream
+    stream: trio.abc.Stream
     channel: MeshChannel
     idle_since: float = field(default=0.0)
 
 
 class RemoteKeys:
     """`KeysPort` on keys services at `addresses` (host, port), tried in order, proving
-    `mesh_key` (32 bytes). Close with `aclose` (idle connections).
+    `mesh_key` (32 bytes), over TLS verified with `tls` when given (`mesh.tls.client_of`:
+    the cluster's CA; docs/operations.md, "Trust across the internal hop"). Close with
+    `aclose` (idle connections).
 
     Raises (every method):
         KeysError: the service refused (its sentence), refused the channel (another mesh
             key), or no listed service could be reached within `CALL_S`.
     """
 
-    def __init__(self, addresses: Sequence[tuple[str, int]], mesh_key: bytes) -> None:
+    def __init__(
+        self,
+        addresses: Sequence[tuple[str, int]],
+        mesh_key: bytes,
+        *,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         if not addresses:
             raise ValueError("at least one keys service address")
         self._addresses = list(addresses)
         self._mesh_key = mesh_key
+        self._tls = tls
         self._idle: dict[int, list[_Conn]] = {i: [] for i in range(len(addresses))}
         self._slots = [trio.CapacityLimiter(MAX_CONNECTIONS) for _ in addresses]
         self._preferred = 0
@@ -102,9 +112,10 @@ class RemoteKeys:
         host, port = self._addresses[index]
         with trio.move_on_after(CONNECT_S):
             try:
-                stream = await trio.open_tcp_stream(host, port)
+                tcp = await trio.open_tcp_stream(host, port)
             except OSError as exc:
                 raise _Unreachable(exc.strerror or str(exc) or type(exc).__name__) from None
+            stream = await self._secure(index, tcp)
             conn = _Conn(stream, MeshChannel(self._mesh_key, client=True))
             try:
                 while not conn.channel.is_open:
@@ -118,6 +129,31 @@ class RemoteKeys:
                 raise
             return conn
         raise _Unreachable(f"no channel within {CONNECT_S:g} s")
+
+    async def _secure(self, index: int, tcp: trio.SocketStream) -> trio.abc.Stream:
+        """`tcp` as is, or wrapped in TLS with its handshake done (the caller bounds the time).
+
+        Raises:
+            ChannelRefused: the TLS handshake failed (a certificate the cluster's CA did not
+                sign, another host name, a service that speaks no TLS).
+        """
+        if self._tls is None:
+            return tcp
+        host = self._addresses[index][0]
+        stream = trio.SSLStream(tcp, self._tls, server_hostname=host)
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            await trio.aclose_forcefully(tcp)
+            why = exc.__cause__ if exc.__cause__ is not None else exc
+            raise ChannelRefused(
+                f"the keys service at {url_of(self._addresses[index])} failed TLS ({why}):"
+                " is it serving internal_certfile, signed by the CA of mesh_cafile?"
+            ) from None
+        except BaseException:
+            await trio.aclose_forcefully(tcp)
+            raise
+        return stream
 
     def _refused(self, index: int, event: Refused) -> ChannelRefused:
         where = url_of(self._addresses[index])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable, Container
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -88,7 +88,10 @@ class TokenCache:
 
     async def verify(self, token: str) -> TokenRecord | None:
         """The record of `token` (its text), or None when the store does not know it."""
-        digest = hash_token(token)
+        return await self.verify_digest(hash_token(token))
+
+    async def verify_digest(self, digest: bytes) -> TokenRecord | None:
+        """The record of the token whose SHA-256 is `digest` (32 bytes), or None."""
         now = trio.current_time()
         hit = self._entries.get(digest)
         if hit is not None and now - hit[1] < TOKEN_CACHE_S:
@@ -127,7 +130,9 @@ class BearerAuth:
 
     A token is good when the store knows it (`verify_token`), it is for this resource (RFC 8707
     audience), it has not expired by the bridge's clock, and the home's newest roster still
-    lists its agent (`grant`) with a grant that has not run out. The 401 says which of these
+    lists its agent (`grant`) with a grant that has not run out. The record returned carries
+    only the token's scopes that grant still lists: the scopes copied into a token when it was
+    minted never outlast the owner's signed roster. The 401 says which of these
     failed, in words (RFC 6750 section 3.1 `error_description`): a withdrawn agent and a
     grant that ran out each have their own sentence (issue 11).
 
@@ -138,6 +143,7 @@ class BearerAuth:
         resource_metadata: the URL of the RFC 9728 metadata, named in every challenge.
         wall_ms: the bridge's wall clock, ms since the epoch.
         anonymous_token: the test profile's token for requests without one (never in production).
+        verify_digest: a token's SHA-256 (32 bytes) -> its record, or None (forwarded requests).
     """
 
     def __init__(
@@ -149,8 +155,10 @@ class BearerAuth:
         resource_metadata: str,
         wall_ms: Callable[[], int],
         anonymous_token: str | None = None,
+        verify_digest: Callable[[bytes], Awaitable[TokenRecord | None]] | None = None,
     ) -> None:
         self._verify_token = verify_token
+        self._verify_digest = verify_digest
         self._grant = grant
         self._resource = resource
         self._metadata = resource_metadata
@@ -166,9 +174,17 @@ class BearerAuth:
         parts.append(f'resource_metadata="{self._metadata}"')
         return "Bearer " + ", ".join(parts)
 
-    async def authenticate(self, values: list[str]) -> TokenRecord | Unauthorized:
+    async def authenticate(
+        self, values: list[str], *, digest: bytes | None = None
+    ) -> TokenRecord | Unauthorized:
         """The record of the request's bearer token, or the 401 to send (`values`: every
-        `Authorization` header of the request; more than one is refused)."""
+        `Authorization` header of the request; more than one is refused). `digest`: the
+        token's SHA-256 as another instance forwarded it in place of the token (a signed
+        request of the internal listener, docs/operations.md, "Trust across the internal
+        hop"); then `values` are not read, and the record is checked in full the same way."""
+        if digest is not None:
+            found = None if self._verify_digest is None else await self._verify_digest(digest)
+            return await self._checked(found)
         if not values and self._anonymous_token is not None:  # the test profile only
             values = [f"Bearer {self._anonymous_token}"]
         if not values:
@@ -181,6 +197,11 @@ class BearerAuth:
         record = None
         if scheme.lower() == "bearer" and token.strip():
             record = await self._verify_token(token.strip())
+        return await self._checked(record)
+
+    async def _checked(self, record: TokenRecord | None) -> TokenRecord | Unauthorized:
+        """`record` (None: no token known) checked for audience, expiry, withdrawal and the
+        newest roster's row; the record with the scopes that row grants, or the 401."""
         why = "The access token is not valid"
         if record is not None and record.resource != self._resource:
             record = None
@@ -193,10 +214,12 @@ class BearerAuth:
         elif record is not None and grant is not None and grant.expires_at_ms <= self._wall_ms():
             record = None
             why = RUN_OUT
-        if record is None:
+        if record is None or grant is None:
             challenge = self.challenge("invalid_token", why)
             return Unauthorized(
                 {"error": "invalid_token", "error_description": why},
                 {"www-authenticate": challenge},
             )
-        return record
+        # only signed data decides: the scopes copied into the token when it was minted count
+        # only as far as the home's newest verified roster still grants them
+        return replace(record, scopes=tuple(s for s in record.scopes if s in grant.scopes))

@@ -1,8 +1,9 @@
 """Running the control tools (PROTOCOL.md part E): bridge-side checks, the person's
 confirmation, the retry rule, and the results in words.
 
-`Control.run(tool, args, token, route)` returns a tool result, or `InputRequired` when the
-person is to confirm first (`mcp/confirm.py`); it raises `Refusal` for what the box or the
+`Control.run(tool, args, token, route)` returns a tool result (a preview awaiting the
+person's confirmation among them), or `InputRequired` when the person is asked by elicitation
+(`mcp/consent.py`); it raises `Refusal` for what the box or the
 bridge refuses (the server turns it into words) and `StateRefused` for a `requestState` that
 is not ours (a JSON-RPC error). Every command leaves one audit line with the op, the charger and
 the outcome (ids and registry words only, never a client's free text).
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
@@ -36,8 +36,10 @@ from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
-from . import confirm
 from .cmdids import CommandIds, call_digest
+from .confirm import InputRequired as InputRequired
+from .consent import DECLINED as DECLINED
+from .consent import ConfirmMode, Consent
 from .control_tools import (
     CHARGE_NOW,
     GOAL,
@@ -50,8 +52,9 @@ from .control_tools import (
     GoalArgs,
     StopArgs,
 )
-from .inbound import META_CAPABILITIES, Route
-from .results import log_safe, ok_result, text_error
+from .firsts import First, FirstAnswers
+from .inbound import Route
+from .results import log_safe, ok_result, refusal_result, text_error
 
 audit = logging.getLogger("ftwbridge.audit")
 
@@ -63,10 +66,24 @@ SUPERSEDED = (
     "Another command for that charger replaced this one before it was carried out; nothing"
     " was done by it."
 )
-DECLINED = "The person did not confirm, so nothing was done."
 UNCONFIRMED = (
     "The home's box sent it to the charger but could not read back that it took effect;"
     " check chargers_list."
+)
+REPEATED = (
+    "This call was made before: this is the answer of its first attempt (the command was"
+    " carried out once, not again). observed is what the charger did at observedAtMs, not"
+    " what it does now; chargers_list says what it does now."
+)
+REPEATED_REFUSAL = (
+    "(This call was made before: this is the answer of its first attempt; nothing was sent again.)"
+)
+REPEATED_META = "ftwbridge/repeated"
+"""`_meta` key of a repeated command's refusal: when its first attempt was sent and observed."""
+REPEATED_UNTIMED = (
+    "This call was made before (first sent at firstSentAtMs): the box answered with its first"
+    " attempt's answer and did not act again. observed is the box's read-back from then, not"
+    " what the charger does now; chargers_list says what it does now."
 )
 
 
@@ -105,31 +122,6 @@ class ControlPort(Protocol):
         """A new `cmdId` (UUIDv7 text)."""
 
 
-@dataclass(frozen=True, slots=True)
-class InputRequired:
-    """An MRTR `InputRequiredResult` (MCP 2026-07-28): what to ask, and the state to echo."""
-
-    input_requests: dict[str, Any]
-    request_state: str
-
-    def result(self) -> dict[str, Any]:
-        """The JSON-RPC `result`."""
-        return {
-            "resultType": "input_required",
-            "inputRequests": self.input_requests,
-            "requestState": self.request_state,
-        }
-
-
-def _kw(power_w: int) -> str:
-    text = f"{power_w / 1000:.2f}".rstrip("0").rstrip(".")
-    return f"{text} kW"
-
-
-def _minutes(n: int) -> str:
-    return "1 minute" if n == 1 else f"{n} minutes"
-
-
 class Control:
     """The control tools for one `/mcp` service.
 
@@ -139,6 +131,8 @@ class Control:
         call_deadline_s: one tool call, end to end, seconds.
         confirm_ttl_s: how long the person has to confirm a charge, seconds; None turns
             confirmation off (clients then rely on the owner's grant alone).
+        confirm_mode: the `confirm_commands` setting (`mcp/consent.py`): `elicit` asks by
+            elicitation where the client declares it and by preview otherwise.
     """
 
     def __init__(
@@ -148,12 +142,19 @@ class Control:
         wall_ms: Callable[[], int],
         call_deadline_s: float,
         confirm_ttl_s: float | None,
+        confirm_mode: ConfirmMode = "elicit",
     ) -> None:
         self._homes = homes
         self._wall_ms = wall_ms
         self._deadline_s = call_deadline_s
         self._ids = CommandIds(lambda: homes.new_cmd_id())
-        self._states = None if confirm_ttl_s is None else confirm.ConfirmStates(ttl_s=confirm_ttl_s)
+        self._firsts = FirstAnswers()
+        self.consent = Consent(
+            homes=homes,
+            wall_ms=wall_ms,
+            ttl_s=confirm_ttl_s or 120.0,
+            mode="off" if confirm_ttl_s is None else confirm_mode,
+        )
 
     async def run(
         self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
@@ -199,17 +200,30 @@ class Control:
         if not isinstance(ready, tuple):
             return ready  # the person is asked, or declined (audited as such)
         op_args, cmd_id = ready
+        key = (token.home, token.agent_key, cmd_id)
+        earlier = self._firsts.begin(key, now_ms=self._wall_ms())
+        if earlier is not None and earlier.outcome is not None:  # nothing is sent again
+            self._audit(token, args.charger, "repeat")
+            return _first_answer(tool, args.charger, earlier.outcome, earlier)
         try:
             outcome = await self._homes.command(
                 token.home, token.agent_key, HOLD_OP.value, op_args, cmd_id
             )
         except Refusal as exc:
+            self._firsts.forget(key)
             self._audit(token, args.charger, exc.code)
             raise
-        if outcome.cmd_id != cmd_id:  # sent again under a new id after E_CONFLICT
-            self._ids.replace(cmd_id, outcome.cmd_id)
+        observed_ms = None if earlier is not None else self._wall_ms()
+        self._firsts.done(key, outcome, observed_ms=observed_ms)
+        if outcome.cmd_id != cmd_id:  # sent again under a new id after E_CONFLICT: the
+            self._ids.replace(cmd_id, outcome.cmd_id)  # client's later retries go under it
+            again = (*key[:2], outcome.cmd_id)
+            self._firsts.begin(again, now_ms=self._wall_ms())
+            self._firsts.done(again, outcome, observed_ms=observed_ms)
         self._audit(token, args.charger, outcome.result.state.value)
-        return _command_result(tool, args.charger, outcome)
+        if earlier is not None:
+            return _first_answer(tool, args.charger, outcome, earlier)
+        return _command_result(tool, args.charger, outcome, First(0, outcome, observed_ms))
 
     async def _prepare(
         self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
@@ -236,16 +250,15 @@ class Control:
         else:
             assert isinstance(args, StopArgs)
             op_args = Release(args.charger).to_args()
-        digest = call_digest(tool.name, args.model_dump())
+        digest = call_digest(tool.name, args.model_dump(exclude={"confirmation"}))
         cmd_id: str | None = None
-        if tool is CHARGE_NOW and self._asks_person(route):
-            asked = await self._confirmation(args, token, route, digest)
-            if isinstance(asked, InputRequired):
-                self._audit(token, args.charger, "asked")
+        way = self.consent.way(route) if tool is CHARGE_NOW else None
+        if way is not None:
+            asked = await self.consent.ask(way, args, token, route, digest)
+            if not isinstance(asked, str):
+                declined = isinstance(asked, dict) and asked.get("isError")
+                self._audit(token, args.charger, "declined" if declined else "asked")
                 return asked
-            if asked is None:
-                self._audit(token, args.charger, "declined")
-                return text_error(DECLINED)
             cmd_id = asked
             assert route.id is not None
             self._ids.note(  # the agent's latest call now: an older id is no retry of it
@@ -266,67 +279,6 @@ class Control:
                 now_s=trio.current_time(),
             )
         return op_args, cmd_id
-
-    def _asks_person(self, route: Route) -> bool:
-        meta = route.params.get("_meta")
-        caps = meta.get(META_CAPABILITIES) if isinstance(meta, dict) else None
-        return (
-            self._states is not None and route.era == "modern" and confirm.wants_confirmation(caps)
-        )
-
-    async def _confirmation(
-        self, args: ChargeNowArgs, token: TokenRecord, route: Route, digest: str
-    ) -> InputRequired | str | None:
-        """Ask the person (`InputRequired`), or their answer to an earlier ask: the `cmdId`
-        to send under when they accepted, None when they declined.
-
-        Raises:
-            confirm.StateRefused: a `requestState` that is not ours for this call.
-        """
-        assert self._states is not None
-        principal = f"{token.home}\x00{token.agent_key.hex()}"
-        state = route.params.get("requestState")
-        responses = confirm.answer(route.params.get("inputResponses"))
-        again = ""
-        if state is not None:
-            try:
-                opened = self._states.open(
-                    state, principal=principal, digest=digest, now_ms=self._wall_ms()
-                )
-            except confirm.StateExpired:
-                again = "That confirmation ran out. "
-            else:
-                if responses == "accept":
-                    return opened.cmd_id
-                if responses == "decline":
-                    return None
-        name = await self._charger_name(token, args.charger)
-        message = (
-            f"{again}Charge {name} at {_kw(args.power_w)} for {_minutes(args.minutes)}?"
-            " It stops by itself after that."
-        )
-        sealed = self._states.seal(
-            principal=principal,
-            digest=digest,
-            cmd_id=self._homes.new_cmd_id(),
-            now_ms=self._wall_ms(),
-        )
-        return InputRequired(confirm.question(message), sealed)
-
-    async def _charger_name(self, token: TokenRecord, charger: str) -> str:
-        """The charger's name as the home lists it (cleaned), for the person's question.
-
-        Raises:
-            Refusal: `E_NOT_FOUND {what: charger, id}` when the home lists no such charger.
-        """
-        reply = await self._homes.call(token.home, token.agent_key, Read.LOADPOINTS_GET, None)
-        rows = reply.body.get("loadpoints") if isinstance(reply.body, dict) else None
-        for row in rows if isinstance(rows, list) else []:
-            if isinstance(row, dict) and row.get("id") == charger:
-                name = row.get("name")
-                shown = clean(name).replace("\n", " ")[:64].strip() if isinstance(name, str) else ""
-                return shown or charger
-        raise Refusal(Code.E_NOT_FOUND, {"what": "charger", "id": charger})
 
     async def _goal(self, args: GoalArgs, token: TokenRecord) -> dict[str, Any]:
         goal = args.root
@@ -367,10 +319,34 @@ class Control:
         )
 
 
-def _command_result(tool: ControlTool, charger: str, outcome: Outcome) -> dict[str, Any]:
-    """A command's tool result: `applied` and `unconfirmed` are results (with the read-back
-    and when the hold ends); `rejected` and `expired` raise the box's refusal; `superseded`
-    says so in words.
+def _first_answer(
+    tool: ControlTool, charger: str, outcome: Outcome, first: First
+) -> dict[str, Any]:
+    """A repeated command's answer: the first attempt's result marked `repeated`, or its
+    refusal (or `superseded`) in words that say it is the first attempt's (with `_meta`
+    `ftwbridge/repeated` `{firstSentAtMs, observedAtMs?}`)."""
+    try:
+        result = _command_result(tool, charger, outcome, first, repeat=True)
+    except Refusal as exc:
+        result = refusal_result(exc)
+    if not result.get("isError"):
+        return result  # marked `repeated` in its structured content
+    when = {"firstSentAtMs": first.sent_ms}
+    if first.observed_ms is not None:
+        when["observedAtMs"] = first.observed_ms
+    result["content"][0]["text"] += " " + REPEATED_REFUSAL
+    result.setdefault("_meta", {})[REPEATED_META] = when
+    return result
+
+
+def _command_result(
+    tool: ControlTool, charger: str, outcome: Outcome, first: First, *, repeat: bool = False
+) -> dict[str, Any]:
+    """A command's tool result: `applied` and `unconfirmed` are results (with the read-back,
+    when the bridge observed it, ms since the epoch, and when the hold ends); `rejected` and
+    `expired` raise the box's refusal; `superseded` says so in words. A `repeat` (the same
+    `cmdId` again) says it is the first attempt's answer (`repeated`, `firstSentAtMs`) and
+    never presents its read-back as the charger's state now.
 
     Raises:
         Refusal: the box's error for a rejected command, `E_CMD_EXPIRED` for an expired one.
@@ -395,7 +371,12 @@ def _command_result(tool: ControlTool, charger: str, outcome: Outcome) -> dict[s
             ends = until
         if ends is not None:
             value["holdEndsAtMs"] = ends
-    if r.state is CmdState.UNCONFIRMED:
+    if first.observed_ms is not None:
+        value["observedAtMs"] = first.observed_ms
+    if repeat:
+        value |= {"repeated": True, "firstSentAtMs": first.sent_ms}
+        value["message"] = REPEATED if first.observed_ms is not None else REPEATED_UNTIMED
+    elif r.state is CmdState.UNCONFIRMED:
         value["message"] = UNCONFIRMED
     elif tool is CHARGE_NOW:
         value["message"] = "Charging as asked; observed is what the charger does now."

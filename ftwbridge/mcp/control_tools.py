@@ -54,6 +54,13 @@ class ChargeNowArgs(_Args):
         description="How long to charge, in minutes (at most what the owner allowed, 15 unless"
         " they said otherwise); the charger then goes back to its own plan",
     )
+    confirmation: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=r"^[A-Za-z0-9_.-]{1,1024}$",
+        description="Only after the person said yes to the question of an"
+        " awaiting_confirmation answer: its confirmation, with the same other arguments",
+    )
 
 
 class StopArgs(_Args):
@@ -177,6 +184,12 @@ _COMMAND_OUT = _obj(
     charger="string",
     observed="object",
     holdEndsAtMs="integer",
+    observedAtMs="integer",
+    repeated="boolean",
+    firstSentAtMs="integer",
+    question="string",
+    confirmation="string",
+    confirmationExpiresAtMs="integer",
     message="string",
 )
 
@@ -186,7 +199,11 @@ CHARGE_NOW = ControlTool(
     "Start charging at a charger now, at power_w W for some minutes (15 unless given; at most"
     " what the owner allowed). The home's box carries it out as a hold that ends by itself;"
     " the result says what the charger actually does (observed) and when the hold ends"
-    " (holdEndsAtMs, ms since the epoch). Lasting changes are the owner's: use goal_request.",
+    " (holdEndsAtMs, ms since the epoch). Lasting changes are the owner's: use goal_request."
+    " The person confirms every charge: when the answer's state is awaiting_confirmation,"
+    " nothing was done yet; show its question to the person, and only if they say yes call"
+    " again with the same arguments and its confirmation. An answer with repeated: true is"
+    " an earlier attempt's: observed is what the charger did then (observedAtMs), not now.",
     ChargeNowArgs,
     _schema(ChargeNowArgs),
     _COMMAND_OUT,

@@ -15,6 +15,11 @@ Modern checks, in order (MCP 2026-07-28 transport, as the official SDK applies t
   4. each of `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` appears at most once and matches
      the body; values may use the `=?base64?...?=` form (-32020);
   5. the version is one we serve (-32022 with the supported list, in `data` and in words).
+
+In every era, `Mcp-Method` and `Mcp-Name`, when present, appear once and match the body
+(-32020), as in step 4: a proxy in front (`make cluster`'s HAProxy retries what these headers
+say is a read) acts on them, so what it acts on is what the bridge checked (docs/operations.md,
+"What a proxy acts on"). A legacy client need not send them; one that does is held to them.
 """
 
 from __future__ import annotations
@@ -215,8 +220,43 @@ def classify(headers: Headers, body: bytes) -> Route | Rejection:
         version = version or LEGACY_DEFAULT
         if version not in LEGACY:
             return unsupported(version, [*LEGACY, *MODERN], rid)
+        mismatch = _mirrors(headers, method, params, rid, required=False)
+        if mismatch is not None:
+            return mismatch
         return Route("legacy", version, method, params, rid)
     return _modern(headers, method, params, rid, version, repeated)
+
+
+def _mirrors(
+    headers: Headers,
+    method: str,
+    params: dict[str, Any],
+    rid: str | int | None,
+    *,
+    required: bool,
+) -> Rejection | None:
+    """Whether `Mcp-Method` and `Mcp-Name` mirror the body: each at most once and equal to the
+    method and its name (`NAME_PARAMS`) when present; with `required` (2026-07-28), both must
+    be there (the name when the body has one). None when they agree."""
+    for name in (H_METHOD, H_NAME):
+        if len(headers.get(name, [])) > 1:
+            msg = f"{name} header appears more than once"
+            return Rejection(400, jsonrpc.HEADER_MISMATCH, msg, rid)
+    header_method, _ = _one(headers, H_METHOD)
+    if (header_method is not None or required) and (
+        header_method is None or decode_header(header_method) != method
+    ):
+        return Rejection(
+            400, jsonrpc.HEADER_MISMATCH, "Mcp-Method header does not match the body's method", rid
+        )
+    header_name, _ = _one(headers, H_NAME)
+    name_key = NAME_PARAMS.get(method)
+    if name_key is None or name_key not in params or (header_name is None and not required):
+        return None
+    if header_name is None or decode_header(header_name) != params[name_key]:
+        msg = f"Mcp-Name header does not match params.{name_key}"
+        return Rejection(400, jsonrpc.HEADER_MISMATCH, msg, rid)
+    return None
 
 
 def _modern(
@@ -254,21 +294,9 @@ def _modern(
         return Rejection(
             400, jsonrpc.HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta", rid
         )
-    header_method, _ = _one(headers, H_METHOD)
-    if header_method is None or decode_header(header_method) != method:
-        return Rejection(
-            400, jsonrpc.HEADER_MISMATCH, "Mcp-Method header does not match the body's method", rid
-        )
-    name_key = NAME_PARAMS.get(method)
-    if name_key is not None and name_key in params:
-        header_name, _ = _one(headers, H_NAME)
-        if header_name is None or decode_header(header_name) != params[name_key]:
-            return Rejection(
-                400,
-                jsonrpc.HEADER_MISMATCH,
-                f"Mcp-Name header does not match params.{name_key}",
-                rid,
-            )
+    mismatch = _mirrors(headers, method, params, rid, required=True)
+    if mismatch is not None:
+        return mismatch
     if body_version not in MODERN:
         return unsupported(body_version, list(MODERN), rid)
     return Route("modern", body_version, method, params, rid)

@@ -41,6 +41,7 @@ from .auth import BearerAuth, Unauthorized
 from .capabilities import capabilities
 from .catalog import METHODS, Catalog
 from .confirm import StateRefused
+from .consent import ConfirmMode
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .energy_tools import AnswerCache, FlowContext, cached
@@ -110,6 +111,9 @@ class HttpRequest:
     mesh_epoch: int | None = None
     """Set on a request another instance forwarded (`ftwbridge.mesh`): the epoch at which
     the sender believed this instance holds the token's home."""
+    token_digest: bytes | None = None
+    """On a forwarded request: the SHA-256 of the bearer token the sender verified, sent in
+    its place (the token itself never crosses the hop)."""
 
 
 class BodyTooLarge(Exception):
@@ -204,10 +208,13 @@ class McpService:
         anonymous_token: the test profile's token for requests without one (never in production).
         confirm_ttl_s: how long a person has to confirm a charge where the client can ask
             (MCP 2026-07-28 elicitation), seconds; None sends commands without asking.
+        confirm_mode: `confirm_commands` (`mcp/consent.py`): how the person is asked.
         mesh: forwarding to the instance that holds a token's home, if this is one of many.
         clock_skew_ms: how far a box's clock may run from ours (ms); an energy report starts
             that much inside the grant's `history_days`, so a box ahead of us never refuses it.
         listen: `subscriptions/listen` streams (2026-07-28), if served.
+        verify_digest: a token's SHA-256 -> its record, or None: how a forwarded request's
+            token (sent as its digest) is looked up.
     """
 
     def __init__(
@@ -227,9 +234,11 @@ class McpService:
         roster_behind: Callable[[str, bytes], Any] | None = None,
         anonymous_token: str | None = None,
         confirm_ttl_s: float | None = 120.0,
+        confirm_mode: ConfirmMode = "elicit",
         mesh: MeshPort | None = None,
         clock_skew_ms: int = 300_000,
         listen: ListenPort | None = None,
+        verify_digest: Callable[[bytes], Awaitable[TokenRecord | None]] | None = None,
     ) -> None:
         self._homes = homes
         self._mesh = mesh
@@ -239,6 +248,7 @@ class McpService:
             wall_ms=wall_ms,
             call_deadline_s=call_deadline_s,
             confirm_ttl_s=confirm_ttl_s,
+            confirm_mode=confirm_mode,
         )
         self._auth = BearerAuth(
             verify_token=verify_token,
@@ -247,6 +257,7 @@ class McpService:
             resource_metadata=resource_metadata,
             wall_ms=wall_ms,
             anonymous_token=anonymous_token,
+            verify_digest=verify_digest,
         )
         self._max_body = max_body_bytes
         self._deadline_s = call_deadline_s
@@ -318,7 +329,9 @@ class McpService:
         if req.content_length is not None and req.content_length > self._max_body:
             seen.outcome = "body_too_large"
             return _refuse_body(413, "Request body too large")
-        token = await self._auth.authenticate(req.headers.get("authorization", []))
+        token = await self._auth.authenticate(
+            req.headers.get("authorization", []), digest=req.token_digest
+        )
         if isinstance(token, Unauthorized):
             seen.outcome = "unauthorized"
             return _json(401, token.body, token.headers)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -32,7 +33,7 @@ from ftwbridge.mcp.server import (
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.store import StoreError
+from ftwbridge.store import StoreError, hash_token
 from ftwbridge.store.directory import Directory, Holder
 
 from . import signing
@@ -80,10 +81,13 @@ class ForwardStats:
     guarded: int = 0
 
 
-def new_client(deadline_s: float, *, keep_alive_s: float) -> httpx2.AsyncClient:
+def new_client(
+    deadline_s: float, *, keep_alive_s: float, verify: ssl.SSLContext | None = None
+) -> httpx2.AsyncClient:
     """The HTTP client forwards go through: `CONNECT_S` to connect or get a pooled
     connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
-    redirects, no environment proxies.
+    redirects, no environment proxies; `https://` holders verified with `verify` (the
+    cluster's CA, `mesh.tls.client_context`; None: the system's CAs).
 
     `keep_alive_s` is the other instances' `keep_alive_s` (the same setting on every
     instance): a pooled connection idle for half of it is dropped, never reused. A request
@@ -99,6 +103,7 @@ def new_client(deadline_s: float, *, keep_alive_s: float) -> httpx2.AsyncClient:
         ),
         follow_redirects=False,
         trust_env=False,
+        verify=verify if verify is not None else True,
     )
 
 
@@ -114,6 +119,9 @@ class Forwarder:
         key: the 32-byte `mesh_key`.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
         http_burst, http_per_s: the per-agent limit; the coarse guard is `GUARD_FACTOR` times it.
+        require_tls: forward only to `https://` holders (`mesh_cafile` is set): a holder whose
+            URL is plain HTTP is not sent the request (its bearer token would cross in clear);
+            the call ends `E_UNAVAILABLE {reason: holder_unreachable}`.
     """
 
     def __init__(
@@ -127,6 +135,7 @@ class Forwarder:
         wall_ms: Callable[[], int],
         http_burst: float,
         http_per_s: float,
+        require_tls: bool = False,
     ) -> None:
         self._directory = directory
         self._holds = holds
@@ -137,6 +146,7 @@ class Forwarder:
         self._guard_burst = http_burst * GUARD_FACTOR
         self._guard_per_s = http_per_s * GUARD_FACTOR
         self._guards: dict[str, TokenBucket] = {}
+        self._require_tls = require_tls
         self.stats = ForwardStats()
 
     @property
@@ -171,6 +181,21 @@ class Forwarder:
             outcome="guarded",
         )
 
+    def _secure_enough(self, home: str, holder: Holder) -> bool:
+        """Whether `holder` may be sent a call: always, unless TLS is required and its URL is
+        not `https://` (then counted as unreachable, with a warning)."""
+        if not self._require_tls or holder.url.startswith("https://"):
+            return True
+        self.stats.unreachable += 1
+        log.warning(
+            "forward of home %s: instance %s is at %s, not https: not sent (mesh_cafile is"
+            " set, so calls never cross the hop in clear)",
+            home,
+            holder.instance,
+            holder.url,
+        )
+        return False
+
     async def forward(
         self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
     ) -> HttpResponse | Refusal | None:
@@ -195,6 +220,8 @@ class Forwarder:
                 return None
             if holder is None or holder.instance == self.instance_id or not holder.url:
                 return None
+            if not self._secure_enough(home, holder):
+                return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
             if tries == 1:  # the guard counts each request once, at its first send
                 guarded = self._guard(req.remote, rid)
                 if guarded is not None:
@@ -240,14 +267,11 @@ class Forwarder:
     def _signed_headers(
         self, req: HttpRequest, body: bytes, holder: Holder
     ) -> list[tuple[str, str]]:
-        """`req`'s end-to-end headers (no hop-by-hop, no client's `ftw-mesh-*`) and the mesh
-        signature for `holder` at its epoch."""
-        headers = [
-            (k, v)
-            for k, vs in req.headers.items()
-            for v in vs
-            if k not in HOP_BY_HOP and not k.startswith("ftw-mesh-")
-        ]
+        """`req`'s end-to-end headers (`_passed_on`: the bearer token's SHA-256 in its place)
+        and the mesh signature for `holder` at its epoch, which covers every header the holder
+        reads (`mesh/signing.py`)."""
+        digest = _token_digest(req.headers.get("authorization", []))
+        headers = _passed_on(req.headers, drop_authorization=digest is not None)
         signed = signing.sign(
             self._key,
             sender=self.instance_id,
@@ -257,6 +281,8 @@ class Forwarder:
             epoch=holder.epoch,
             body=body,
             now_ms=self._wall_ms(),
+            headers=headers,  # every header the holder reads is covered
+            token_digest=digest,  # the token's digest in its place: never the token
         )
         return headers + list(signed.items())
 
@@ -327,6 +353,29 @@ def _end_to_end(headers: httpx2.Headers) -> dict[str, str]:
         for k, v in headers.items()
         if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")
     }
+
+
+def _passed_on(headers: dict[str, list[str]], *, drop_authorization: bool) -> list[tuple[str, str]]:
+    """The client's headers sent on: all but the connection's own (`HOP_BY_HOP`), the mesh's
+    (a client's `ftw-mesh-*` never pass), and `Authorization` when its digest goes instead."""
+    return [
+        (k, v)
+        for k, vs in headers.items()
+        for v in vs
+        if k not in HOP_BY_HOP
+        and not k.startswith("ftw-mesh-")
+        and not (k == "authorization" and drop_authorization)
+    ]
+
+
+def _token_digest(values: list[str]) -> bytes | None:
+    """The SHA-256 of the request's one bearer token (which the entry has verified), or None
+    when it has not exactly one (then its `Authorization` goes as it came, and the holder
+    refuses it as the entry would have)."""
+    scheme, _, token = (values[0] if len(values) == 1 else "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return hash_token(token.strip())
 
 
 def _dumps(value: object) -> bytes:

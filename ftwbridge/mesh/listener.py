@@ -5,7 +5,7 @@ that a listen stream can flow; this route answers the other methods.)
 Each request's mesh headers are checked first (`signing.Checker`): anything unsigned,
 forged, misaddressed, stale or replayed is refused with 403 and a JSON-RPC error in words,
 one log line and one count (`on_refused`). A request that passes goes to the same
-`McpService` as the main listener's, marked with the epoch the sender named, so the token is
+`McpService` as the main listener's with only the headers its signature covers, marked with the epoch the sender named, so the token is
 checked again in full, the per-agent limits and the home's pacing apply here, and a home no
 longer held at that epoch is answered 421 (`McpService`'s `mesh` port), which only the
 sender sees.
@@ -89,19 +89,18 @@ def create_internal_app(
             if on_refused is not None:
                 on_refused(exc.reason)
             return _refusal(403, f"Forwarded request refused: {exc.words}")
-        for name in signing.HEADERS:
-            headers.pop(name, None)
 
         async def read_body() -> bytes:
             return body
 
-        req = HttpRequest(
+        req = HttpRequest(  # only the headers the sender signed: none added on the way
             request.method,
-            headers,
+            signed.headers,
             read_body,
             len(body),
             remote=signed.sender,
             mesh_epoch=signed.epoch,
+            token_digest=signed.token_digest,
         )
         resp = await service.handle(req)
         return Response(resp.body, resp.status, resp.headers)

@@ -29,6 +29,7 @@ from .listener import create_internal_app
 from .relay import BoxRelay, add_relay_route
 from .signing import Checker, mesh_key_bytes
 from .streams import StreamingRoute
+from .tls import client_context
 
 log = logging.getLogger("ftwbridge.mesh")
 
@@ -69,8 +70,9 @@ class Node:
         self.holdings = Holdings(self.directory, door)
         door.on_up = self.holdings.up
         door.on_down = self.holdings.down
+        verify = None if config.mesh_cafile is None else client_context(config.mesh_cafile)
         self._http = new_client(
-            config.call_deadline_s + CALL_SLACK_S, keep_alive_s=config.keep_alive_s
+            config.call_deadline_s + CALL_SLACK_S, keep_alive_s=config.keep_alive_s, verify=verify
         )
         self.forwarder: Forwarder | None = None
         self.relay: BoxRelay | None = None
@@ -83,6 +85,7 @@ class Node:
                 http=self._http,
                 key=mesh_key_bytes(config.mesh_key),
                 wall_ms=wall_ms,
+                require_tls=verify is not None,
             )
             self.forwarder = Forwarder(
                 directory=self.directory,
@@ -93,6 +96,7 @@ class Node:
                 wall_ms=wall_ms,
                 http_burst=config.http_burst,
                 http_per_s=config.http_per_s,
+                require_tls=verify is not None,
             )
 
     @classmethod
@@ -196,6 +200,8 @@ class Node:
                     hc.read_timeout = int(c.door_silence_s)
                     hc.keep_alive_timeout = c.keep_alive_s
                     hc.graceful_timeout = 1.0
+                    if c.internal_certfile is not None and c.internal_keyfile is not None:
+                        hc.certfile, hc.keyfile = str(c.internal_certfile), str(c.internal_keyfile)
                     await nursery.start(_serve_internal, streaming, hc)
                     log.info("instance %s: internal listener at %s", self.instance_id, url)
                 task_status.started()

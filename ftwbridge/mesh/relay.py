@@ -58,6 +58,8 @@ class BoxRelay:
         http: the mesh's HTTP client (owned by the caller; `forward.new_client`).
         key: the 32-byte `mesh_key`.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
+        require_tls: send only to `https://` holders (`mesh_cafile` is set); a plain-HTTP
+            holder is treated as offline, with a warning.
     """
 
     def __init__(
@@ -69,13 +71,31 @@ class BoxRelay:
         http: httpx2.AsyncClient,
         key: bytes,
         wall_ms: Callable[[], int],
+        require_tls: bool = False,
     ) -> None:
+        self._require_tls = require_tls
         self._directory = directory
         self._here = here
         self._send_here = send_here
         self._http = http
         self._key = key
         self._wall_ms = wall_ms
+
+    def _check_tls(self, home: str, instance: str, url: str) -> None:
+        """Refuse a plain-HTTP holder when TLS is required (`mesh_cafile`).
+
+        Raises:
+            HomeOffline: TLS is required and `url` is not `https://` (with a warning).
+        """
+        if self._require_tls and not url.startswith("https://"):
+            log.warning(
+                "agent.request for home %s: instance %s is at %s, not https: not sent"
+                " (mesh_cafile is set)",
+                home,
+                instance,
+                url,
+            )
+            raise HomeOffline(home)
 
     async def send(self, home: str, env: Envelope) -> None:
         """Send `env` to `home`'s box: through this door when its uplink is here, else to its
@@ -103,6 +123,7 @@ class BoxRelay:
             if holder.instance == self._directory.instance_id:  # claimed here, uplink gone
                 await self._send_here(home, env)
                 return
+            self._check_tls(home, holder.instance, holder.url)
             headers = signing.sign(
                 self._key,
                 sender=self._directory.instance_id,
@@ -112,6 +133,7 @@ class BoxRelay:
                 epoch=holder.epoch,
                 body=body,
                 now_ms=self._wall_ms(),
+                headers=[("content-type", "application/json")],
             )
             headers["content-type"] = "application/json"
             try:

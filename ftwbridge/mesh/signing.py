@@ -1,18 +1,29 @@
-"""Signing and checking forwarded requests, sans-I/O (issue 13 item 4).
+"""Signing and checking forwarded requests, sans-I/O (docs/operations.md, "Trust across
+the internal hop").
 
-The sender adds five headers to the request it forwards:
+The sender adds six headers to the request it forwards:
 
 - `ftw-mesh-from`: the sender's instance id;
 - `ftw-mesh-to`: `<instance>;<epoch>`, the holder the sender looked up and its claim's epoch;
 - `ftw-mesh-ts`: the sender's wall clock, ms since the Unix epoch;
 - `ftw-mesh-nonce`: 16 random bytes, hex;
+- `ftw-mesh-signed`: the names (lower case, comma-separated, sorted) of every other header it
+  sends on, each covered by the signature with all its values (`Authorization`, `Mcp-*`,
+  `Content-Type`, `Accept`, ...);
 - `ftw-mesh-sig`: HMAC-SHA256 (RFC 2104) under `mesh_key` over the lines of `signed_text`,
-  hex.
+  hex;
+- and, on a forwarded `/mcp` call, `ftw-mesh-token`: the SHA-256 (hex) of the bearer token
+  the sender verified, sent in place of its `Authorization` header: the token itself never
+  crosses the hop, and its digest opens nothing but a signed request (the store keeps the
+  same digest, never the token).
 
 The receiver refuses, in that order: a request without them (`unsigned`), with a signature
-that does not match (`forged`), addressed to another instance (`misaddressed`), whose time is
-more than `WINDOW_MS` from its own (`stale`), or whose nonce it has seen within the window
-(`replayed`). Nothing here does I/O or reads a clock: times come in as arguments.
+that does not match (`forged`: any covered header, the body, the method or the path changed),
+addressed to another instance (`misaddressed`), whose time is more than `WINDOW_MS` from its
+own (`stale`), or whose nonce it has seen within the window (`replayed`). What passes gives
+the covered headers only (`Signed.headers`): the holder reads no header the sender did not
+sign, so one added or changed on the way is never acted on. Nothing here does I/O or reads a
+clock: times come in as arguments.
 """
 
 from __future__ import annotations
@@ -20,30 +31,41 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import re
 import secrets
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 FROM = "ftw-mesh-from"
 TO = "ftw-mesh-to"
 TS = "ftw-mesh-ts"
 NONCE = "ftw-mesh-nonce"
+COVERED = "ftw-mesh-signed"
 SIG = "ftw-mesh-sig"
-HEADERS = (FROM, TO, TS, NONCE, SIG)
-"""The mesh's own headers: set by the sender, never passed on from a client."""
+HEADERS = (FROM, TO, TS, NONCE, COVERED, SIG)
+"""The mesh's own headers, each once on every signed request: set by the sender, never
+passed on from a client."""
+TOKEN = "ftw-mesh-token"
+"""The forwarded token's SHA-256, hex (optional; at most once)."""
 WINDOW_MS = 30_000
 """How far a forwarded request's time may be from the receiver's, ms (issue 13 item 4)."""
 NONCES_MAX = 100_000
 """Nonces remembered at most; past it new requests are refused (`busy`) until old ones age
 out of the window: about 3,300 forwarded requests a second held for 30 s."""
-DOMAIN = b"ftwbridge-mesh-v1"
-"""The first line of every signed text, so a signature made for anything else never fits."""
+DOMAIN = b"ftwbridge-mesh-v2"
+"""The first line of every signed text, so a signature made for anything else never fits
+(v1 signed no header: an instance of v1 and one of v2 refuse each other's requests as
+`forged`)."""
+MAX_COVERED = 64
+"""Headers one request may cover at most."""
 
 _ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _SIG = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]{1,64}")
+"""A header name as RFC 9110 section 5.1 allows it (a token), in lower case."""
 _COUNT = re.compile(r"[0-9]{1,18}")
 """A time (ms) or an epoch: ASCII digits only (`str.isdigit` also takes '²', which `int`
 refuses), and few enough to fit a PostgreSQL BIGINT."""
@@ -56,6 +78,12 @@ class Signed:
 
     sender: str
     epoch: int
+    headers: dict[str, list[str]] = field(default_factory=dict)
+    token_digest: bytes | None = None
+    """The SHA-256 of the bearer token the sender verified, in place of the token; None when
+    it forwarded none."""
+    """The covered headers (lower-case name -> every value, in order): the only ones the
+    holder reads."""
 
 
 class MeshRefused(Exception):
@@ -84,10 +112,17 @@ def signed_text(
     epoch: int,
     nonce: str,
     body: bytes,
+    headers: Mapping[str, list[str]] | None = None,
+    token_digest: bytes | None = None,
 ) -> bytes:
     """The bytes the HMAC covers: `DOMAIN`, then one line each for the sender, the method,
-    the path, the time (ms), the target instance, its epoch, the nonce, and the body's
-    SHA-256 in hex."""
+    the path, the time (ms), the target instance, its epoch, the nonce, the body's SHA-256 in
+    hex, the covered headers' names (sorted, comma-separated), the SHA-256 of those
+    headers as canonical JSON (`[[name, [value, ...]], ...]` in name order), and the
+    forwarded token's digest in hex ("" when none)."""
+    covered = headers or {}
+    names = sorted(covered)
+    block = json.dumps([[n, list(covered[n])] for n in names], separators=(",", ":"))
     lines = (
         sender,
         method.upper(),
@@ -97,6 +132,9 @@ def signed_text(
         str(epoch),
         nonce,
         hashlib.sha256(body).hexdigest(),
+        ",".join(names),
+        hashlib.sha256(block.encode()).hexdigest(),
+        "" if token_digest is None else token_digest.hex(),
     )
     return DOMAIN + b"".join(b"\n" + line.encode() for line in lines)
 
@@ -111,16 +149,26 @@ def sign(
     epoch: int,
     body: bytes,
     now_ms: int,
+    headers: Iterable[tuple[str, str]] = (),
+    token_digest: bytes | None = None,
 ) -> dict[str, str]:
-    """The mesh headers for a request from `sender` to instance `to` at `epoch`.
+    """The mesh headers for a request from `sender` to instance `to` at `epoch` that sends on
+    `headers` (name, value) pairs; every one of them is covered.
 
     Args:
         key: the 32-byte `mesh_key`.
         now_ms: the sender's wall clock, ms since the Unix epoch.
+        headers: the other headers sent, in the order sent (names in any case).
+        token_digest: the SHA-256 (32 bytes) of the bearer token forwarded in its place.
 
     Returns:
-        header name -> value, the five of `HEADERS`.
+        header name -> value, the six of `HEADERS` (and `TOKEN` with a digest).
+
+    Raises:
+        ValueError: a header name that is not a token, one of the mesh's own, or more than
+            `MAX_COVERED` names.
     """
+    covered = _covering(headers)
     nonce = secrets.token_hex(16)
     text = signed_text(
         sender=sender,
@@ -131,14 +179,59 @@ def sign(
         epoch=epoch,
         nonce=nonce,
         body=body,
+        headers=covered,
+        token_digest=token_digest,
     )
-    return {
+    made = {
         FROM: sender,
         TO: f"{to};{epoch}",
         TS: str(now_ms),
         NONCE: nonce,
+        COVERED: ",".join(sorted(covered)),
         SIG: hmac.new(key, text, hashlib.sha256).hexdigest(),
     }
+    if token_digest is not None:
+        made[TOKEN] = token_digest.hex()
+    return made
+
+
+def _covering(headers: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """`headers` (name, value) pairs as the covered map: lower-case name -> values in order.
+
+    Raises:
+        ValueError: a name that is not a token or is the mesh's own, or too many names.
+    """
+    covered: dict[str, list[str]] = {}
+    for name, value in headers:
+        low = name.lower()
+        if not _NAME.fullmatch(low) or low.startswith("ftw-mesh-"):
+            raise ValueError(f"header {name!r} cannot be covered")
+        covered.setdefault(low, []).append(value)
+    if len(covered) > MAX_COVERED:
+        raise ValueError(f"more than {MAX_COVERED} headers to cover")
+    return covered
+
+
+def _received(
+    headers: Mapping[str, list[str]], listed: str
+) -> tuple[dict[str, list[str]], bytes | None]:
+    """The covered headers `listed` names (`COVERED`'s value) as received, and the forwarded
+    token's digest, if any.
+
+    Raises:
+        MeshRefused: `unsigned`, when the list or the digest is not well formed.
+    """
+    names = listed.split(",") if listed else []
+    if len(names) > MAX_COVERED or not all(
+        _NAME.fullmatch(n) and not n.startswith("ftw-mesh-") for n in names
+    ):
+        raise MeshRefused("unsigned", "the request's covered headers are not well formed")
+    tokens = [t.strip() for t in headers.get(TOKEN, [])]
+    if len(tokens) > 1 or not all(_SIG.fullmatch(t) for t in tokens):
+        raise MeshRefused("unsigned", f"the request's {TOKEN} header is not well formed")
+    return {n: list(headers.get(n, [])) for n in names}, (
+        bytes.fromhex(tokens[0]) if tokens else None
+    )
 
 
 MESH_KEY_BYTES = 32
@@ -223,6 +316,7 @@ class Checker:
             and _SIG.fullmatch(values[SIG])
         ):
             raise MeshRefused("unsigned", "the request's mesh headers are not well formed")
+        covered, digest = _received(headers, values[COVERED])
         ts_ms, epoch = int(values[TS]), int(epoch_text)
         text = signed_text(
             sender=values[FROM],
@@ -233,6 +327,8 @@ class Checker:
             epoch=epoch,
             nonce=values[NONCE],
             body=body,
+            headers=covered,
+            token_digest=digest,
         )
         want = hmac.new(self._key, text, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(want, values[SIG]):
@@ -252,7 +348,7 @@ class Checker:
             raise MeshRefused("busy", "too many forwarded requests within the window")
         self._seen.add(values[NONCE])
         self._order.append((max(ts_ms, now_ms) + self._window_ms, values[NONCE]))
-        return Signed(values[FROM], epoch)
+        return Signed(values[FROM], epoch, {n: v for n, v in covered.items() if v}, digest)
 
     def _forget(self, now_ms: int) -> None:
         """Drop the nonces whose requests could no longer pass the window. Entries are kept

@@ -13,8 +13,11 @@ nothing.
 Rules, decided per home from what both sides hold (the rosters by `decide_roster`, pure):
 - A home enrolled on PostgreSQL with another key is left as it is there, with nothing of it
   copied (it was re-enrolled there: a later, deliberate act).
-- Rosters are compared by `seq`, the version a home's owner signs: the newer one stays; on a
-  tie PostgreSQL's stays. When the embedded one is newer it replaces PostgreSQL's, and agents
+- Rosters are compared by `seq`, the version a home's owner signs, read from each roster's
+  verified signed body, never from the `seq` column stored beside it (only signed data
+  decides, docs/operations.md): the newer one stays; on a tie PostgreSQL's stays. A roster
+  that does not verify with the home's key counts as none: an embedded one is not copied, and
+  PostgreSQL's is replaced by the embedded one that does verify. When the embedded one is newer it replaces PostgreSQL's, and agents
   that the older one listed and the newer does not lose what the bridge takes from a dropped
   agent: their tokens are withdrawn, their refresh tokens and keys deleted.
 - An agent's key, tokens and refresh tokens are copied when the winning roster lists the agent;
@@ -43,7 +46,7 @@ import trio
 
 from ftwbridge.keys.sealed import open_sealed, seal_key
 from ftwbridge.keys.service import KeysError
-from ftwbridge.proto.roster import RosterRefused, verify_roster
+from ftwbridge.proto.roster import Roster, RosterRefused, verify_roster
 
 from .base import StoreError
 from .embedded import KEYS_FILE, Embedded, ImportRefused, read_embedded
@@ -112,19 +115,21 @@ class Tally:
 
 
 def decide_roster(
-    ours: tuple[int, bytes] | None, theirs: tuple[int, bytes] | None
+    ours: Roster | None, theirs: Roster | None, *, theirs_stored: bool = False
 ) -> Literal["copy", "same", "keep", "replace", "none"]:
     """Which of a home's rosters stays: the embedded one (`ours`) or PostgreSQL's (`theirs`),
-    each (seq, signed) or None. `copy`: only ours; `replace`: ours is newer; `keep`: theirs is
-    as new or newer (a tie keeps PostgreSQL's, which instances serve); `same`: the same bytes;
-    `none`: neither. Pure."""
+    each verified with the home's key (`verify_roster`), or None when there is none or it does
+    not verify; `theirs_stored`: PostgreSQL has a row (that may not verify). `copy`: only ours,
+    and no row there; `replace`: ours is newer by its signed `seq`, or theirs does not verify;
+    `keep`: theirs is as new or newer (a tie keeps PostgreSQL's, which instances serve);
+    `same`: the same bytes; `none`: neither verifies. Pure."""
     if ours is None:
         return "none" if theirs is None else "keep"
     if theirs is None:
-        return "copy"
-    if ours[1] == theirs[1]:
+        return "replace" if theirs_stored else "copy"
+    if ours.signed == theirs.signed:
         return "same"
-    return "replace" if ours[0] > theirs[0] else "keep"
+    return "replace" if ours.seq > theirs.seq else "keep"
 
 
 async def import_embedded(
@@ -246,14 +251,19 @@ def _check_kek(conn: Any, box: nacl.secret.SecretBox, where: str) -> None:
         ) from None
 
 
-def _agents(signed: bytes | None, home: str, key: bytes) -> frozenset[bytes] | None:
-    """The agent keys a roster lists, or None when it does not verify with `key`."""
+def _verified(signed: bytes | None, home: str, key: bytes) -> Roster | None:
+    """The roster `signed`, verified with `key` for `home`, or None (none, or it does not
+    verify)."""
     if signed is None:
-        return frozenset()
+        return None
     try:
-        return frozenset(verify_roster(signed, home_key=key, home=home).agents())
+        return verify_roster(signed, home_key=key, home=home)
     except RosterRefused:
         return None
+
+
+def _listed(roster: Roster | None) -> frozenset[bytes]:
+    return frozenset() if roster is None else frozenset(roster.agents())
 
 
 def _write(conn: Any, embedded: Embedded, box: nacl.secret.SecretBox, now_ms: int) -> Tally:
@@ -274,28 +284,31 @@ def _write(conn: Any, embedded: Embedded, box: nacl.secret.SecretBox, now_ms: in
             tally.other_key.append(home)
             continue
         insert("homes", "INSERT INTO homes VALUES (%s, %s)", (home, key))
-        ours = embedded.rosters.get(home)
-        if ours is not None and _agents(ours[1], home, key) is None:
+        stored = embedded.rosters.get(home)  # its `seq` column is not read: the signed one is
+        ours = _verified(None if stored is None else stored[1], home, key)
+        if stored is not None and ours is None:
             tally.unverified.append(home)
-            ours = None
-        row = conn.execute(
-            "SELECT seq, signed FROM rosters WHERE home = %s FOR UPDATE", (home,)
+        found = conn.execute(
+            "SELECT signed FROM rosters WHERE home = %s FOR UPDATE", (home,)
         ).fetchone()
-        theirs = None if row is None else (int(row[0]), bytes(row[1]))
-        decision = decide_roster(ours, theirs)
+        theirs = None if found is None else _verified(bytes(found[0]), home, key)
+        decision = decide_roster(ours, theirs, theirs_stored=found is not None)
         if decision == "copy" and ours is not None:
-            insert("rosters", "INSERT INTO rosters VALUES (%s, %s, %s)", (home, *ours))
+            insert(
+                "rosters", "INSERT INTO rosters VALUES (%s, %s, %s)", (home, ours.seq, ours.signed)
+            )
         elif decision == "same":
             tally.present["rosters"] += 1
         elif decision == "keep":
             tally.kept_newer.append(home)
-        elif decision == "replace" and ours is not None and theirs is not None:
-            conn.execute("UPDATE rosters SET seq = %s, signed = %s WHERE home = %s", (*ours, home))
+        elif decision == "replace" and ours is not None:
+            conn.execute(
+                "UPDATE rosters SET seq = %s, signed = %s WHERE home = %s",
+                (ours.seq, ours.signed, home),
+            )
             tally.copied["rosters"] += 1
             tally.replaced.append(home)
-            dropped = (_agents(theirs[1], home, key) or frozenset()) - (
-                _agents(ours[1], home, key) or frozenset()
-            )
+            dropped = _listed(theirs) - _listed(ours)
             for agent in sorted(dropped):  # as the bridge's roster applier does
                 conn.execute(
                     "UPDATE tokens SET withdrawn = TRUE WHERE home = %s AND agent_key = %s",
@@ -309,8 +322,7 @@ def _write(conn: Any, embedded: Embedded, box: nacl.secret.SecretBox, now_ms: in
                 conn.execute(
                     "DELETE FROM agent_keys WHERE home = %s AND public_key = %s", (home, agent)
                 )
-        winner = ours if decision in ("copy", "same", "replace") else theirs
-        listed[home] = _agents(None if winner is None else winner[1], home, key) or frozenset()
+        listed[home] = _listed(ours if decision in ("copy", "same", "replace") else theirs)
 
     for token_hash, r in embedded.tokens:
         if r.home not in listed:

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 import pytest
 
+from cluster.ca import ClusterCA
 from tests.store.pgserver import PgServer
 
 BOUND_S = 60.0
@@ -58,6 +59,8 @@ class Instance:
     internal_port: int
     admin_port: int
     proc: subprocess.Popen[bytes] | None = None
+    tls: dict[str, str] = field(default_factory=dict)
+    """Its internal listener's TLS settings (`ClusterCA.settings`), or none: plain HTTP."""
 
     @property
     def mcp(self) -> str:
@@ -69,7 +72,8 @@ class Instance:
 
     @property
     def internal(self) -> str:
-        return f"http://127.0.0.1:{self.internal_port}/mcp"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.internal_port}/mcp"
 
     @property
     def admin(self) -> str:
@@ -99,6 +103,8 @@ class Cluster:
     tokens: dict[str, str] = field(default_factory=dict)
     agent_keys: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    cafile: Path | None = None
+    """The cluster CA's certificate when the internal listeners serve TLS."""
 
     def ftwbridge(self, *args: str) -> str:
         """Run `python -m ftwbridge ARGS` to its end; its standard output (status 0 asserted)."""
@@ -140,6 +146,7 @@ class Cluster:
             FTWBRIDGE_ADMIN_BIND=f"127.0.0.1:{inst.admin_port}",
             FTWBRIDGE_STATE_DIR=str(self.folder / inst.name),
         )
+        env.update({f"FTWBRIDGE_{k.upper()}": v for k, v in inst.tls.items()})
         argv = [sys.executable, "-m", "ftwbridge", "serve", "--exit-with-parent"]
         inst.proc, line = self.start(argv, f"{inst.name}.log", env)
         assert line.startswith("ftwbridge serving "), line
@@ -217,12 +224,14 @@ def grant(cluster: Cluster, home: str, agent: str) -> None:
 
 @contextlib.contextmanager
 def running_cluster(
-    pg: PgServer, folder: Path, settings: dict[str, str] | None = None
+    pg: PgServer, folder: Path, settings: dict[str, str] | None = None, *, tls: bool = False
 ) -> Iterator[Cluster]:
     """Three instances b-1, b-2, b-3 on one new database of `pg`, one keys service (TCP, keys
     sealed under its kek), and the home `h1` dialing b-1 first (then b-2, b-3), with agents `a1` and `a2` granted and their
     tokens minted; every process is stopped at the end (SIGTERM, then SIGKILL after 10 s).
-    `settings`: more `FTWBRIDGE_*` variables for every process (a benchmark's limits)."""
+    `settings`: more `FTWBRIDGE_*` variables for every process (a benchmark's limits); `tls`:
+    the internal listeners serve TLS with certificates of a cluster CA made in `folder/tls`,
+    and forward only over it (`Cluster.cafile`)."""
     key = secrets.token_bytes(32)
     db_url = pg.create_database()
     *picked, keys_port = free_ports(10)
@@ -238,17 +247,29 @@ def running_cluster(
     )
     env.update(settings or {})
     made = Cluster(folder, env, key, db_url)
+    ca = ClusterCA(folder / "tls") if tls else None
+    made.cafile = None if ca is None else ca.cafile
+    if made.cafile is not None:  # every process speaks TLS to the others (the CLI too)
+        made.env["FTWBRIDGE_MESH_CAFILE"] = str(made.cafile)
     try:
         made.ftwbridge("db", "migrate")
         # one keys service on TCP, agents' keys sealed in the database under its own kek
         keys_env = dict(
             env, FTWBRIDGE_STATE_DIR=str(folder / "keys"), FTWBRIDGE_KEK=secrets.token_hex(32)
         )
+        if ca is not None:  # the keys channel over TLS too; every instance verifies it
+            leaf = ca.leaf("keys")
+            keys_env |= {
+                "FTWBRIDGE_INTERNAL_CERTFILE": str(leaf.certfile),
+                "FTWBRIDGE_INTERNAL_KEYFILE": str(leaf.keyfile),
+            }
         argv = [sys.executable, "-m", "ftwbridge", "keys", "--listen", f"127.0.0.1:{keys_port}"]
         _proc, line = made.start(argv, "keys.log", keys_env)
         assert line.startswith("keys service on"), line
         for n, (port, internal, admin) in enumerate(ports, 1):
             made.instances[f"b-{n}"] = inst = Instance(f"b-{n}", port, internal, admin)
+            if ca is not None:
+                inst.tls = ca.settings(inst.name)
             made.start_instance(inst)
         b1, b2, b3 = made.instances.values()
         printed = subprocess.run(

@@ -15,6 +15,7 @@ from ftwbridge.mcp.server import HttpRequest, HttpResponse
 from ftwbridge.mesh import signing
 from ftwbridge.mesh.forward import Forwarder
 from ftwbridge.proto.refusal import Refusal
+from ftwbridge.store import hash_token
 from ftwbridge.store.directory import Holder
 
 KEY = bytes(range(32))
@@ -44,6 +45,8 @@ def _forwarder(
     directory: Directory,
     handler: Callable[[httpx2.Request], httpx2.Response],
     here: Callable[[str], bool] = lambda home: False,
+    *,
+    require_tls: bool = False,
 ) -> Forwarder:
     return Forwarder(
         directory=directory,  # type: ignore[arg-type]
@@ -54,6 +57,7 @@ def _forwarder(
         wall_ms=lambda: NOW,
         http_burst=1,
         http_per_s=1,
+        require_tls=require_tls,
     )
 
 
@@ -113,9 +117,12 @@ async def test_the_request_goes_whole_and_signed_and_the_answer_comes_back() -> 
     assert (answer.status, answer.body, answer.headers["x-answer"]) == (200, b'{"ok":1}', "yes")
     (sent,) = seen
     assert str(sent.url) == "http://b2.internal:8782/mcp" and sent.content == BODY
-    assert sent.headers["authorization"] == "Bearer t"
+    # the verified token's digest goes in its place: the token never crosses the hop
+    assert "authorization" not in sent.headers
+    assert sent.headers[signing.TOKEN] == hash_token("t").hex()
     headers = {k: sent.headers.get_list(k) for k in sent.headers}
-    assert signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).epoch == 7
+    checked = signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW)
+    assert checked.epoch == 7 and checked.token_digest == hash_token("t")
 
 
 async def test_a_421_from_the_holder_means_one_more_lookup() -> None:
@@ -191,3 +198,54 @@ async def test_the_entry_keeps_a_coarse_guard_per_address(autojump_clock: object
     await trio.sleep(0.25)
     answer = await fwd.forward("h", _request(), BODY, 1)
     assert isinstance(answer, HttpResponse) and answer.status == 200
+
+
+async def test_with_tls_required_a_plain_http_holder_is_never_sent_the_token() -> None:
+    """`mesh_cafile` set: the bearer token never crosses the hop in clear; an https holder is
+    sent the request as usual, and the holder reads only the headers the signature covers."""
+    seen: list[httpx2.Request] = []
+
+    def holder(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, content=b"{}")
+
+    fwd = _forwarder(Directory(B2), holder, require_tls=True)  # as with `mesh_cafile`
+    refused = await fwd.forward("h", _request(), BODY, 1)
+    assert isinstance(refused, Refusal) and refused.details == {"reason": "holder_unreachable"}
+    assert seen == []
+    secure = _forwarder(
+        Directory(Holder("b-2", 7, "https://b2.internal:8782")), holder, require_tls=True
+    )
+    assert isinstance(await secure.forward("h", _request(), BODY, 1), HttpResponse)
+    (sent,) = seen
+    headers = {k: sent.headers.get_list(k) for k in sent.headers}
+    covered = signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).headers
+    assert covered == {"content-type": ["application/json"]}  # and the token's digest
+
+
+async def test_with_tls_required_an_agent_request_is_never_relayed_in_clear() -> None:
+    from ftwbridge.door import HomeOffline
+    from ftwbridge.mesh.relay import BoxRelay
+    from ftwbridge.proto.envelope import Envelope
+
+    seen: list[httpx2.Request] = []
+
+    def holder(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, content=b"{}")
+
+    async def send_here(home: str, env: Envelope) -> None:
+        raise AssertionError("not here")
+
+    relay = BoxRelay(
+        directory=Directory(B2),  # type: ignore[arg-type]
+        here=lambda home: False,
+        send_here=send_here,
+        http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
+        key=KEY,
+        wall_ms=lambda: NOW,
+        require_tls=True,
+    )
+    with pytest.raises(HomeOffline):
+        await relay.send("h", Envelope("agent.request", None, {"req": "r1"}))
+    assert seen == []

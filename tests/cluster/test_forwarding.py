@@ -39,14 +39,20 @@ async def raw(
     body: bytes | None = None,
 ) -> httpx2.Response:
     """One POST of a `tools/list` (or `body`) to `url`, sent raw."""
-    sent = {"content-type": "application/json", "accept": "application/json"}
-    sent["mcp-protocol-version"] = "2025-11-25"
-    if token is not None:
-        sent["authorization"] = f"Bearer {token}"
+    sent = base_headers(token)
     sent.update(headers or {})
     data = body if body is not None else b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND_S)) as http:
         return await http.post(url, headers=sent, content=data)
+
+
+def base_headers(token: str | None) -> dict[str, str]:
+    """The headers `raw` sends besides the mesh's (those `_signed` covers)."""
+    sent = {"content-type": "application/json", "accept": "application/json"}
+    sent["mcp-protocol-version"] = "2025-11-25"
+    if token is not None:
+        sent["authorization"] = f"Bearer {token}"
+    return sent
 
 
 async def metric(cluster: Cluster, name: str, line: str) -> float:
@@ -131,8 +137,17 @@ def _same(result: Any) -> Any:
 
 
 def _signed(
-    cluster: Cluster, to: str, epoch: int, body: bytes, *, now_ms: int, key: bytes | None = None
+    cluster: Cluster,
+    to: str,
+    epoch: int,
+    body: bytes,
+    *,
+    now_ms: int,
+    key: bytes | None = None,
+    token: str | None = None,
 ) -> dict[str, str]:
+    """The mesh headers for `raw`'s request with `token`, covering its other headers."""
+    token = token if token is not None else cluster.tokens["a1"]
     return signing.sign(
         key or cluster.mesh_key,
         sender="b-2",
@@ -142,6 +157,7 @@ def _signed(
         epoch=epoch,
         body=body,
         now_ms=now_ms,
+        headers=list(base_headers(token).items()),
     )
 
 
@@ -170,14 +186,16 @@ async def test_the_internal_listener_refuses_what_is_not_signed_right(cluster: C
         answered = await raw(b1.internal, token=token, headers=good, body=body)
         assert answered.status_code == 200, answered.text
         assert len(answered.json()["result"]["tools"]) > 3
-        cases = {
-            "unsigned": {},
-            "replayed": good,
-            "forged": _signed(cluster, "b-1", epoch, body, now_ms=now, key=bytes(32)),
-            "stale": _signed(cluster, "b-1", epoch, body, now_ms=now - 31_000),
-            "misaddressed": _signed(cluster, "b-3", epoch, body, now_ms=now),
-        }
-        for reason, headers in cases.items():
+        cases = [
+            ("unsigned", {}),
+            ("replayed", good),
+            ("forged", _signed(cluster, "b-1", epoch, body, now_ms=now, key=bytes(32))),
+            ("stale", _signed(cluster, "b-1", epoch, body, now_ms=now - 31_000)),
+            ("misaddressed", _signed(cluster, "b-3", epoch, body, now_ms=now)),
+            # signed for another bearer token: the header the holder acts on is covered
+            ("forged", _signed(cluster, "b-1", epoch, body, now_ms=now, token="other-token")),
+        ]
+        for reason, headers in cases:
             refused = await raw(b1.internal, token=token, headers=headers, body=body)
             assert refused.status_code == 403, (reason, refused.text)
             words = refused.json()["error"]["message"]
@@ -198,9 +216,14 @@ async def test_the_internal_listener_refuses_what_is_not_signed_right(cluster: C
             b1.internal,
             token="not-a-token",
             body=body,
-            headers=_signed(cluster, "b-1", epoch, body, now_ms=now),
+            headers=_signed(cluster, "b-1", epoch, body, now_ms=now, token="not-a-token"),
         )
         assert bad.status_code == 401, bad.text
+        # a header added on the way, not covered, is never read: this one would be refused
+        # (-32020, the body calls no tool) if the holder read it
+        added = _signed(cluster, "b-1", epoch, body, now_ms=now) | {"mcp-method": "tools/call"}
+        answered = await raw(b1.internal, token=token, body=body, headers=added)
+        assert answered.status_code == 200, answered.text
         # a client cannot pass mesh headers through the main listener to make it a forward
         through = await raw(cluster.instances["b-2"].mcp, token=token, headers=good, body=body)
         assert through.status_code == 200, through.text

@@ -9,6 +9,9 @@ docs/operations.md offers to copy) in front of scripted instances: plain HTTP/1.
   connection, unread, as soon as a second request arrives on it.
 - An instance killed (`kill -9`) while answering a call ends its connection with no answer.
   Here an instance told to reads one request and closes without answering.
+- What HAProxy acts on (a request's `Mcp-Method`/`Mcp-Name` saying it is a read, which it
+  sends again), the bridge checks: a checking instance runs the bridge's own `classify` on
+  what it reads, refuses what that refuses, and "acts" on the rest before it is killed.
 
 Each test makes its calls on one kept-alive client connection, as an assistant does (HAProxy
 2.6 answers a failure on the first request of a connection with its 502 in words, and closes
@@ -30,6 +33,7 @@ import trio
 
 from cluster.procs import free_port
 from cluster.services import NO_HAPROXY, Instance, start_haproxy, write_haproxy
+from ftwbridge.mcp.inbound import Rejection, classify
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason=NO_HAPROXY)
 
@@ -48,10 +52,14 @@ class Script:
 
     drop_next: bool = False
     seen: list[tuple[str, str]] = field(default_factory=list)
+    acted: list[tuple[str, str]] = field(default_factory=list)
+    """(instance, tool) per request a checking instance took and acted on."""
 
 
 async def read_request(stream: trio.SocketStream) -> dict[str, str] | None:
-    """One request head and body off `stream`: its headers (lower case), None at EOF."""
+    """One request head and body off `stream`: its headers (lower case, with the body as
+    text under the key "" and every value of a repeated header under "name*" joined by a
+    newline), None at EOF."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = await stream.receive_some(65536)
@@ -59,13 +67,42 @@ async def read_request(stream: trio.SocketStream) -> dict[str, str] | None:
             return None
         data += chunk
     head, body = data.split(b"\r\n\r\n", 1)
-    headers = {}
+    headers: dict[str, str] = {}
     for line in head.decode().split("\r\n")[1:]:
         name, value = line.split(":", 1)
-        headers[name.strip().lower()] = value.strip()
+        key = name.strip().lower()
+        headers[key] = value.strip()
+        headers[key + "*"] = (headers.get(key + "*", "") + "\n" + value.strip()).lstrip("\n")
     while len(body) < int(headers.get("content-length", "0")):
         body += await stream.receive_some(65536)
+    headers[""] = body.decode()
     return headers
+
+
+async def checking(name: str, script: Script, stream: trio.SocketStream) -> None:
+    """A checking instance's `/mcp` connection: the bridge's `classify` on what it reads; a
+    rejection is answered 400 at once, anything else is acted on (`script.acted`) and then,
+    when `drop_next`, the instance is killed before it answers."""
+    async with stream:
+        headers = await read_request(stream)
+        if headers is None:
+            return
+        lists = {k[:-1]: v.split("\n") for k, v in headers.items() if k.endswith("*")}
+        route = classify(lists, headers[""].encode())
+        if isinstance(route, Rejection):
+            answer = b'{"jsonrpc": "2.0", "id": 1, "error": {"code": -32020, "message": "no"}}'
+            status = b"400 Bad Request"
+        else:
+            script.acted.append((name, str(route.params.get("name", route.method))))
+            if script.drop_next:
+                script.drop_next = False
+                return  # killed after acting, before answering
+            answer = b'{"jsonrpc": "2.0", "id": 1, "result": {"content": [], "isError": false}}'
+            status = b"200 OK"
+        await stream.send_all(
+            b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer
+        )
 
 
 async def instance(name: str, script: Script, stream: trio.SocketStream) -> None:
@@ -100,18 +137,19 @@ async def ready(stream: trio.SocketStream) -> None:
 
 
 @asynccontextmanager
-async def haproxy_over(tmp_path: Path, names: list[str]) -> AsyncIterator[tuple[str, Script]]:
-    """HAProxy on `write_haproxy`'s configuration over scripted instances `names`; yields its
-    `/mcp` URL and the instances' script."""
+async def haproxy_over(
+    tmp_path: Path, names: list[str], serve: Any = instance
+) -> AsyncIterator[tuple[str, Script]]:
+    """HAProxy on `write_haproxy`'s configuration over scripted instances `names` (each
+    connection served by `serve(name, script, stream)`); yields its `/mcp` URL and the
+    instances' script."""
     script = Script()
     async with trio.open_nursery() as nursery:
         made = []
         for name in names:
             main = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
             admin = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
-            nursery.start_soon(
-                trio.serve_listeners, lambda s, n=name: instance(n, script, s), [main]
-            )
+            nursery.start_soon(trio.serve_listeners, lambda s, n=name: serve(n, script, s), [main])
             nursery.start_soon(trio.serve_listeners, ready, [admin])
             ports = [listener.socket.getsockname()[1] for listener in (main, admin)]
             made.append(Instance(name, tmp_path, ports[0], ports[1], 0, settings={}))
@@ -173,3 +211,39 @@ async def test_only_a_read_an_instance_dropped_is_sent_again(
         assert said == "ok", (said, dropped)  # answered by the instance HAProxy sent it to next
     else:
         assert said != "ok", (said, dropped)
+
+
+LABELLED_READ = {"Mcp-Method": "tools/call", "Mcp-Name": "status"}
+
+
+@pytest.mark.parametrize("version", [None, "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
+async def test_a_control_call_labelled_as_a_read_is_never_sent_twice(
+    tmp_path: Path, version: str | None
+) -> None:
+    """`ev_charge_now` in the body, `Mcp-Name: status` in the headers, in every era: HAProxy
+    would send it again if the instance it went to died after acting; the bridge refuses
+    it, so nothing acts, once or twice. An honest read killed the same way is sent again."""
+    params: dict[str, Any] = {"name": "ev_charge_now", "arguments": {"charger": "lp1"}}
+    headers = dict(LABELLED_READ)
+    if version is not None:
+        headers["MCP-Protocol-Version"] = version
+    if version == "2026-07-28":
+        params["_meta"] = META
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    with trio.fail_after(BOUND_S):
+        async with (
+            haproxy_over(tmp_path, ["b1", "b2"], checking) as (url, script),
+            client() as http,
+        ):
+            script.drop_next = True
+            try:
+                answer = await http.post(url, json=body, headers=headers)
+                said = str(answer.status_code)
+            except httpx2.HTTPError as exc:
+                said = type(exc).__name__
+            assert script.acted == [], (said, script.acted)  # neither instance acted on it
+            assert said == "400"
+            honest = body | {"params": params | {"name": "status", "arguments": {}}}
+            script.drop_next = True
+            answer = await http.post(url, json=honest, headers=headers)
+    assert answer.status_code == 200 and [t for _, t in script.acted] == ["status", "status"]

@@ -101,3 +101,100 @@ def test_a_time_or_epoch_not_in_ascii_digits_is_unsigned_not_a_crash(
     else:
         headers[signing.TO] = [f"b-2;{digits}"]
     assert _refused(Checker(KEY, "b-2"), headers) == "unsigned"
+
+
+SENT = [
+    ("Authorization", "Bearer agent-one"),
+    ("Content-Type", "application/json"),
+    ("Mcp-Method", "tools/call"),
+    ("Mcp-Name", "status"),
+    ("accept", "application/json"),
+    ("accept", "text/event-stream"),
+]
+
+
+def _covering(**over: list[str]) -> dict[str, list[str]]:
+    made = signing.sign(
+        KEY,
+        sender="b-1",
+        method="POST",
+        path="/mcp",
+        to="b-2",
+        epoch=7,
+        body=BODY,
+        now_ms=NOW,
+        headers=SENT,
+    )
+    headers: dict[str, list[str]] = {k: [v] for k, v in made.items()}
+    for name, value in SENT:
+        headers.setdefault(name.lower(), []).append(value)
+    headers.update(over)
+    return {k: v for k, v in headers.items() if v}
+
+
+def test_every_header_the_holder_reads_is_covered() -> None:
+    """A header changed, added to or dropped from the covered ones is `forged`; the holder
+    gets the covered headers only, so one added on the way is never read."""
+    checker = Checker(KEY, "b-2")
+    for change in (
+        {"authorization": ["Bearer agent-two"]},
+        {"mcp-name": ["ev_charge_now"]},
+        {"mcp-method": ["tools/list"]},
+        {"content-type": ["text/plain"]},
+        {"accept": ["application/json"]},
+        {"accept": ["text/event-stream", "application/json"]},
+        {"authorization": []},
+        {"mcp-name": ["status", "ev_charge_now"]},
+        {signing.COVERED: ["accept,authorization,content-type,mcp-method"]},
+        {signing.COVERED: ["accept,authorization,content-type,mcp-method,mcp-name,origin"]},
+    ):
+        assert _refused(checker, _covering(**change)) == "forged", change
+    passed = checker.check(
+        "POST", "/mcp", _covering(**{"x-forwarded-for": ["6.6.6.6"], "origin": ["e"]}), BODY, NOW
+    )
+    assert passed.headers == {
+        "authorization": ["Bearer agent-one"],
+        "content-type": ["application/json"],
+        "mcp-method": ["tools/call"],
+        "mcp-name": ["status"],
+        "accept": ["application/json", "text/event-stream"],
+    }
+    for bad in ("Authorization ,x", "ftw-mesh-sig", "a b"):
+        assert _refused(checker, _covering(**{signing.COVERED: [bad]})) == "unsigned", bad
+    with pytest.raises(ValueError):
+        signing.sign(
+            KEY,
+            sender="b",
+            method="POST",
+            path="/",
+            to="c",
+            epoch=1,
+            body=b"",
+            now_ms=NOW,
+            headers=[("ftw-mesh-sig", "x")],
+        )
+
+
+def test_the_forwarded_token_digest_is_signed_and_malformed_ones_refused() -> None:
+    digest = bytes(range(32))
+    made = signing.sign(
+        KEY,
+        sender="b-1",
+        method="POST",
+        path="/mcp",
+        to="b-2",
+        epoch=7,
+        body=BODY,
+        now_ms=NOW,
+        token_digest=digest,
+    )
+    headers = {k: [v] for k, v in made.items()}
+    assert (
+        Checker(KEY, "b-2").check("POST", "/mcp", dict(headers), BODY, NOW).token_digest == digest
+    )
+    swapped = headers | {signing.TOKEN: [bytes(32).hex()]}
+    assert _refused(Checker(KEY, "b-2"), swapped) == "forged"
+    dropped = {k: v for k, v in headers.items() if k != signing.TOKEN}
+    assert _refused(Checker(KEY, "b-2"), dropped) == "forged"
+    for bad in (["zz"], [digest.hex(), digest.hex()]):
+        assert _refused(Checker(KEY, "b-2"), headers | {signing.TOKEN: bad}) == "unsigned"

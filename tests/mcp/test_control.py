@@ -85,7 +85,10 @@ class Clock:
 
 
 def service(
-    homes: Homes, clock: Clock | None = None, confirm_ttl_s: float | None = 120.0
+    homes: Homes,
+    clock: Clock | None = None,
+    confirm_ttl_s: float | None = 120.0,
+    confirm_mode: Any = "elicit",
 ) -> McpService:
     async def verify(token: str) -> Any:
         return TOKEN if token == "good" else None
@@ -99,6 +102,7 @@ def service(
         call_deadline_s=5,
         wall_ms=clock or Clock(),
         confirm_ttl_s=confirm_ttl_s,
+        confirm_mode=confirm_mode,
     )
 
 
@@ -243,14 +247,18 @@ def test_a_call_the_agent_followed_with_another_is_no_longer_a_retry() -> None:
 async def test_a_retried_call_sends_one_cmd_id() -> None:
     homes = Homes()
     svc = service(homes, confirm_ttl_s=None)
+    answers = []
     for _ in range(2):
         _, body = await post(svc, *call("ev_stop", {"charger": "lp1"}))
-        assert body["result"]["structuredContent"]["state"] == "applied"
+        answers.append(body["result"]["structuredContent"])
+        assert answers[-1]["state"] == "applied"
     other, headers = call("ev_stop", {"charger": "lp1"})
     other["id"] = 2
     await post(svc, other, headers)
-    assert [c for _, _, c in homes.sent][:2] == [homes.sent[0][2]] * 2
-    assert len({c for _, _, c in homes.sent}) == 2
+    # the retry is answered with the first attempt's answer, said to be one, not sent again
+    assert answers[1]["cmdId"] == answers[0]["cmdId"] == homes.sent[0][2]
+    assert answers[1]["repeated"] is True and "repeated" not in answers[0]
+    assert len(homes.sent) == 2 and homes.sent[1][2] != homes.sent[0][2]
 
 
 def test_request_state_is_bound_and_signed() -> None:
@@ -359,7 +367,9 @@ async def test_an_expired_state_asks_again() -> None:
     assert not result.is_error and len(homes.sent) == 1
 
 
-async def test_no_elicitation_or_legacy_or_setting_off_relies_on_the_grant() -> None:
+async def test_only_the_setting_off_relies_on_the_grant_alone() -> None:
+    """Clients that cannot elicit get a preview first (tests/mcp/test_consent.py); with the
+    setting off every client's charge goes on the owner's grant alone."""
     for mode, elicit, ttl in (
         ("2026-07-28", None, 120.0),
         ("legacy", lambda c, p: None, 120.0),
@@ -368,7 +378,7 @@ async def test_no_elicitation_or_legacy_or_setting_off_relies_on_the_grant() -> 
         homes = Homes()
         async with client(service(homes, confirm_ttl_s=ttl), mode=mode, elicit=elicit) as c:
             result = await c.call_tool("ev_charge_now", CHARGE)
-        assert not result.is_error and len(homes.sent) == 1, mode
+        assert not result.is_error and len(homes.sent) == (ttl is None), mode
 
 
 async def test_goals_and_requests() -> None:
@@ -445,7 +455,11 @@ async def test_raw_confirmation_rounds_as_an_attacker_sends_them() -> None:
         ({"confirm": {"action": "accept", "content": {"confirm": "true"}}}, "declined"),
         ({"confirm": {"action": "accept", "content": {}}}, "declined"),
     ]
-    for responses, expect in cases:
+    fresh = []
+    for _ in cases:  # each answer to a question of its own
+        _, asked = await post(svc, body | {"id": body["id"] + 100}, headers)
+        fresh.append(asked["result"]["requestState"])
+    for (responses, expect), state in zip(cases, fresh, strict=True):
         body["params"] |= {"requestState": state, "inputResponses": responses}
         body["id"] = body["id"] + 1
         status, out = await post(svc, body, headers)
@@ -455,11 +469,12 @@ async def test_raw_confirmation_rounds_as_an_attacker_sends_them() -> None:
             assert out["result"]["resultType"] == "input_required", responses
         else:
             assert out["result"]["isError"] and "did not confirm" in str(out["result"]), responses
-    body["params"] |= {"requestState": 12, "inputResponses": {"confirm": {"action": "accept"}}}
+    yes = {"confirm": {"action": "accept", "content": {"confirm": True}}}
+    body["params"] |= {"requestState": 12, "inputResponses": yes}
     status, out = await post(svc, body, headers)
     assert status == 400 and "requestState" in out["error"]["message"]
     assert homes.sent == []
-    body["params"] |= {"requestState": state}
+    body["params"] |= {"requestState": first["result"]["requestState"]}
     _, out = await post(svc, body, headers)
     assert out["result"]["structuredContent"]["state"] == "applied" and len(homes.sent) == 1
 
@@ -507,3 +522,16 @@ async def test_a_command_refused_at_the_bridge_or_timed_out_is_audited_too(
         "outcome=E_CAP_EXCEEDED",
         "outcome=timeout",
     ]
+
+
+async def test_a_token_counts_only_the_scopes_its_newest_roster_row_grants() -> None:
+    """Only signed data decides: the owner's newer roster keeps the agent but no longer grants
+    `ftw.dispatch.write`; the token, minted before with that scope in its record, is answered
+    403 for a charge (a step-up the owner decides), and nothing is asked of the home."""
+    narrowed = dataclasses.replace(GRANT, scopes=("ftw.assets.read", "ftw.goals.write"))
+    homes = Homes(narrowed)
+    status, body = await post(service(homes), *call("ev_charge_now", CHARGE))
+    assert status == 403 and body["error"]["data"] == {"requiredScopes": ["ftw.dispatch.write"]}
+    assert homes.sent == [] and homes.asked == []
+    status, body = await post(service(homes), *call("requests_list", {}))
+    assert status == 200 and not body["result"]["isError"]

@@ -112,3 +112,33 @@ def test_every_code_has_words() -> None:
     assert sentence("E_RATE_LIMITED", {"retryAfterMs": 2500}).endswith("try again in 3 s.")
     assert "ftw.plan.read" in sentence("E_SCOPE_DENIED", {"needScope": "ftw.plan.read"})
     assert sentence("E_FROM_THE_FUTURE") == "The home refused the request (E_FROM_THE_FUTURE)."
+
+
+def legacy_call(name: str, version: str | None) -> tuple[dict[str, list[str]], bytes]:
+    params = {"name": name, "arguments": {}}
+    raw = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params})
+    return ({} if version is None else h(mcp_protocol_version=version)), raw.encode()
+
+
+@pytest.mark.parametrize("version", [None, "2025-03-26", "2025-06-18", "2025-11-25"])
+def test_mirrored_headers_are_checked_in_every_era(version: str | None) -> None:
+    """A proxy acts on `Mcp-Method`/`Mcp-Name` (HAProxy retries reads): a legacy request that
+    sends them is held to them, as a 2026-07-28 one is; one that sends none is not asked to."""
+    headers, raw = legacy_call("ev_charge_now", version)
+    assert isinstance(classify(headers, raw), Route)
+    for labels in (
+        {"mcp-method": ["tools/call"], "mcp-name": ["status"]},
+        {"mcp-name": ["status"]},
+        {"mcp-method": ["tools/list"]},
+        {"mcp-method": ["tools/call"], "mcp-name": ["ev_charge_now", "status"]},
+        {"mcp-method": ["tools/call", "tools/list"], "mcp-name": ["ev_charge_now"]},
+        {"mcp-name": ["ev_charge_now, status"]},
+    ):
+        out = classify(headers | labels, raw)
+        assert isinstance(out, Rejection) and out.code == -32020 and out.status == 400, labels
+    honest = {"mcp-method": ["tools/call"], "mcp-name": [encode("ev_charge_now")]}
+    assert isinstance(classify(headers | honest, raw), Route)
+
+
+def encode(text: str) -> str:
+    return "=?base64?" + base64.b64encode(text.encode()).decode() + "?="

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.server import HttpRequest, HttpResponse, McpService
 from ftwbridge.mcp.words import sentence
 from ftwbridge.proto.clean import clean
@@ -31,8 +32,17 @@ META = {
     "io.modelcontextprotocol/clientCapabilities": {},
 }
 GRANT = AgentGrant(
-    "a\x1b[31m1", "cl\u202eient", "Na\u200bme", ("ftw.live.read",), (), {"x\u200b": 1}, 0, 2**62
+    "a\x1b[31m1",
+    "cl\u202eient",
+    "Na\u200bme",
+    tuple(sorted(TOOL_SCOPES)),
+    (),
+    {"x\u200b": 1},
+    0,
+    2**62,
 )
+"""The roster row: it grants every tool's scope, so a token's own scopes decide here (the
+bridge counts a token's scopes only as far as its roster row grants them)."""
 RECORD = TokenRecord(
     "h1", "a\n1 status=ok", b"k" * 32, ("ftw.live.read", "ftw.history.read"), RESOURCE, "c", 2**62
 )
@@ -408,3 +418,36 @@ async def test_only_post_and_only_json() -> None:
     resp = await send(svc, list_body(), LIST_HEADERS | {"content-type": "text/plain"})
     assert resp.status == 415
     assert (await send(svc, list_body(), LIST_HEADERS)).status == 200
+
+
+async def test_a_forwarded_request_is_authenticated_by_its_token_digest() -> None:
+    """The internal listener hands over the digest the sender signed in place of the token;
+    it is checked as a token is (an unknown digest is 401), and no Authorization is read."""
+    from ftwbridge.store import hash_token
+
+    async def by_digest(digest: bytes) -> TokenRecord | None:
+        return RECORD if digest == hash_token("good") else None
+
+    svc = McpService(
+        homes=FakeHomes(None),
+        verify_token=lambda token: _none(),
+        resource=RESOURCE,
+        resource_metadata=RESOURCE + "-meta",
+        max_body_bytes=1 << 20,
+        call_deadline_s=5,
+        wall_ms=lambda: 1000,
+        verify_digest=by_digest,
+    )
+    data = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    headers = {"content-type": ["application/json"], "accept": ["application/json"]}
+
+    async def read() -> bytes:
+        return data
+
+    for digest, status in ((hash_token("good"), 200), (hash_token("other"), 401)):
+        req = HttpRequest("POST", headers, read, len(data), token_digest=digest)
+        assert (await svc.handle(req)).status == status
+
+
+async def _none() -> None:
+    return None

@@ -206,6 +206,35 @@ async def test_rosters_decide_conflicts_by_their_seq(tmp_path: Path, pg_url: str
         store.close()
 
 
+async def test_only_the_signed_seq_decides_never_the_column_beside_it(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The `seq` columns lie (a damaged row, a hand edit, a bad restore): the embedded row says
+    9 over a signed roster of seq 3, PostgreSQL's says 1 over a signed seq 5. The signed seqs
+    decide: PostgreSQL's newer roster stays. Then PostgreSQL's column says 99 over a signed
+    seq 2: the embedded signed 3 replaces it, and the column follows the signed seq."""
+    made = await _embedded(tmp_path)
+    key = bytes(made.home_key.verify_key)
+    with sqlite3.connect(sqlite_path(tmp_path)) as db:
+        db.execute("UPDATE rosters SET seq = 9 WHERE home = 'h1'")
+    newer = _roster("h1", made.home_key, 5, [made.listed])
+    store = await _started(pg_url)
+    try:
+        await store.enroll_home("h1", key)
+        await store.put_roster("h1", 1, newer)
+        kept = await _import(tmp_path, pg_url)
+        assert kept.kept_newer == ["h1"] and kept.replaced == []
+        assert await store.roster("h1") == (1, newer)  # untouched
+        older = _roster("h1", made.home_key, 2, [made.listed])
+        await store.put_roster("h1", 99, older)
+        done = await _import(tmp_path, pg_url)
+        assert done.replaced == ["h1"]
+        held = await store.roster("h1")
+        assert held is not None and held[0] == 3 and held[1] != older
+    finally:
+        store.close()
+
+
 async def test_a_newer_embedded_roster_replaces_an_older_one_and_drops_its_agents(
     tmp_path: Path, pg_url: str
 ) -> None:

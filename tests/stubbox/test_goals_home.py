@@ -160,3 +160,31 @@ def test_a_damaged_goal_row_is_refused_in_one_sentence(tmp_path: Path) -> None:
             home="h1",
             home_key=stub.owner.home_public_key,
         )
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"readsOnly": "true"},
+        {"readsOnly": 1},
+        {"readsOnly": None},
+        {"scopes": "ftw.live.read"},
+        {"scopes": ["ftw.live.read", 7]},
+        {"expiresAtMs": "soon"},
+        {"expiresAtMs": True},
+    ],
+)
+async def test_the_owners_approval_parses_closed(choice: dict[str, Any]) -> None:
+    """A choice of the wrong type is refused, never read as a wider grant: `"readsOnly":
+    "true"` granted the ops before."""
+    stub = stub_at([NOW])
+    _private, key = generate_static()
+    stub.requests["r1"] = {
+        "req": "r1",
+        "scopes": ["ftw.live.read", "ftw.dispatch.write"],
+        "ops": ["loadpoint.hold"],
+        "key": key,
+    }
+    with pytest.raises(ValueError):
+        await console(stub, op="approve", req="r1", **choice)
+    assert key not in stub.owner.roster.agents() and "r1" in stub.requests
