@@ -142,7 +142,8 @@ async def revoke(s: Soak) -> str:
 
 
 async def hang_up(s: Soak) -> str:
-    """Clients hang up before the answer of a slow home (`--delay-ms`), then ask again."""
+    """Clients hang up before the answer of a slow home (`--delay-ms`), then ask again: each
+    hung-up read still finishes at the home and is audited `status=ok delivered=no`."""
     home = "soak-slow"
     count = s.n(6)
     await trio.sleep(s.t(3))
@@ -157,11 +158,14 @@ async def hang_up(s: Soak) -> str:
             nursery.start_soon(s.load.call, http, s.scenario, agent, "status", {})
     await trio.sleep(s.t(4))
     hung = sum(1 for c in s.calls() if c.outcome == "hung_up")
-    seen = sum(1 for line in s.log() if f"home={home}" in line and "status=cancelled" in line)
+    audited = [line for line in s.log() if f"home={home}" in line and "delivered=no" in line]
+    seen = len(audited)
+    finished = sum(1 for line in audited if "status=ok" in line)
     return _expect(
         {
             f"hung up {hung} of {count}": hung == count,
             f"the bridge saw {seen} of {hung} hang-ups": seen == hung,
+            f"{finished} of {seen} hung-up reads finished": finished == seen,
         }
     )
 

@@ -99,6 +99,9 @@ class HttpRequest:
     mesh_epoch: int | None = None
     """Set on a request another instance forwarded (`ftwbridge.mesh`): the epoch at which
     the sender believed this instance holds the token's home."""
+    client_gone: Callable[[], bool] = lambda: False
+    """Whether the client has closed its connection already (asked once the answer is
+    ready: an answer nobody will read is audited `delivered=no`, docs/operations.md "Logs")."""
 
 
 class BodyTooLarge(Exception):
@@ -237,6 +240,7 @@ class McpService:
         try:
             resp = await self._handle(req, seen)
             status = resp.status
+            seen.delivered = not req.client_gone()
             return resp
         except trio.Cancelled:
             seen.outcome = "cancelled"
