@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from ftwbridge.config import Config
 from ftwbridge.mcp.tools import TOOLS
 
 from .procs import PY, CannotStart, Child, start_child, wait_port
@@ -215,7 +216,9 @@ defaults
     option dontlognull
     timeout connect 2s
     timeout client 60s
-    timeout server 60s
+    # an instance answers each call in words within call_deadline_s of its start: one that
+    # does not by then is stopped or frozen, and the call gets the 504 below in words
+    timeout server {server_ms}ms
     timeout tunnel 1h
     timeout http-request 10s
     retries 2
@@ -269,7 +272,10 @@ ERRORS = {
 def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
     """Write HAProxy's configuration (and its error answers) into `root`; returns its path.
     Boxes go to the instance with the fewest connections, calls round robin: an instance
-    forwards a call to its home's holder (issue 13 item 4)."""
+    forwards a call to its home's holder (issue 13 item 4). HAProxy waits for an instance's
+    answer as long as the instances' `call_deadline_s` (their longest; the default when
+    they set none), counted from when it sent the request: an instance that has not
+    answered by then is stopped or frozen, and the call gets HAProxy's 504 in words."""
     for status, (reason, words) in ERRORS.items():
         body = (
             '{"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": "'
@@ -285,9 +291,12 @@ def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
     servers = "\n".join(
         f"    server {i.name} 127.0.0.1:{i.port} check port {i.admin_port}" for i in instances
     )
+    default_s = Config.model_fields["call_deadline_s"].default
+    deadline_s = max(float(i.settings.get("call_deadline_s", default_s)) for i in instances)
     text = HAPROXY_CFG.format(
         root=root,
         port=port,
+        server_ms=round(deadline_s * 1000),
         servers=servers,
         calls="roundrobin",
         boxes="leastconn",

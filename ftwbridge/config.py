@@ -23,8 +23,9 @@ from ftwbridge.mesh.signing import mesh_key_bytes as mesh_key_bytes
 
 ENV_PREFIX = "FTWBRIDGE_"
 CALL_SLACK_S = 2.0
-"""What a `/mcp` call may take past `call_deadline_s` besides its box reads (the token check,
-shaping the answer), in seconds; `door_silence_s` must leave at least this much."""
+"""Seconds the bounds that only back `call_deadline_s` up keep above it (a call ends by its
+deadline, `ftwbridge/mcp/deadline.py`): `door_silence_s` must leave at least this much, and
+the forwarding client's read timeout has it on top."""
 
 Seconds = Annotated[float, Field(gt=0)]
 """A duration in seconds that must be positive (a deadline, a timeout, an interval)."""
@@ -189,7 +190,8 @@ class Config(BaseModel):
     sessions_per_home: Count = 16
     """Agent sessions per home."""
     call_deadline_s: Seconds = 25.0
-    """One tool call, end to end, seconds."""
+    """Every `/mcp` call is answered within this many seconds of its start, seconds
+    (`ftwbridge/mcp/deadline.py`)."""
     confirm_commands: bool = True
     """Ask the person before `ev_charge_now` where their client can (MCP 2026-07-28
     elicitation, docs/control.md); false sends commands on the owner's grant alone."""

@@ -36,6 +36,7 @@ OUTCOMES = {
     "bad_framing": "400: Content-Length and Transfer-Encoding together (framing.py)",
     "bad_coding": "415: a Content-Encoding other than identity (framing.py)",
     "cancelled": "the client left before its body arrived, or the bridge stopped under the call",
+    "late": "503: still under way call_deadline_s after its start (mcp/deadline.py)",
     "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
     "notification": "202: a JSON-RPC notification",
     "forwarded": "sent whole to the instance holding the home, which answered (ftwbridge.mesh)",

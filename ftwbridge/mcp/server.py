@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import trio
@@ -34,7 +34,7 @@ from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
-from . import inbound
+from . import deadline, inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
 from .confirm import StateRefused
@@ -99,6 +99,12 @@ class HttpRequest:
     mesh_epoch: int | None = None
     """Set on a request another instance forwarded (`ftwbridge.mesh`): the epoch at which
     the sender believed this instance holds the token's home."""
+    budget_s: float | None = None
+    """Set on a forwarded request: the time its sender left for it, seconds from its
+    arrival (`deadline.BUDGET`); it can only shorten `call_deadline_s`."""
+    work_ends: float = math.inf
+    """When the call's work is cut, trio time (`deadline.work_ends`: set by `handle` from
+    the call's start; a forward's hop gets what is left of it)."""
     client_gone: Callable[[], bool] = lambda: False
     """Whether the client has closed its connection already (asked once the answer is
     ready: an answer nobody will read is audited `delivered=no`, docs/operations.md "Logs")."""
@@ -130,6 +136,15 @@ def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> Htt
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     body = text.encode("utf-8", "backslashreplace")
     return HttpResponse(status, {"content-type": "application/json", **(headers or {})}, body)
+
+
+LATE_WORDS = "The bridge could not finish this request in time; try again in a few seconds."
+"""What a request still under way `call_deadline_s` after its start reads (a 503)."""
+
+
+def _late() -> HttpResponse:
+    rej = inbound.Rejection(503, jsonrpc.INTERNAL_ERROR, LATE_WORDS)
+    return _json(503, rej.body(), {"retry-after": "2", "cache-control": "no-store"})
 
 
 def _refuse_body(status: int, message: str) -> HttpResponse:
@@ -233,12 +248,22 @@ class McpService:
         self._recorder.record(Seen(outcome=outcome), status, headers, 0.0)
 
     async def handle(self, req: HttpRequest) -> HttpResponse:
-        """Answer one request to `/mcp` (never raises for bad input); audit and count it."""
+        """Answer one request to `/mcp` (never raises for bad input); audit and count it.
+
+        Every bound counts from this call's start (`deadline`): the work is cut at
+        `work_ends`, and whatever is still under way `call_deadline_s` after the start (a
+        token check the database holds up) ends in a 503 in words (audited `late`)."""
         seen = Seen()
         started = time.monotonic()
+        now = trio.current_time()
+        req = replace(req, work_ends=deadline.work_ends(now, self._deadline_s, req.budget_s))
         status = 0
         try:
-            resp = await self._handle(req, seen)
+            with trio.move_on_at(now + self._deadline_s) as net:
+                resp = await self._handle(req, seen)
+            if net.cancelled_caught:
+                seen.outcome = "late"
+                resp = _late()
             status = resp.status
             seen.delivered = not req.client_gone()
             return resp
@@ -324,7 +349,7 @@ class McpService:
         if route.is_notification:
             seen.outcome = "notification"
             return HttpResponse(202)
-        return await self._dispatch(route, token, req.headers, seen)
+        return await self._dispatch(route, token, req.work_ends, seen)
 
     def _result(
         self, route: inbound.Route, result: dict[str, Any], cacheable: bool = False
@@ -346,7 +371,7 @@ class McpService:
         self,
         route: inbound.Route,
         token: TokenRecord,
-        headers: dict[str, list[str]],
+        ends: float,
         seen: Seen,
     ) -> HttpResponse:
         m = route.method
@@ -382,11 +407,13 @@ class McpService:
                 )
             return self._result(route, {"tools": self._tool_list}, cacheable=True)
         if m == "tools/call":
-            return await self._call(route, token, seen)
+            return await self._call(route, token, ends, seen)
         seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 
-    async def _call(self, route: inbound.Route, token: TokenRecord, seen: Seen) -> HttpResponse:
+    async def _call(
+        self, route: inbound.Route, token: TokenRecord, ends: float, seen: Seen
+    ) -> HttpResponse:
         name = route.params.get("name")
         arguments = route.params.get("arguments", {})
         if not isinstance(name, str) or not isinstance(arguments, dict):
@@ -424,13 +451,13 @@ class McpService:
             return self._result(route, roster_behind_result(behind))
         try:
             if isinstance(spec, ControlTool):
-                out = await self._control.run(spec, args, token, route)
+                out = await self._control.run(spec, args, token, route, ends=ends)
                 if isinstance(out, InputRequired):
                     seen.outcome = "input_required"
                     return _json(200, {"jsonrpc": "2.0", "id": route.id, "result": out.result()})
                 result = out
             else:
-                result = await self._run(spec, args, token)
+                result = await self._run(spec, args, token, ends)
         except ArgumentsRefused as exc:
             seen.outcome = "invalid_arguments"
             return self._result(route, text_error(str(exc)))
@@ -466,13 +493,15 @@ class McpService:
             return None
         return self._roster_behind(token.home, token.agent_key)
 
-    async def _run(self, spec: ToolSpec, args: Any, token: TokenRecord) -> dict[str, Any]:
+    async def _run(
+        self, spec: ToolSpec, args: Any, token: TokenRecord, ends: float
+    ) -> dict[str, Any]:
         now_ms = self._wall_ms()
         if spec.run is not None:  # the bridge answers it itself
             grant = await self._homes.grant(token.home, token.agent_key)
             return ok_result(to_json(spec.run(token, grant)))
         replies: list[Reply] = []
-        with trio.move_on_after(self._deadline_s) as scope:
+        with trio.move_on_at(ends) as scope:
             for read, body in spec.box_requests(args, now_ms):
                 replies.append(await self._homes.call(token.home, token.agent_key, read, body))
         if scope.cancelled_caught:

@@ -19,6 +19,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
+from ftwbridge.mcp import deadline
 from ftwbridge.mcp.server import HttpRequest, McpService
 
 from . import signing
@@ -89,6 +90,7 @@ def create_internal_app(
             return _refusal(403, f"Forwarded request refused: {exc.words}")
         for name in signing.HEADERS:
             headers.pop(name, None)
+        budget_s = deadline.parse_budget(headers.pop(deadline.BUDGET, None))
 
         async def read_body() -> bytes:
             return body
@@ -100,6 +102,7 @@ def create_internal_app(
             len(body),
             remote=signed.sender,
             mesh_epoch=signed.epoch,
+            budget_s=budget_s,
         )
         resp = await service.handle(req)
         return Response(resp.body, resp.status, resp.headers)
