@@ -176,32 +176,43 @@ def _toml(value: Any) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+KEYS_SERVICES = 2
+"""Keys services `make cluster` runs: one would be a single point of failure for every
+instance (no new session anywhere while it is down); each instance's `keys_url` lists all."""
+
+
 async def start_keys(
     nursery: trio.Nursery, root: Path, database_url: str, settings: dict[str, Any]
-) -> tuple[Child, dict[str, Any]]:
-    """Start the keys service (`ftwbridge keys --listen`, agents' keys sealed in the
-    database under `kek`); returns it and the settings an instance needs to reach it
-    (`keys_url`, `mesh_key`).
+) -> tuple[list[Child], dict[str, Any]]:
+    """Start the keys services (`ftwbridge keys --listen`, one on each port of
+    `settings["keys_ports"]`, agents' keys sealed in the one database under `kek`); returns
+    them and the settings an instance needs to reach them (`keys_url` naming every one, in
+    order, and `mesh_key`).
 
     Raises:
-        CannotStart: it did not start within `procs.WAIT_S`.
+        CannotStart: one did not start within `procs.WAIT_S`.
     """
-    path = root / "keys.toml"
-    port = settings.pop("keys_port")
-    keys_settings: dict[str, Any] = {
-        "state_dir": str(root / "keys"),
-        "log_level": "info",
-        "database_url": database_url,
-        "mesh_key": settings["mesh_key"],
-        "kek": settings["kek"],
-    }
-    where, ready = ["--listen", f"127.0.0.1:{port}"], "keys service on"
-    reach = {"keys_url": f"tcp://127.0.0.1:{port}", "mesh_key": settings["mesh_key"]}
-    path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))
-    # `ftwbridge keys` has no --exit-with-parent: the lifeline stops it when this run ends
-    argv = _lifeline([PY, "-m", "ftwbridge", "keys", "--config", str(path), *where])
-    child = await start_child(nursery, "the keys service", argv, root / "keys.log", ready=ready)
-    return child, reach
+    ports = settings.pop("keys_ports")
+    children = []
+    for n, port in enumerate(ports, 1):
+        path = root / f"keys{n}.toml"
+        keys_settings: dict[str, Any] = {
+            "state_dir": str(root / f"keys{n}"),
+            "log_level": "info",
+            "database_url": database_url,
+            "mesh_key": settings["mesh_key"],
+            "kek": settings["kek"],
+        }
+        path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))
+        where = ["--listen", f"127.0.0.1:{port}"]
+        # `ftwbridge keys` has no --exit-with-parent: the lifeline stops it when this run ends
+        argv = _lifeline([PY, "-m", "ftwbridge", "keys", "--config", str(path), *where])
+        log = root / f"keys{n}.log"
+        children.append(
+            await start_child(nursery, f"keys service {n}", argv, log, ready="keys service on")
+        )
+    urls = ",".join(f"tcp://127.0.0.1:{port}" for port in ports)
+    return children, {"keys_url": urls, "mesh_key": settings["mesh_key"]}
 
 
 HAPROXY_CFG = """\

@@ -38,6 +38,7 @@ from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
+from ftwbridge.readiness import CHECK_S, Readiness, Verdict
 from ftwbridge.store import BridgeStore, StoreError, open_store
 from ftwbridge.store.inuse import StateInUse, serving_state
 
@@ -180,6 +181,7 @@ class Bridge:
             wall_ms=clock,
         )
         self.metrics = Metrics()
+        self._readiness = Readiness()
         self.door = Door(
             config=config,
             store=self.store,
@@ -275,25 +277,41 @@ class Bridge:
         """
         return await self.minter.mint(home, agent_key, agent_id, scopes, client)
 
+    async def readiness(self) -> Verdict:
+        """What `/readyz` says (`ftwbridge/readiness.py`): the store and the keys part checked
+        side by side, each within `CHECK_S`."""
+        problems: dict[str, str | None] = {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._store_problem, problems)
+            nursery.start_soon(self._keys_problem, problems)
+        return self._readiness.judge(
+            draining=self.pool.draining, store=problems["store"], keys=problems["keys"]
+        )
+
     async def not_ready(self) -> str | None:
         """Why the bridge should take no traffic now, in one sentence, or None when it is
-        ready: the store and the keys part answer (within 2 s each), and it is not draining."""
-        if self.pool.draining:
-            return "draining: the bridge is stopping"
+        ready (perhaps degraded: see `readiness`)."""
+        verdict = await self.readiness()
+        return None if verdict.ready else verdict.why
+
+    async def _store_problem(self, out: dict[str, str | None]) -> None:
+        out["store"] = None
         try:
-            with trio.fail_after(2):
+            with trio.fail_after(CHECK_S):
                 await self.store.home_key("")
         except StoreError as exc:
-            return str(exc)
+            out["store"] = str(exc)
         except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
-            return f"the store does not answer ({type(exc).__name__})"
+            out["store"] = f"the store does not answer ({type(exc).__name__})"
+
+    async def _keys_problem(self, out: dict[str, str | None]) -> None:
+        out["keys"] = None
         try:
-            with trio.fail_after(2):
+            with trio.fail_after(CHECK_S):
                 await self.keys.has(bytes(32))
         except (trio.TooSlowError, KeysError, OSError) as exc:
             where = f" at {self.config.keys_socket}" if self.config.keys_socket else ""
-            return f"the keys part{where} does not answer ({exc or type(exc).__name__})"
-        return None
+            out["keys"] = f"the keys part{where} does not answer ({exc or type(exc).__name__})"
 
     async def drain(self) -> None:
         """Stop taking calls, let calls in flight finish (`drain_s`), end every session with
@@ -464,10 +482,10 @@ class Bridge:
                 ac.accesslog = None
                 ac.errorlog = hc.errorlog
                 ac.graceful_timeout = 1.0
-                admin = create_admin_app(self.metrics, self.not_ready)
+                admin = create_admin_app(self.metrics, self.readiness)
                 await nursery.start(hypercorn_serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)
-            why = await self.not_ready()
-            if why is not None:  # serving anyway: the part may come up later
-                log.warning("not ready: %s; calls that need it are refused until it does", why)
+            verdict = await self.readiness()
+            if verdict.why is not None:  # serving anyway: the part may come up later
+                log.warning("%s; calls that need it are refused until it does", verdict.text())
             task_status.started(self)

@@ -149,3 +149,32 @@ async def test_a_call_at_an_instance_stopped_behind_haproxy_ends_in_words_by_its
 
 async def _answered(answers: list[tuple[float, httpx2.Response]]) -> bool:
     return bool(answers)
+
+
+async def test_the_keys_service_stopped_leaves_every_instance_in_the_balancer(
+    cluster: Cluster,
+) -> None:
+    """The cluster's one keys service stopped for a few seconds: `/readyz` stays 200 at every
+    instance and says what is degraded (a balancer taking them all out would end even the
+    warm sessions, which need no keys service), and a warm call is still answered."""
+    token = cluster.tokens["a1"]
+    holder = cluster.instances[await _holder(cluster, "h1")]
+    (keys,) = [p for p in cluster.procs if "keys" in p.args]  # type: ignore[operator]
+    with trio.fail_after(BOUND_S):
+        assert await _call_ok(holder.mcp, token)  # the session is warm
+        os.kill(keys.pid, signal.SIGSTOP)
+        try:
+            async with httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND_S)) as http:
+                for inst in cluster.instances.values():
+                    said = await http.get(inst.admin + "/readyz")
+                    assert said.status_code == 200, (inst.name, said.text)
+                    assert said.text.startswith("ready, degraded: the keys part"), said.text
+            assert await _call_ok(holder.mcp, token)
+        finally:
+            os.kill(keys.pid, signal.SIGCONT)
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND_S)) as http:
+            await _until("ready again", lambda: _ready(http, holder.admin))
+
+
+async def _ready(http: httpx2.AsyncClient, admin: str) -> bool:
+    return (await http.get(admin + "/readyz")).text == "ready\n"
