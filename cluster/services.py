@@ -10,6 +10,7 @@ foreground (`-db`) with a configuration written into the run's folder.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -218,7 +219,13 @@ async def start_keys(
 HAPROXY_CFG = """\
 global
     maxconn 4096
-    stats socket {root}/haproxy.sock mode 600 level admin
+    # a reload (SIGUSR2 to the master, `reload_haproxy`) hands the listening sockets to the
+    # new worker, so no connection is refused; the old worker finishes its calls (each within
+    # call_deadline_s) and closes idle connections spread over close-spread-time, and is
+    # stopped at hard-stop-after (uplinks still on it then redial)
+    stats socket {root}/haproxy.sock mode 600 level admin expose-fd listeners
+    hard-stop-after {hard_stop_s}s
+    close-spread-time 5s
 
 defaults
     mode http
@@ -280,6 +287,10 @@ ERRORS = {
 """HAProxy's own answers, in words and as a JSON-RPC error (what an MCP client reads)."""
 
 
+HARD_STOP_SLACK_S = 5
+"""Seconds past `call_deadline_s` that an old HAProxy worker lives after a reload."""
+
+
 def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
     """Write HAProxy's configuration (and its error answers) into `root`; returns its path.
     Boxes go to the instance with the fewest connections, calls round robin: an instance
@@ -308,6 +319,7 @@ def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
         root=root,
         port=port,
         server_ms=round(deadline_s * 1000),
+        hard_stop_s=math.ceil(deadline_s) + HARD_STOP_SLACK_S,
         servers=servers,
         calls="roundrobin",
         boxes="leastconn",
@@ -335,7 +347,8 @@ async def haproxy_command(root: Path, command: str) -> str:
 
 
 async def start_haproxy(nursery: trio.Nursery, root: Path, port: int, cfg: Path) -> Child:
-    """Start HAProxy on `cfg`; returns once it takes connections on `port`.
+    """Start HAProxy on `cfg` in master-worker mode (`-W`, in the foreground); returns once
+    it takes connections on `port`. `reload_haproxy` reloads it without losing a call.
 
     Raises:
         CannotStart: it is not installed, or it exited or did not listen within `procs.WAIT_S`.
@@ -344,7 +357,14 @@ async def start_haproxy(nursery: trio.Nursery, root: Path, port: int, cfg: Path)
     if binary is None:
         raise CannotStart(NO_HAPROXY)
     child = await start_child(
-        nursery, "HAProxy", _lifeline([binary, "-db", "-f", str(cfg)]), root / "haproxy.log"
+        nursery, "HAProxy", _lifeline([binary, "-W", "-db", "-f", str(cfg)]), root / "haproxy.log"
     )
     await wait_port(port, child)
     return child
+
+
+def reload_haproxy(child: Child) -> None:
+    """Reload HAProxy (`start_haproxy`'s child) on its configuration file as it is now: SIGUSR2
+    to its master (through the lifeline), HAProxy's seamless reload. Never restart it instead:
+    a stop cuts every call and uplink it carries, with no words."""
+    child.signal(signal.SIGUSR2)
