@@ -218,6 +218,12 @@ class Config(BaseModel):
     5 s is its default). A proxy that keeps idle connections to the bridge must drop them
     sooner, or never keep them (docs/operations.md, "Keep-alive behind a proxy")."""
 
+    listen_backlog: Annotated[int, Field(ge=16, le=65535)] = 1024
+    """Connections each listener (main, admin, internal) lets wait to be accepted: a burst of
+    new connections past it is not taken at once (the kernel drops their handshakes and the
+    clients try again, or resets them with `net.ipv4.tcp_abort_on_overflow`). The kernel caps
+    it at `net.core.somaxconn`; 1024 holds a burst of a thousand clients connecting at once."""
+
     door_msgs_burst: Burst = 240
     """Messages an uplink's bucket holds."""
     door_msgs_per_s: Rate = 60

@@ -82,8 +82,10 @@ class _Homes:
         return await self._door.grant(home, agent_key)
 
 
-def _bind(address: str, listener: str, setting: str) -> socket.socket:
-    """A listening TCP socket on `address` (host:port, `config.split_address`).
+def _bind(address: str, listener: str, setting: str, backlog: int = 1024) -> socket.socket:
+    """A listening TCP socket on `address` (host:port, `config.split_address`) whose queue of
+    connections not yet accepted holds `backlog` (`listen_backlog`; the kernel caps it at
+    `net.core.somaxconn`).
 
     Raises:
         StartupError: the address cannot be bound (in use, not this machine's, not allowed);
@@ -95,7 +97,7 @@ def _bind(address: str, listener: str, setting: str) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(1024)
+        sock.listen(backlog)
     except OSError as exc:
         sock.close()
         why = {
@@ -356,7 +358,9 @@ class Bridge:
                 door=self.door,
                 wall_ms=self.clock,
                 port=port,
-                bind=lambda address: _bind(address, "internal", "internal_bind"),
+                bind=lambda address: _bind(
+                    address, "internal", "internal_bind", self.config.listen_backlog
+                ),
             )
         except StartupError:
             socket.close(main_fd)
@@ -397,7 +401,7 @@ class Bridge:
         consents, codes, claims = await self.oauth.restore()
         if consents or codes or claims:
             log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
-        sock = _bind(c.bind, "main", "bind")
+        sock = _bind(c.bind, "main", "bind", c.listen_backlog)
         host, port = sock.getsockname()[:2]
         fd = sock.detach()  # hypercorn owns the listening socket from here on
         if self.site.public_url.endswith(":0"):
@@ -449,11 +453,11 @@ class Bridge:
         hc.errorlog = logging.getLogger("hypercorn.error")
         hc.websocket_max_message_size = MAX_MESSAGE_BYTES  # past it: close 1009 at once
         hc.graceful_timeout = 1.0
-        hc.backlog = 1024
+        hc.backlog = c.listen_backlog
         admin_fd = None
         if c.admin_bind is not None:
             try:
-                admin_sock = _bind(c.admin_bind, "admin", "admin_bind")
+                admin_sock = _bind(c.admin_bind, "admin", "admin_bind", c.listen_backlog)
             except StartupError:
                 socket.close(fd)  # the main listener's socket, not yet hypercorn's
                 raise
@@ -482,6 +486,7 @@ class Bridge:
                 ac.accesslog = None
                 ac.errorlog = hc.errorlog
                 ac.graceful_timeout = 1.0
+                ac.backlog = c.listen_backlog  # hypercorn listens again with it (its own: 100)
                 admin = create_admin_app(self.metrics, self.readiness)
                 await nursery.start(hypercorn_serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)

@@ -185,6 +185,7 @@ class Node:
                     hc.read_timeout = int(c.door_silence_s)
                     hc.keep_alive_timeout = c.keep_alive_s
                     hc.graceful_timeout = 1.0
+                    hc.backlog = c.listen_backlog  # hypercorn listens again with it (100)
                     await nursery.start(_serve_internal, app, hc)
                     log.info("instance %s: internal listener at %s", self.instance_id, url)
                 task_status.started()

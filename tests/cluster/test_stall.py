@@ -178,3 +178,14 @@ async def test_the_keys_service_stopped_leaves_every_instance_in_the_balancer(
 
 async def _ready(http: httpx2.AsyncClient, admin: str) -> bool:
     return (await http.get(admin + "/readyz")).text == "ready\n"
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="iproute2's ss is not installed")
+async def test_the_internal_listener_has_the_backlog_of_the_others(cluster: Cluster) -> None:
+    """A burst of forwards from the other instances waits in a queue of `listen_backlog`
+    (1024), not hypercorn's own 100."""
+    from tests.test_backlog import _backlog
+
+    for inst in cluster.instances.values():
+        ports = (inst.port, inst.internal_port, inst.admin_port)
+        assert [await trio.to_thread.run_sync(_backlog, p) for p in ports] == [1024] * 3
