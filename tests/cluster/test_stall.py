@@ -16,6 +16,7 @@ The cluster runs with `call_deadline_s` 6 so that a stall shows in seconds. Proc
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -189,3 +190,32 @@ async def test_the_internal_listener_has_the_backlog_of_the_others(cluster: Clus
     for inst in cluster.instances.values():
         ports = (inst.port, inst.internal_port, inst.admin_port)
         assert [await trio.to_thread.run_sync(_backlog, p) for p in ports] == [1024] * 3
+
+
+async def test_the_database_away_leaves_every_instance_in_the_balancer(cluster: Cluster) -> None:
+    """The cluster's database refusing every connection for a few seconds (its sessions
+    ended): `/readyz` stays 200 at every instance, saying the store does not answer, and a
+    warm call at the home's holder is still answered (its token cached, its session in
+    memory)."""
+    from tests.store.test_bridge_on_postgres import _allow_connections
+
+    token = cluster.tokens["a1"]
+    holder = cluster.instances[await _holder(cluster, "h1")]
+    with trio.fail_after(BOUND_S):
+        assert await _call_ok(holder.mcp, token)  # warm, and its token cached
+        await trio.to_thread.run_sync(_allow_connections, cluster.db_url, False)
+        try:
+            async with httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND_S)) as http:
+                for inst in cluster.instances.values():
+                    said = await http.get(inst.admin + "/readyz")
+                    assert said.status_code == 200, (inst.name, said.text)
+                    assert said.text.startswith("ready, degraded: "), said.text
+                    assert "does not answer" in said.text, said.text
+            assert await _call_ok(holder.mcp, token)
+        finally:
+            await trio.to_thread.run_sync(_allow_connections, cluster.db_url, True)
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND_S)) as http:
+            for inst in cluster.instances.values():
+                ready = functools.partial(_ready, http, inst.admin)
+                await _until(f"{inst.name} ready again", ready)
+        await _until("calls succeed again", lambda: _call_ok(holder.mcp, token))
