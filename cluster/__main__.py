@@ -50,7 +50,7 @@ async def describe(cluster: Cluster) -> None:
     print(f"  PostgreSQL     {cluster.postgres.url}")
     reach = cluster.instances[0].settings
     where = reach.get("keys_url") or f"unix:{reach.get('keys_socket')}"
-    print(f"  keys service   {where}")
+    print(f"  keys services  {where}")
     for made in cluster.instances:
         print(f"  instance {made.name:5} {made.url} (admin 127.0.0.1:{made.admin_port})")
     print(f"  HAProxy        {cluster.base} (/mcp, OAuth, /v1/box)")

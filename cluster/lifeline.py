@@ -4,8 +4,9 @@
 The parent passes a pipe on standard input and never writes it. When the pipe reaches
 end-of-file (the parent ended, SIGKILL included) or this process gets SIGTERM or SIGINT, the
 program gets `--stop` (default SIGTERM; PostgreSQL's fast shutdown is SIGINT), and SIGKILL if it
-is still running `STOP_S` seconds later. The program's own exit status is this one's; its
-output goes where this process's goes. The rule is the project's for every child
+is still running `STOP_S` seconds later. SIGHUP and SIGUSR2 are passed on to the program as
+they come (HAProxy's master reloads on SIGUSR2). The program's own exit status is this one's;
+its output goes where this process's goes. The rule is the project's for every child
 (docs/operations.md, "Child processes").
 """
 
@@ -23,6 +24,8 @@ from ftwbridge.lifecycle import until_stdin_closes
 
 STOP_S = 10.0
 """How long the program may take to stop after the stop signal before SIGKILL, seconds."""
+PASSED_ON = (signal.SIGHUP, signal.SIGUSR2)
+"""Signals passed on to the program unchanged (a reload, for the programs that have one)."""
 
 
 async def supervise(argv: list[str], stop: signal.Signals) -> int:
@@ -56,8 +59,14 @@ async def supervise(argv: list[str], stop: signal.Signals) -> int:
                 async for _ in signals:
                     nursery.start_soon(stop_then_kill)
 
+        async def pass_on() -> None:
+            with trio.open_signal_receiver(*PASSED_ON) as signals:
+                async for sig in signals:
+                    stop_it(sig)
+
         nursery.start_soon(on_parent_gone)
         nursery.start_soon(on_signals)
+        nursery.start_soon(pass_on)
         status = await proc.wait()
         nursery.cancel_scope.cancel()
     return status if status >= 0 else 128 - status

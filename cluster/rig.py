@@ -1,6 +1,6 @@
 """`open_cluster`: the whole cluster as one async context, every process in nested nurseries.
 
-Layers, outermost first: PostgreSQL; the keys service; the bridge instances and HAProxy; the
+Layers, outermost first: PostgreSQL; the keys services; the bridge instances and HAProxy; the
 stub homes. Leaving the context stops the innermost layer first and each layer only after the
 one inside it is gone, so instances drain while PostgreSQL still answers; a cancellation
 stops every layer at once, each process still SIGTERMed, then SIGKILLed after a bound.
@@ -28,6 +28,7 @@ from .ca import ClusterCA
 from .homes import Home, start_homes, wall_ms
 from .procs import PY, CannotStart, Child, check_port_free, child_env, free_port, pin
 from .services import (
+    KEYS_SERVICES,
     Instance,
     Postgres,
     haproxy_command,
@@ -62,7 +63,7 @@ class Cluster:
     port: int
     postgres: Postgres
     instances: list[Instance]
-    keys: Child
+    keys: list[Child]
     haproxy: Child
     store: PgStore
     options: Options = field(default_factory=Options)
@@ -273,7 +274,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
             shared: dict[str, Any] = {
                 "mesh_key": secrets.token_hex(32),
                 "kek": secrets.token_hex(32),
-                "keys_port": free_port(),
+                "keys_ports": [free_port() for _ in range(KEYS_SERVICES)],
                 "extra": options.settings,
                 "ca": ClusterCA(root / "tls"),  # the internal hop over TLS
             }

@@ -10,6 +10,7 @@ foreground (`-db`) with a configuration written into the run's folder.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 import trio
 
+from ftwbridge.config import Config
 from ftwbridge.mcp.tools import TOOLS
 
 from .procs import PY, CannotStart, Child, start_child, wait_port
@@ -177,46 +179,63 @@ def _toml(value: Any) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+KEYS_SERVICES = 2
+"""Keys services `make cluster` runs: one would be a single point of failure for every
+instance (no new session anywhere while it is down); each instance's `keys_url` lists all."""
+
+
 async def start_keys(
     nursery: trio.Nursery, root: Path, database_url: str, settings: dict[str, Any]
-) -> tuple[Child, dict[str, Any]]:
-    """Start the keys service (`ftwbridge keys --listen`, agents' keys sealed in the
-    database under `kek`; over TLS with a certificate of `settings["ca"]`, the cluster CA,
-    when there is one); returns it and the settings an instance needs to reach it
-    (`keys_url`, `mesh_key`).
+) -> tuple[list[Child], dict[str, Any]]:
+    """Start the keys services (`ftwbridge keys --listen`, one on each port of
+    `settings["keys_ports"]`, agents' keys sealed in the one database under `kek`; over TLS
+    with a certificate of `settings["ca"]`, the cluster CA, when there is one); returns
+    them and the settings an instance needs to reach them (`keys_url` naming every one, in
+    order, and `mesh_key`).
 
     Raises:
-        CannotStart: it did not start within `procs.WAIT_S`.
+        CannotStart: one did not start within `procs.WAIT_S`.
     """
-    path = root / "keys.toml"
-    port = settings.pop("keys_port")
-    keys_settings: dict[str, Any] = {
-        "state_dir": str(root / "keys"),
-        "log_level": "info",
-        "database_url": database_url,
-        "mesh_key": settings["mesh_key"],
-        "kek": settings["kek"],
-    }
+    ports = settings.pop("keys_ports")
     ca = settings.get("ca")
-    if ca is not None:
-        leaf = ca.leaf("keys")
-        keys_settings |= {
-            "internal_certfile": str(leaf.certfile),
-            "internal_keyfile": str(leaf.keyfile),
+    children = []
+    for n, port in enumerate(ports, 1):
+        path = root / f"keys{n}.toml"
+        keys_settings: dict[str, Any] = {
+            "state_dir": str(root / f"keys{n}"),
+            "log_level": "info",
+            "database_url": database_url,
+            "mesh_key": settings["mesh_key"],
+            "kek": settings["kek"],
         }
-    where, ready = ["--listen", f"127.0.0.1:{port}"], "keys service on"
-    reach = {"keys_url": f"tcp://127.0.0.1:{port}", "mesh_key": settings["mesh_key"]}
-    path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))
-    # `ftwbridge keys` has no --exit-with-parent: the lifeline stops it when this run ends
-    argv = _lifeline([PY, "-m", "ftwbridge", "keys", "--config", str(path), *where])
-    child = await start_child(nursery, "the keys service", argv, root / "keys.log", ready=ready)
-    return child, reach
+        if ca is not None:
+            leaf = ca.leaf(f"keys{n}")
+            keys_settings |= {
+                "internal_certfile": str(leaf.certfile),
+                "internal_keyfile": str(leaf.keyfile),
+            }
+        path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in keys_settings.items()))
+        where = ["--listen", f"127.0.0.1:{port}"]
+        # `ftwbridge keys` has no --exit-with-parent: the lifeline stops it when this run ends
+        argv = _lifeline([PY, "-m", "ftwbridge", "keys", "--config", str(path), *where])
+        log = root / f"keys{n}.log"
+        children.append(
+            await start_child(nursery, f"keys service {n}", argv, log, ready="keys service on")
+        )
+    urls = ",".join(f"tcp://127.0.0.1:{port}" for port in ports)
+    return children, {"keys_url": urls, "mesh_key": settings["mesh_key"]}
 
 
 HAPROXY_CFG = """\
 global
     maxconn 4096
-    stats socket {root}/haproxy.sock mode 600 level admin
+    # a reload (SIGUSR2 to the master, `reload_haproxy`) hands the listening sockets to the
+    # new worker, so no connection is refused; the old worker finishes its calls (each within
+    # call_deadline_s) and closes idle connections spread over close-spread-time, and is
+    # stopped at hard-stop-after (uplinks still on it then redial)
+    stats socket {root}/haproxy.sock mode 600 level admin expose-fd listeners
+    hard-stop-after {hard_stop_s}s
+    close-spread-time 5s
 
 defaults
     mode http
@@ -227,7 +246,9 @@ defaults
     option forwardfor
     timeout connect 2s
     timeout client 60s
-    timeout server 60s
+    # an instance answers each call in words within call_deadline_s of its start: one that
+    # does not by then is stopped or frozen, and the call gets the 504 below in words
+    timeout server {server_ms}ms
     timeout tunnel 1h
     timeout http-request 10s
     retries 2
@@ -278,10 +299,17 @@ ERRORS = {
 """HAProxy's own answers, in words and as a JSON-RPC error (what an MCP client reads)."""
 
 
+HARD_STOP_SLACK_S = 5
+"""Seconds past `call_deadline_s` that an old HAProxy worker lives after a reload."""
+
+
 def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
     """Write HAProxy's configuration (and its error answers) into `root`; returns its path.
     Boxes go to the instance with the fewest connections, calls round robin: an instance
-    forwards a call to its home's holder (issue 13 item 4)."""
+    forwards a call to its home's holder (issue 13 item 4). HAProxy waits for an instance's
+    answer as long as the instances' `call_deadline_s` (their longest; the default when
+    they set none), counted from when it sent the request: an instance that has not
+    answered by then is stopped or frozen, and the call gets HAProxy's 504 in words."""
     for status, (reason, words) in ERRORS.items():
         body = (
             '{"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": "'
@@ -297,9 +325,13 @@ def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
     servers = "\n".join(
         f"    server {i.name} 127.0.0.1:{i.port} check port {i.admin_port}" for i in instances
     )
+    default_s = Config.model_fields["call_deadline_s"].default
+    deadline_s = max(float(i.settings.get("call_deadline_s", default_s)) for i in instances)
     text = HAPROXY_CFG.format(
         root=root,
         port=port,
+        server_ms=round(deadline_s * 1000),
+        hard_stop_s=math.ceil(deadline_s) + HARD_STOP_SLACK_S,
         servers=servers,
         calls="roundrobin",
         boxes="leastconn",
@@ -327,7 +359,8 @@ async def haproxy_command(root: Path, command: str) -> str:
 
 
 async def start_haproxy(nursery: trio.Nursery, root: Path, port: int, cfg: Path) -> Child:
-    """Start HAProxy on `cfg`; returns once it takes connections on `port`.
+    """Start HAProxy on `cfg` in master-worker mode (`-W`, in the foreground); returns once
+    it takes connections on `port`. `reload_haproxy` reloads it without losing a call.
 
     Raises:
         CannotStart: it is not installed, or it exited or did not listen within `procs.WAIT_S`.
@@ -336,7 +369,14 @@ async def start_haproxy(nursery: trio.Nursery, root: Path, port: int, cfg: Path)
     if binary is None:
         raise CannotStart(NO_HAPROXY)
     child = await start_child(
-        nursery, "HAProxy", _lifeline([binary, "-db", "-f", str(cfg)]), root / "haproxy.log"
+        nursery, "HAProxy", _lifeline([binary, "-W", "-db", "-f", str(cfg)]), root / "haproxy.log"
     )
     await wait_port(port, child)
     return child
+
+
+def reload_haproxy(child: Child) -> None:
+    """Reload HAProxy (`start_haproxy`'s child) on its configuration file as it is now: SIGUSR2
+    to its master (through the lifeline), HAProxy's seamless reload. Never restart it instead:
+    a stop cuts every call and uplink it carries, with no words."""
+    child.signal(signal.SIGUSR2)

@@ -23,8 +23,9 @@ from ftwbridge.mesh.signing import mesh_key_bytes as mesh_key_bytes
 
 ENV_PREFIX = "FTWBRIDGE_"
 CALL_SLACK_S = 2.0
-"""What a `/mcp` call may take past `call_deadline_s` besides its box reads (the token check,
-shaping the answer), in seconds; `door_silence_s` must leave at least this much."""
+"""Seconds the bounds that only back `call_deadline_s` up keep above it (a call ends by its
+deadline, `ftwbridge/mcp/deadline.py`): `door_silence_s` must leave at least this much, and
+the forwarding client's read timeout has it on top."""
 
 Seconds = Annotated[float, Field(gt=0)]
 """A duration in seconds that must be positive (a deadline, a timeout, an interval)."""
@@ -189,7 +190,8 @@ class Config(BaseModel):
     sessions_per_home: Count = 16
     """Agent sessions per home."""
     call_deadline_s: Seconds = 25.0
-    """One tool call, end to end, seconds."""
+    """Every `/mcp` call is answered within this many seconds of its start, seconds
+    (`ftwbridge/mcp/deadline.py`)."""
     confirm_commands: Literal["elicit", "preview", "off"] = "elicit"
     """How the person confirms `ev_charge_now` (docs/control.md, "Confirmation by the
     person"): `elicit` asks by elicitation where the client declares it (MCP 2026-07-28) and
@@ -218,6 +220,12 @@ class Config(BaseModel):
     its next request before the bridge closes it, seconds (hypercorn's `keep_alive_timeout`;
     5 s is its default). A proxy that keeps idle connections to the bridge must drop them
     sooner, or never keep them (docs/operations.md, "Keep-alive behind a proxy")."""
+
+    listen_backlog: Annotated[int, Field(ge=16, le=65535)] = 1024
+    """Connections each listener (main, admin, internal) lets wait to be accepted: a burst of
+    new connections past it is not taken at once (the kernel drops their handshakes and the
+    clients try again, or resets them with `net.ipv4.tcp_abort_on_overflow`). The kernel caps
+    it at `net.core.somaxconn`; 1024 holds a burst of a thousand clients connecting at once."""
 
     door_msgs_burst: Burst = 240
     """Messages an uplink's bucket holds."""

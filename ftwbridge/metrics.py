@@ -24,6 +24,7 @@ from ftwbridge.framing import framing_and_coding
 from ftwbridge.keys import KeysPort
 from ftwbridge.pool import Pool
 from ftwbridge.pool.feed import feed_metrics
+from ftwbridge.readiness import Verdict
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 
@@ -275,9 +276,10 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def create_admin_app(metrics: Metrics, not_ready: Callable[[], Awaitable[str | None]]) -> QuartTrio:
-    """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (200 `ready`, or 503
-    `not ready: <why>` with the sentence `not_ready()` gives)."""
+def create_admin_app(metrics: Metrics, readiness: Callable[[], Awaitable[Verdict]]) -> QuartTrio:
+    """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (200 `ready` or
+    `ready, degraded: <why>`, or 503 `not ready: <why>`, as `readiness()` judges:
+    `ftwbridge/readiness.py`)."""
     app = QuartTrio("ftwbridge-admin")
     app.before_request(framing_and_coding)
 
@@ -291,11 +293,10 @@ def create_admin_app(metrics: Metrics, not_ready: Callable[[], Awaitable[str | N
 
     @app.route("/readyz")
     async def readyz() -> Response:
-        why = await not_ready()
-        if why is None:
-            return Response(b"ready\n", 200, {"content-type": "text/plain"})
-        body = f"not ready: {why}\n".encode()
-        return Response(body, 503, {"content-type": "text/plain; charset=utf-8"})
+        verdict = await readiness()
+        body = f"{verdict.text()}\n".encode()
+        status = 200 if verdict.ready else 503
+        return Response(body, status, {"content-type": "text/plain; charset=utf-8"})
 
     return app
 

@@ -40,6 +40,7 @@ from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
+from ftwbridge.readiness import CHECK_S, Readiness, Verdict
 from ftwbridge.store import BridgeStore, StoreError, open_store
 from ftwbridge.store.inuse import StateInUse, serving_state
 
@@ -83,8 +84,10 @@ class _Homes:
         return await self._door.grant(home, agent_key)
 
 
-def _bind(address: str, listener: str, setting: str) -> socket.socket:
-    """A listening TCP socket on `address` (host:port, `config.split_address`).
+def _bind(address: str, listener: str, setting: str, backlog: int = 1024) -> socket.socket:
+    """A listening TCP socket on `address` (host:port, `config.split_address`) whose queue of
+    connections not yet accepted holds `backlog` (`listen_backlog`; the kernel caps it at
+    `net.core.somaxconn`).
 
     Raises:
         StartupError: the address cannot be bound (in use, not this machine's, not allowed);
@@ -96,7 +99,7 @@ def _bind(address: str, listener: str, setting: str) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(1024)
+        sock.listen(backlog)
     except OSError as exc:
         sock.close()
         why = {
@@ -183,6 +186,7 @@ class Bridge:
             wall_ms=clock,
         )
         self.metrics = Metrics()
+        self._readiness = Readiness()
         self.door = Door(
             config=config,
             store=self.store,
@@ -287,25 +291,41 @@ class Bridge:
         """
         return await self.minter.mint(home, agent_key, agent_id, scopes, client)
 
+    async def readiness(self) -> Verdict:
+        """What `/readyz` says (`ftwbridge/readiness.py`): the store and the keys part checked
+        side by side, each within `CHECK_S`."""
+        problems: dict[str, str | None] = {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._store_problem, problems)
+            nursery.start_soon(self._keys_problem, problems)
+        return self._readiness.judge(
+            draining=self.pool.draining, store=problems["store"], keys=problems["keys"]
+        )
+
     async def not_ready(self) -> str | None:
         """Why the bridge should take no traffic now, in one sentence, or None when it is
-        ready: the store and the keys part answer (within 2 s each), and it is not draining."""
-        if self.pool.draining:
-            return "draining: the bridge is stopping"
+        ready (perhaps degraded: see `readiness`)."""
+        verdict = await self.readiness()
+        return None if verdict.ready else verdict.why
+
+    async def _store_problem(self, out: dict[str, str | None]) -> None:
+        out["store"] = None
         try:
-            with trio.fail_after(2):
+            with trio.fail_after(CHECK_S):
                 await self.store.home_key("")
         except StoreError as exc:
-            return str(exc)
+            out["store"] = str(exc)
         except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
-            return f"the store does not answer ({type(exc).__name__})"
+            out["store"] = f"the store does not answer ({type(exc).__name__})"
+
+    async def _keys_problem(self, out: dict[str, str | None]) -> None:
+        out["keys"] = None
         try:
-            with trio.fail_after(2):
+            with trio.fail_after(CHECK_S):
                 await self.keys.has(bytes(32))
         except (trio.TooSlowError, KeysError, OSError) as exc:
             where = f" at {self.config.keys_socket}" if self.config.keys_socket else ""
-            return f"the keys part{where} does not answer ({exc or type(exc).__name__})"
-        return None
+            out["keys"] = f"the keys part{where} does not answer ({exc or type(exc).__name__})"
 
     async def _held_elsewhere(self, home: str) -> bool:
         """For a listen stream on many instances: this instance does not hold the home's
@@ -358,7 +378,9 @@ class Bridge:
                 door=self.door,
                 wall_ms=self.clock,
                 port=port,
-                bind=lambda address: _bind(address, "internal", "internal_bind"),
+                bind=lambda address: _bind(
+                    address, "internal", "internal_bind", self.config.listen_backlog
+                ),
             )
         except StartupError:
             socket.close(main_fd)
@@ -399,7 +421,7 @@ class Bridge:
         consents, codes, claims = await self.oauth.restore()
         if consents or codes or claims:
             log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
-        sock = _bind(c.bind, "main", "bind")
+        sock = _bind(c.bind, "main", "bind", c.listen_backlog)
         host, port = sock.getsockname()[:2]
         fd = sock.detach()  # hypercorn owns the listening socket from here on
         if self.site.public_url.endswith(":0"):
@@ -457,11 +479,11 @@ class Bridge:
         hc.errorlog = logging.getLogger("hypercorn.error")
         hc.websocket_max_message_size = MAX_MESSAGE_BYTES  # past it: close 1009 at once
         hc.graceful_timeout = 1.0
-        hc.backlog = 1024
+        hc.backlog = c.listen_backlog
         admin_fd = None
         if c.admin_bind is not None:
             try:
-                admin_sock = _bind(c.admin_bind, "admin", "admin_bind")
+                admin_sock = _bind(c.admin_bind, "admin", "admin_bind", c.listen_backlog)
             except StartupError:
                 socket.close(fd)  # the main listener's socket, not yet hypercorn's
                 raise
@@ -490,10 +512,11 @@ class Bridge:
                 ac.accesslog = None
                 ac.errorlog = hc.errorlog
                 ac.graceful_timeout = 1.0
-                admin = create_admin_app(self.metrics, self.not_ready)
+                ac.backlog = c.listen_backlog  # hypercorn listens again with it (its own: 100)
+                admin = create_admin_app(self.metrics, self.readiness)
                 await nursery.start(hypercorn_serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)
-            why = await self.not_ready()
-            if why is not None:  # serving anyway: the part may come up later
-                log.warning("not ready: %s; calls that need it are refused until it does", why)
+            verdict = await self.readiness()
+            if verdict.why is not None:  # serving anyway: the part may come up later
+                log.warning("%s; calls that need it are refused until it does", verdict.text())
             task_status.started(self)

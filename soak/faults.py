@@ -142,26 +142,35 @@ async def revoke(s: Soak) -> str:
 
 
 async def hang_up(s: Soak) -> str:
-    """Clients hang up before the answer of a slow home (`--delay-ms`), then ask again."""
+    """Clients hang up before the answer of a slow home (`--delay-ms`), then ask again: each
+    hung-up call still finishes and is audited with its outcome and `delivered=no` (a call
+    refused in words before the hang-up, by the home's queue, was answered, not hung up)."""
     home = "soak-slow"
     count = s.n(6)
     await trio.sleep(s.t(3))
+    before = len(s.load.calls)
     async with s.load.client() as http, trio.open_nursery() as nursery:
         for _ in range(count):
             agent = s.fleet.next_agent(home)
             hang = functools.partial(s.load.call, hang_up_s=HANG_UP_S)
             nursery.start_soon(hang, http, s.scenario, agent, "status", {})
             await trio.sleep(0.2)
+    batch = [c for c in s.load.calls[before:] if c.home == home]
     async with s.load.client() as http, trio.open_nursery() as nursery:
         for agent in s.fleet.agents[home]:
             nursery.start_soon(s.load.call, http, s.scenario, agent, "status", {})
     await trio.sleep(s.t(4))
-    hung = sum(1 for c in s.calls() if c.outcome == "hung_up")
-    seen = sum(1 for line in s.log() if f"home={home}" in line and "status=cancelled" in line)
+    hung = sum(1 for c in batch if c.outcome == "hung_up")
+    early = sum(1 for c in batch if c.answered)  # refused in words before the hang-up
+    audited = [line for line in s.log() if f"home={home}" in line and "delivered=no" in line]
+    seen = len(audited)
+    finished = sum(1 for line in audited if "status=cancelled" not in line)
     return _expect(
         {
-            f"hung up {hung} of {count}": hung == count,
+            f"hung up {hung} of {count} ({early} answered first)": hung + early == count
+            and hung > 0,
             f"the bridge saw {seen} of {hung} hang-ups": seen == hung,
+            f"{finished} of {seen} hung-up calls audited with their outcome": finished == seen,
         }
     )
 

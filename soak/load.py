@@ -26,6 +26,8 @@ from .fleet import Agent, Fleet
 DEADLINE_SLACK_S = 2.0
 """What a call may take past the bridge's `call_deadline_s` (seconds): the deadline covers the
 box reads; the token check, the body and the answer's trip come on top."""
+KEEP_ALIVE_S = 2.0
+"""How long the soak's clients keep an idle connection, seconds: under the bridge's 5 s."""
 PATIENCE_S = 10.0
 """How much longer than deadline plus slack the client waits before it calls a call `late`."""
 WEIGHTS = {"status": 4, "homes_list": 1, "history_query": 2, "plan_get": 2}
@@ -122,7 +124,12 @@ class Load:
 
     def client(self) -> httpx2.AsyncClient:
         """An HTTP client for one stretch of load; closing it closes its connections."""
-        limits = httpx2.Limits(max_connections=200, max_keepalive_connections=32)
+        # idle connections dropped well before the bridge's own idle close (`keep_alive_s`,
+        # 5 s): a request sent on one as the bridge closes it gets no answer, a loss of the
+        # client's making ("Keep-alive behind a proxy" in docs/operations.md)
+        limits = httpx2.Limits(
+            max_connections=200, max_keepalive_connections=32, keepalive_expiry=KEEP_ALIVE_S
+        )
         return httpx2.AsyncClient(
             limits=limits,
             timeout=httpx2.Timeout(self.deadline_s + DEADLINE_SLACK_S + PATIENCE_S),

@@ -120,6 +120,7 @@ ONE_WORKER = {
     ),
     "tests/cluster/test_forwarding.py": "the cluster of test_forwarding",
     "tests/cluster/test_signin.py": "the cluster of test_signin",
+    "tests/cluster/test_stall.py": "the cluster of test_stall",
 }
 """Tests that share processes started once for many of them run on one xdist worker: the
 edge suite's one bridge (the session's `live`) and each module's cluster (`cluster`). Each

@@ -12,7 +12,8 @@ the CORS response headers. Every other scope goes to the next app unchanged.
 
 A client that hangs up does not cancel its call: the call ends with its answer or at its
 deadline, and the answer is dropped (hypercorn ignores sends after the connection closed). A
-command's result is audited either way.
+command's result is audited either way, with `delivered=no` when the client had left
+(`client_gone`: hypercorn queued `http.disconnect` before the answer was ready).
 """
 
 from __future__ import annotations
@@ -104,6 +105,27 @@ async def receive_ready(receive: Receive) -> MutableMapping[str, Any]:
         else:
             return event
     return await receive()
+
+
+def client_gone(receive: Receive) -> Callable[[], bool]:
+    """A check of whether the client has left: true once hypercorn has queued the ASGI
+    `http.disconnect` event (it does when the connection closes). Only events already queued
+    are taken (body chunks nobody will read are skipped), so the check never waits; any other
+    `receive` than a trio memory channel's is never consumed and reads as not gone."""
+    channel = getattr(receive, "__self__", None)
+    left = False
+
+    def gone() -> bool:
+        nonlocal left
+        while not left and isinstance(channel, trio.MemoryReceiveChannel):
+            try:
+                event = channel.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            left = event.get("type") == "http.disconnect"
+        return left
+
+    return gone
 
 
 async def read_body(receive: Receive, max_bytes: int, timeout_s: float) -> bytes:
@@ -262,7 +284,14 @@ class McpRoute:
             return await read_body(receive, self.max_body_bytes, self.body_timeout_s)
 
         remote = self.site.scope_client(scope)  # the client's, behind trusted proxies
-        req = HttpRequest(method, headers, body, _declared_length(headers), remote=remote)
+        req = HttpRequest(
+            method,
+            headers,
+            body,
+            _declared_length(headers),
+            remote=remote,
+            client_gone=client_gone(receive),
+        )
         try:
             return await self.service.handle(req)
         except StoreError as exc:

@@ -35,7 +35,8 @@ OUTCOMES = {
     "host_refused": "421: a Host the bridge does not serve (app.py)",
     "bad_framing": "400: Content-Length and Transfer-Encoding together (framing.py)",
     "bad_coding": "415: a Content-Encoding other than identity (framing.py)",
-    "cancelled": "the client left before the answer",
+    "cancelled": "the client left before its body arrived, or the bridge stopped under the call",
+    "late": "503: still under way call_deadline_s after its start (mcp/deadline.py)",
     "error": "a fault of the bridge's own (its traceback is logged by the HTTP server)",
     "notification": "202: a JSON-RPC notification",
     "forwarded": "sent whole to the instance holding the home, which answered (ftwbridge.mesh)",
@@ -77,6 +78,9 @@ class Seen:
     outcome: str = "ok"
     token: TokenRecord | None = None
     tool: str | None = None
+    delivered: bool = True
+    """False when the client had left before the answer was sent: the call did finish
+    (`outcome` says how), but nobody received the answer (audited `delivered=no`)."""
 
 
 def method_label(method: str) -> str:
@@ -112,25 +116,28 @@ class Recorder:
             log_safe(t.agent_id) if t is not None else "-",
             log_safe(client),
         )
+        gone = "" if seen.delivered else " delivered=no"
         if seen.tool is not None:
             audit.info(
-                "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d",
+                "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d%s",
                 seen.tool,
                 *who,
                 seen.outcome,
                 seconds * 1000,
+                gone,
             )
             if self._on_call is not None:
                 known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
                 self._on_call(seen.tool, seen.outcome if known else "other", seconds)
         else:
             audit.info(
-                "method=%s home=%s agent=%s client=%s status=%s http=%d duration_ms=%d",
+                "method=%s home=%s agent=%s client=%s status=%s http=%d duration_ms=%d%s",
                 seen.method,
                 *who,
                 seen.outcome,
                 status,
                 seconds * 1000,
+                gone,
             )
         if self._on_request is not None:
             known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES

@@ -14,6 +14,7 @@ in words and in `data` (a read has no `isError` result to carry it); `resources/
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -55,9 +56,9 @@ INTERNAL_ERROR: Final = -32603
 _WIRE_ONLY: Final = {"ttl_ms", "cache_scope", "result_type"}
 """Result fields the service adds per era (`McpService._result`), never the catalog."""
 
-RunTool = Callable[[ToolSpec, Any, TokenRecord], Awaitable[dict[str, Any]]]
-"""The service's tool path: (tool, parsed arguments, token) -> the tool's result (`ok_result`);
-raises `Refusal`."""
+RunTool = Callable[[ToolSpec, Any, TokenRecord, float], Awaitable[dict[str, Any]]]
+"""The service's tool path: (tool, parsed arguments, token, when the call's work ends in trio
+time) -> the tool's result (`ok_result`); raises `Refusal`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +98,9 @@ class Catalog:
         self._run = run
         self._behind = behind
 
-    async def answer(self, route: Route, token: TokenRecord) -> Answer:
-        """Answer one request whose method is in `METHODS` (never raises for bad input)."""
+    async def answer(self, route: Route, token: TokenRecord, ends: float = math.inf) -> Answer:
+        """Answer one request whose method is in `METHODS` (never raises for bad input); a
+        resource read's box reads end by `ends` (trio time, the call's `work_ends`)."""
         m, params = route.method, route.params
         if m in ("resources/subscribe", "resources/unsubscribe"):
             words = f"Method not found: {m} (resources.subscribe is false; read the resource again)"
@@ -117,7 +119,7 @@ class Catalog:
             return Answer(result=_dump(listing_p), ttl_ms=0)
         if m == "prompts/get":
             return self._prompt(params, token)
-        return await self._read(params, token)
+        return await self._read(params, token, ends)
 
     def _prompt(self, params: dict[str, Any], token: TokenRecord) -> Answer:
         name, given = params.get("name"), params.get("arguments")
@@ -145,7 +147,7 @@ class Catalog:
             need |= resources.tool_scopes(tool) or set()
         return tuple(sorted(need - set(token.scopes)))
 
-    async def _read(self, params: dict[str, Any], token: TokenRecord) -> Answer:
+    async def _read(self, params: dict[str, Any], token: TokenRecord, ends: float) -> Answer:
         uri = params.get("uri")
         if not isinstance(uri, str):
             return _params_error("invalid_params", "resources/read needs a text uri")
@@ -168,7 +170,7 @@ class Catalog:
         try:
             if behind is not None:
                 return _box_error("roster_behind", uri, roster_behind_result(behind))
-            out = await self._run(spec, args, token)
+            out = await self._run(spec, args, token, ends)
         except Refusal as exc:
             sent = exc.code
             refused = refusal_result(exc)  # cleans the peer's code, as a tool call does

@@ -157,16 +157,25 @@ class Control:
         )
 
     async def run(
-        self, tool: ControlTool, args: Any, token: TokenRecord, route: Route
+        self,
+        tool: ControlTool,
+        args: Any,
+        token: TokenRecord,
+        route: Route,
+        *,
+        ends: float | None = None,
     ) -> dict[str, Any] | InputRequired:
         """Run `tool` with its parsed `args` for `token`'s agent; `route` is the request
-        (its id, era, params and client capabilities).
+        (its id, era, params and client capabilities); `ends` is when its work is cut (trio
+        time, `mcp/deadline.py`; default `call_deadline_s` from now).
 
         Raises:
             Refusal: the bridge or the box refused (words at the MCP edge).
             confirm.StateRefused: a `requestState` that is not ours for this call.
         """
-        with trio.move_on_after(self._deadline_s) as scope:
+        if ends is None:
+            ends = trio.current_time() + self._deadline_s
+        with trio.move_on_at(ends) as scope:
             if tool is CHARGE_NOW or tool is STOP:
                 return await self._command(tool, args, token, route)
             if tool is GOAL:

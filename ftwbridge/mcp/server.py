@@ -35,7 +35,7 @@ from ftwbridge.proto.registry import CAPS
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
-from . import inbound
+from . import deadline, inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
 from .capabilities import capabilities
@@ -114,6 +114,15 @@ class HttpRequest:
     token_digest: bytes | None = None
     """On a forwarded request: the SHA-256 of the bearer token the sender verified, sent in
     its place (the token itself never crosses the hop)."""
+    budget_s: float | None = None
+    """Set on a forwarded request: the time its sender left for it, seconds from its
+    arrival (`deadline.BUDGET`); it can only shorten `call_deadline_s`."""
+    work_ends: float = math.inf
+    """When the call's work is cut, trio time (`deadline.work_ends`: set by `handle` from
+    the call's start; a forward's hop gets what is left of it)."""
+    client_gone: Callable[[], bool] = lambda: False
+    """Whether the client has closed its connection already (asked once the answer is
+    ready: an answer nobody will read is audited `delivered=no`, docs/operations.md "Logs")."""
 
 
 class BodyTooLarge(Exception):
@@ -160,6 +169,15 @@ def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> Htt
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     body = text.encode("utf-8", "backslashreplace")
     return HttpResponse(status, {"content-type": "application/json", **(headers or {})}, body)
+
+
+LATE_WORDS = "The bridge could not finish this request in time; try again in a few seconds."
+"""What a request still under way `call_deadline_s` after its start reads (a 503)."""
+
+
+def _late() -> HttpResponse:
+    rej = inbound.Rejection(503, jsonrpc.INTERNAL_ERROR, LATE_WORDS)
+    return _json(503, rej.body(), {"retry-after": "2", "cache-control": "no-store"})
 
 
 def _refuse_body(status: int, message: str) -> HttpResponse:
@@ -288,13 +306,24 @@ class McpService:
         self._recorder.record(Seen(outcome=outcome), status, headers, 0.0)
 
     async def handle(self, req: HttpRequest) -> HttpResponse:
-        """Answer one request to `/mcp` (never raises for bad input); audit and count it."""
+        """Answer one request to `/mcp` (never raises for bad input); audit and count it.
+
+        Every bound counts from this call's start (`deadline`): the work is cut at
+        `work_ends`, and whatever is still under way `call_deadline_s` after the start (a
+        token check the database holds up) ends in a 503 in words (audited `late`)."""
         seen = Seen()
         started = time.monotonic()
+        now = trio.current_time()
+        req = replace(req, work_ends=deadline.work_ends(now, self._deadline_s, req.budget_s))
         status = 0
         try:
-            resp = await self._handle(req, seen)
+            with trio.move_on_at(now + self._deadline_s) as net:
+                resp = await self._handle(req, seen)
+            if net.cancelled_caught:
+                seen.outcome = "late"
+                resp = _late()
             status = resp.status
+            seen.delivered = not req.client_gone()
             return resp
         except trio.Cancelled:
             seen.outcome = "cancelled"
@@ -387,7 +416,7 @@ class McpService:
         if route.is_notification:
             seen.outcome = "notification"
             return HttpResponse(202)
-        return await self._dispatch(route, token, req.headers, seen)
+        return await self._dispatch(route, token, req.headers, req.work_ends, seen)
 
     def _result(
         self,
@@ -414,6 +443,7 @@ class McpService:
         route: inbound.Route,
         token: TokenRecord,
         headers: dict[str, list[str]],
+        ends: float,
         seen: Seen,
     ) -> HttpResponse:
         m = route.method
@@ -449,9 +479,9 @@ class McpService:
                 )
             return self._result(route, {"tools": self._tool_list}, cacheable=True)
         if m == "tools/call":
-            return await self._call(route, token, seen)
+            return await self._call(route, token, ends, seen)
         if m in METHODS:  # resources and prompts (mcp/catalog.py)
-            ans = await self._catalog.answer(route, token)
+            ans = await self._catalog.answer(route, token, ends)
             seen.outcome = ans.outcome
             if ans.missing:
                 return self._insufficient_scope(route, ans.name, list(ans.missing))
@@ -467,7 +497,9 @@ class McpService:
         seen.outcome = "method_not_found"
         return self._error(route, jsonrpc.METHOD_NOT_FOUND, "Method not found", m)
 
-    async def _call(self, route: inbound.Route, token: TokenRecord, seen: Seen) -> HttpResponse:
+    async def _call(
+        self, route: inbound.Route, token: TokenRecord, ends: float, seen: Seen
+    ) -> HttpResponse:
         name = route.params.get("name")
         arguments = route.params.get("arguments", {})
         if not isinstance(name, str) or not isinstance(arguments, dict):
@@ -505,13 +537,13 @@ class McpService:
             return self._result(route, roster_behind_result(behind))
         try:
             if isinstance(spec, ControlTool):
-                out = await self._control.run(spec, args, token, route)
+                out = await self._control.run(spec, args, token, route, ends=ends)
                 if isinstance(out, InputRequired):
                     seen.outcome = "input_required"
                     return _json(200, {"jsonrpc": "2.0", "id": route.id, "result": out.result()})
                 result = out
             else:
-                result = await self._run(spec, args, token)
+                result = await self._run(spec, args, token, ends)
         except ArgumentsRefused as exc:
             seen.outcome = "invalid_arguments"
             return self._result(route, text_error(str(exc)))
@@ -548,9 +580,10 @@ class McpService:
         return self._roster_behind(token.home, token.agent_key)
 
     async def _flow(
-        self, spec: ToolSpec, args: Any, token: TokenRecord, now_ms: int
+        self, spec: ToolSpec, args: Any, token: TokenRecord, now_ms: int, ends: float
     ) -> dict[str, Any]:
-        """A tool whose reads depend on earlier answers, within the call's deadline; its
+        """A tool whose reads depend on earlier answers, ended by `ends` (trio time, the call's
+        `work_ends`, counted from its start); its
         `energy.get` answers are reused per home while they cannot change (`AnswerCache`)."""
         assert spec.flow is not None
         grant = await self._homes.grant(token.home, token.agent_key)
@@ -561,7 +594,7 @@ class McpService:
             return await self._homes.call(token.home, token.agent_key, r, body)
 
         call = cached(self._answers, token.home, token.agent_key, read, now_ms)
-        with trio.move_on_after(self._deadline_s):
+        with trio.move_on_at(ends):
             try:
                 value = await spec.flow(call, args, FlowContext(now_ms, days, hold, self._skew_ms))
             except (ValueError, KeyError, TypeError) as exc:  # an answer we cannot read
@@ -572,15 +605,17 @@ class McpService:
             return ok_result(to_json(value))
         raise Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})
 
-    async def _run(self, spec: ToolSpec, args: Any, token: TokenRecord) -> dict[str, Any]:
+    async def _run(
+        self, spec: ToolSpec, args: Any, token: TokenRecord, ends: float
+    ) -> dict[str, Any]:
         now_ms = self._wall_ms()
         if spec.run is not None:  # the bridge answers it itself
             grant = await self._homes.grant(token.home, token.agent_key)
             return ok_result(to_json(spec.run(token, grant)))
         if spec.flow is not None:  # reads that follow the answers (energy_tools.py)
-            return await self._flow(spec, args, token, now_ms)
+            return await self._flow(spec, args, token, now_ms, ends)
         replies: list[Reply] = []
-        with trio.move_on_after(self._deadline_s) as scope:
+        with trio.move_on_at(ends) as scope:
             for read, body in spec.box_requests(args, now_ms):
                 replies.append(await self._homes.call(token.home, token.agent_key, read, body))
         if scope.cancelled_caught:

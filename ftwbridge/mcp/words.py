@@ -65,6 +65,8 @@ _UNAVAILABLE: Final[dict[str, str]] = {
     " was not repeated. Try again in a few seconds.",
     "holder_unreachable": "The bridge instance serving this home cannot be reached; try again"
     " in a few seconds.",
+    "holder_late": "The bridge instance serving this home did not answer in time; the call was"
+    " not repeated. Try again in a few seconds.",
 }
 
 

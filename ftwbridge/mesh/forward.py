@@ -5,7 +5,10 @@ held by another instance goes there whole, signed, and its answer comes back as 
 (bounded pool and timeouts), and keeps to the issue's rules: at most one hop; after a 421
 from the holder (it lost the home) or a holder that cannot be reached, one fresh lookup and
 one more try within the call's deadline; a holder that fails after the request went out ends
-the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice.
+the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice. The whole forward
+ends by the call's `work_ends` (`ftwbridge/mcp/deadline.py`), counted from the call's start
+here: the holder is told what is left (`deadline.BUDGET`), and a holder that does not answer
+by then (stopped, frozen, overloaded) ends the call in words (`holder_late`), never sent again.
 `Forwarder.forward_stream` does the same for a `subscriptions/listen`, whose answer is a stream
 relayed as it comes (docs/live.md, "Many instances").
 """
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 import httpx2
 import trio
 
-from ftwbridge.mcp import inbound
+from ftwbridge.mcp import deadline, inbound
 from ftwbridge.mcp.server import (
     MESH_MOVED,
     RATE_LIMITED_JSONRPC,
@@ -72,13 +75,15 @@ HOP_BY_HOP = frozenset(
 @dataclass(slots=True)
 class ForwardStats:
     """Counters (they only grow): requests forwarded and answered, retried after a 421 or an
-    unreachable holder, ended because the holder failed, refused by the entry's guard."""
+    unreachable holder, ended because the holder failed, refused by the entry's guard, ended
+    by the call's deadline before the holder answered."""
 
     forwarded: int = 0
     moved: int = 0
     unreachable: int = 0
     holder_lost: int = 0
     guarded: int = 0
+    late: int = 0
 
 
 def new_client(
@@ -199,15 +204,29 @@ class Forwarder:
     async def forward(
         self, home: str, req: HttpRequest, body: bytes, rid: str | int | None
     ) -> HttpResponse | Refusal | None:
-        """Send `req` (its `body` already read) to the holder of `home`, if that is another
-        instance.
+        """Send `req` to the holder of `home`, if that is another instance, by the call's
+        `req.work_ends` (trio time).
 
         Returns:
             None when this instance should answer it (the home's uplink is here, the
-            directory names this instance or nobody, or the directory does not answer); the holder's answer; a 429 of the entry's guard; or
-            a `Refusal` `E_UNAVAILABLE` when the holder failed (`holder_lost`: after the
-            request went out; `holder_unreachable`: twice not reached, or moved twice).
+            directory names this instance or nobody, or the directory does not answer); the
+            holder's answer; a 429 of the entry's guard; or a `Refusal` `E_UNAVAILABLE` when
+            the holder failed (`holder_lost`: after the request went out;
+            `holder_unreachable`: twice not reached, or moved twice, or not reached by
+            `work_ends`; `holder_late`: sent, and no answer by `work_ends`).
         """
+        sent: list[bool] = [False]
+        with trio.move_on_at(req.work_ends):
+            return await self._forward(home, req, body, rid, sent)
+        reason = "holder_late" if sent[0] else "holder_unreachable"
+        log.warning("forward of home %s: no answer by the call's deadline (%s)", home, reason)
+        self.stats.late += 1
+        return Refusal(Code.E_UNAVAILABLE, {"reason": reason})
+
+    async def _forward(
+        self, home: str, req: HttpRequest, body: bytes, rid: str | int | None, sent: list[bool]
+    ) -> HttpResponse | Refusal | None:
+        """`forward` without its deadline; `sent[0]` is set once a request went out."""
         if self._here(home):  # its uplink is here: no lookup, and none to wait for while
             return None  # PostgreSQL does not answer
         tries = 2
@@ -226,7 +245,9 @@ class Forwarder:
                 guarded = self._guard(req.remote, rid)
                 if guarded is not None:
                     return guarded
-            headers = self._signed_headers(req, body, holder)
+            budget = deadline.hop_budget_ms(req.work_ends, trio.current_time())
+            headers = self._signed_headers(req, body, holder, budget)
+            sent[0] = True
             try:
                 resp = await self._http.request(
                     req.method, holder.url + PATH, headers=headers, content=body
@@ -265,13 +286,15 @@ class Forwarder:
         return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
 
     def _signed_headers(
-        self, req: HttpRequest, body: bytes, holder: Holder
+        self, req: HttpRequest, body: bytes, holder: Holder, budget_ms: int | None = None
     ) -> list[tuple[str, str]]:
         """`req`'s end-to-end headers (`_passed_on`: the bearer token's SHA-256 in its place)
         and the mesh signature for `holder` at its epoch, which covers every header the holder
         reads (`mesh/signing.py`)."""
         digest = _token_digest(req.headers.get("authorization", []))
         headers = _passed_on(req.headers, drop_authorization=digest is not None)
+        if budget_ms is not None:  # the holder's time, covered like every header it reads
+            headers.append((deadline.BUDGET, str(budget_ms)))
         signed = signing.sign(
             self._key,
             sender=self.instance_id,
@@ -364,6 +387,7 @@ def _passed_on(headers: dict[str, list[str]], *, drop_authorization: bool) -> li
         for v in vs
         if k not in HOP_BY_HOP
         and not k.startswith("ftw-mesh-")
+        and k != deadline.BUDGET  # a client's own never passes: the entry sends the budget
         and not (k == "authorization" and drop_authorization)
     ]
 

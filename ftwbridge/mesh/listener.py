@@ -21,6 +21,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
+from ftwbridge.mcp import deadline
 from ftwbridge.mcp.server import HttpRequest, McpService
 
 from . import signing
@@ -89,18 +90,21 @@ def create_internal_app(
             if on_refused is not None:
                 on_refused(exc.reason)
             return _refusal(403, f"Forwarded request refused: {exc.words}")
+        covered = dict(signed.headers)
+        budget_s = deadline.parse_budget(covered.pop(deadline.BUDGET, None))
 
         async def read_body() -> bytes:
             return body
 
         req = HttpRequest(  # only the headers the sender signed: none added on the way
             request.method,
-            signed.headers,
+            covered,
             read_body,
             len(body),
             remote=signed.sender,
             mesh_epoch=signed.epoch,
             token_digest=signed.token_digest,
+            budget_s=budget_s,
         )
         resp = await service.handle(req)
         return Response(resp.body, resp.status, resp.headers)

@@ -202,6 +202,7 @@ class Node:
                     hc.graceful_timeout = 1.0
                     if c.internal_certfile is not None and c.internal_keyfile is not None:
                         hc.certfile, hc.keyfile = str(c.internal_certfile), str(c.internal_keyfile)
+                    hc.backlog = c.listen_backlog  # hypercorn listens again with it (100)
                     await nursery.start(_serve_internal, streaming, hc)
                     log.info("instance %s: internal listener at %s", self.instance_id, url)
                 task_status.started()

@@ -17,6 +17,7 @@ import json
 import logging
 from collections.abc import Callable
 
+from ftwbridge.mcp import deadline
 from ftwbridge.mcp.asgi import (
     Asgi,
     Receive,
@@ -120,14 +121,21 @@ class StreamingRoute:
             if self._on_refused is not None:
                 self._on_refused(exc.reason)
             return _refusal(403, f"Forwarded request refused: {exc.words}")
-        for name in signing.HEADERS:
-            headers.pop(name, None)
+        covered = dict(signed.headers)  # only what the sender signed: none added on the way
+        budget_s = deadline.parse_budget(covered.pop(deadline.BUDGET, None))
 
         async def read() -> bytes:
             return body
 
         req = HttpRequest(
-            "POST", headers, read, len(body), remote=signed.sender, mesh_epoch=signed.epoch
+            "POST",
+            covered,
+            read,
+            len(body),
+            remote=signed.sender,
+            mesh_epoch=signed.epoch,
+            token_digest=signed.token_digest,
+            budget_s=budget_s,
         )
         try:
             return await self._service.handle(req)

@@ -7,6 +7,12 @@ drops the moment that connection ends (a `kill -9`ed process, a lost host's TCP 
 its lease, renewed every `renew_s` seconds by one UPDATE of its `instances` row, has not run
 out (the backstop for a host that vanished without a reset, whose connection PostgreSQL only
 notices after TCP keepalives). `holder` counts only present instances.
+
+Leases are written and compared on one clock, the database's (`DB_NOW_MS`): an instance whose
+own clock is off never ends another's lease early or keeps its own past its time, so a skewed
+clock misroutes no home. Each renewal compares the two clocks and logs a warning once when
+they differ by more than `SKEW_WARN_MS` (the instance's clock still stamps tokens and the
+mesh's signatures, which allow `signing.WINDOW_MS`).
 """
 
 from __future__ import annotations
@@ -35,10 +41,14 @@ LEAVE_S = 2.0
 """The most a stopping instance waits to tell the database it left, seconds."""
 RENEW_S = 3.0
 """How often an instance renews its lease (and asks which of its homes were taken), seconds."""
+DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+"""The database's wall clock in SQL, ms since the Unix epoch: the one clock of leases."""
+SKEW_WARN_MS = 2_000
+"""An instance's clock this far from the database's (ms) is worth a warning."""
 
-_HOLDER = """
+_HOLDER = f"""
 SELECT u.instance_id, u.epoch, i.url FROM uplinks AS u JOIN instances AS i USING (instance_id)
-WHERE u.home = %s AND i.lease_until_ms > %s AND EXISTS (
+WHERE u.home = %s AND i.lease_until_ms > {DB_NOW_MS} AND EXISTS (
     SELECT 1 FROM pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -54,7 +64,8 @@ class PgDirectory:
         store: the started `PgStore` whose pool runs the claims and lookups.
         instance_id: this instance's id, unique among running instances.
         url: this instance's internal URL, as `Holder.url`.
-        wall_ms: the wall clock, ms since the epoch (leases are compared with it).
+        wall_ms: this instance's wall clock, ms since the epoch: only compared with the
+            database's, to warn of a skew (leases are on the database's clock).
         lease_s: how long a renewal keeps this instance present, seconds.
         renew_s: how often `serve` renews, seconds (well under `lease_s`).
     """
@@ -79,6 +90,7 @@ class PgDirectory:
         self._presence_limiter = trio.CapacityLimiter(1)
         self._held: dict[str, int] = {}
         self._failing = False
+        self._skewed = False
 
     async def _thread(self, work: Callable[[], T]) -> T:
         """`work` on the presence connection, one at a time, waited for even when cancelled
@@ -110,8 +122,9 @@ class PgDirectory:
                     f" {self._store.where}; give each instance its own"
                 )
             conn.execute(
-                "UPDATE instances SET url = %s, lease_until_ms = %s WHERE instance_id = %s",
-                (self._url, self._wall_ms() + self._lease_ms, me),
+                f"UPDATE instances SET url = %s, lease_until_ms = {DB_NOW_MS} + %s"
+                " WHERE instance_id = %s",
+                (self._url, self._lease_ms, me),
             )
             if first:
                 conn.execute("UPDATE uplinks SET instance_id = NULL WHERE instance_id = %s", (me,))
@@ -171,21 +184,23 @@ class PgDirectory:
         logs one warning and returns []."""
         before = dict(self._held)
 
-        def work() -> dict[str, int]:
+        def work() -> tuple[dict[str, int], int]:
             for attempt in (1, 2):  # a connection found broken is made again at once
                 if self._presence is None or self._presence.closed:
                     self._presence = self._become_present(first=False)
                 db = self._presence
                 try:
-                    db.execute(
-                        "UPDATE instances SET lease_until_ms = %s WHERE instance_id = %s",
-                        (self._wall_ms() + self._lease_ms, self.instance_id),
-                    )
+                    row = db.execute(
+                        f"UPDATE instances SET lease_until_ms = {DB_NOW_MS} + %s"
+                        f" WHERE instance_id = %s RETURNING {DB_NOW_MS}",
+                        (self._lease_ms, self.instance_id),
+                    ).fetchone()
+                    skew = self._wall_ms() - int(row[0]) if row else 0
                     rows = db.execute(
                         "SELECT home, epoch FROM uplinks WHERE instance_id = %s",
                         (self.instance_id,),
                     ).fetchall()
-                    return {str(home): int(epoch) for home, epoch in rows}
+                    return {str(home): int(epoch) for home, epoch in rows}, skew
                 except psycopg.OperationalError:
                     db.close()
                     if attempt == 2:
@@ -193,7 +208,7 @@ class PgDirectory:
             raise AssertionError("unreachable")
 
         try:
-            held = await self._thread(work)
+            held, skew_ms = await self._thread(work)
         except StoreError as exc:
             if not self._failing:
                 log.warning("directory: %s; this instance's lease is renewed when it answers", exc)
@@ -202,10 +217,27 @@ class PgDirectory:
         if self._failing:
             log.warning("directory: %s answers again", self._store.where)
             self._failing = False
+        self._tell_skew(skew_ms)
         lost = [h for h, e in before.items() if held.get(h) != e and self._held.get(h) == e]
         for home in lost:
             del self._held[home]
         return lost
+
+    def _tell_skew(self, skew_ms: int) -> None:
+        """Warn once when this instance's clock is `SKEW_WARN_MS` or more from the
+        database's (and once when it is back within it)."""
+        skewed = abs(skew_ms) >= SKEW_WARN_MS
+        if skewed and not self._skewed:
+            log.warning(
+                "directory: this instance's clock is %.1f s %s the database's; leases follow"
+                " the database's clock, but tokens and forwarded requests are stamped with"
+                " this one (set up NTP)",
+                abs(skew_ms) / 1000,
+                "ahead of" if skew_ms > 0 else "behind",
+            )
+        elif self._skewed and not skewed:
+            log.warning("directory: this instance's clock agrees with the database's again")
+        self._skewed = skewed
 
     def hear(self, event: Event) -> str | None:
         """A `takeover` event (`ftwbridge.store.events`): the home, when it was this
@@ -268,7 +300,7 @@ class PgDirectory:
         """
 
         def work(db: Conn) -> Any:
-            return db.execute(_HOLDER, (home, self._wall_ms(), LOCK_SPACE)).fetchone()
+            return db.execute(_HOLDER, (home, LOCK_SPACE)).fetchone()
 
         row = await self._store.query(work)
         return None if row is None else Holder(str(row[0]), int(row[1]), str(row[2]))

@@ -6,6 +6,7 @@ clock only paces the entry's guard."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import httpx2
 import pytest
@@ -249,3 +250,41 @@ async def test_with_tls_required_an_agent_request_is_never_relayed_in_clear() ->
     with pytest.raises(HomeOffline):
         await relay.send("h", Envelope("agent.request", None, {"req": "r1"}))
     assert seen == []
+
+
+async def test_a_holder_that_never_answers_ends_the_call_by_its_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A holder stopped (SIGSTOP) or frozen takes the request and says nothing: the forward
+    ends at the call's `work_ends`, counted from the call's start, not from its send (and not
+    at the HTTP client's read timeout); the holder was told the time left, less the hop."""
+    sent: list[httpx2.Request] = []
+
+    async def frozen(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    fwd = _forwarder(Directory(B2), frozen)  # type: ignore[arg-type]
+    start = trio.current_time()
+    req = replace(_request(), work_ends=start + 24.5)
+    ended = await fwd.forward("h", req, BODY, 1)
+    assert ended == Refusal("E_UNAVAILABLE", {"reason": "holder_late"})
+    assert trio.current_time() - start == pytest.approx(24.5)
+    (one,) = sent  # never sent again
+    assert one.headers["ftw-budget-ms"] == "24000"
+    assert fwd.stats.late == 1
+    # a lookup that does not come back by then is not a send: unreachable, not late
+    fwd = _forwarder(SlowDirectory(), frozen)  # type: ignore[arg-type]
+    req = replace(_request(), work_ends=trio.current_time() + 3)
+    ended = await fwd.forward("h", req, BODY, 1)
+    assert ended == Refusal("E_UNAVAILABLE", {"reason": "holder_unreachable"})
+    assert len(sent) == 1
+
+
+class SlowDirectory(Directory):
+    """A directory whose lookup never comes back (PostgreSQL stalled)."""
+
+    async def holder(self, home: str) -> Holder | None:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")

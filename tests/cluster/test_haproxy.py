@@ -177,9 +177,17 @@ async def call(http: httpx2.AsyncClient, url: str, tool: str | None) -> str:
     return "ok" if answer.status_code == 200 else str(answer.status_code)
 
 
+CLIENT_KEEP_ALIVE_S = 5.0
+"""How long the client keeps its idle connection: under HAProxy's own idle close of a client
+connection (`timeout http-keep-alive`, unset, so `timeout http-request`: 10 s). A client that
+kept it longer sent its next request, on an overloaded machine, as HAProxy closed it, and read
+a connection reset."""
+
+
 def client() -> httpx2.AsyncClient:
     """One kept-alive connection to HAProxy, as an assistant holds it."""
-    return httpx2.AsyncClient(limits=httpx2.Limits(max_connections=1, keepalive_expiry=60))
+    limits = httpx2.Limits(max_connections=1, keepalive_expiry=CLIENT_KEEP_ALIVE_S)
+    return httpx2.AsyncClient(limits=limits)
 
 
 @pytest.mark.parametrize("tool", ["ev_charge_now", "status", None])

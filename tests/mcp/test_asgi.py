@@ -13,7 +13,7 @@ from typing import Any, cast
 import trio
 
 from ftwbridge.app import Site
-from ftwbridge.mcp.asgi import McpRoute, receive_ready
+from ftwbridge.mcp.asgi import McpRoute, client_gone, receive_ready
 from ftwbridge.mcp.server import (
     BodyGone,
     BodyTooLarge,
@@ -222,3 +222,18 @@ async def test_receive_ready_takes_a_queued_event_without_a_turn_and_waits_for_t
         return {"type": "http.disconnect"}
 
     assert (await receive_ready(other))["type"] == "http.disconnect"
+
+
+async def test_client_gone_reads_a_queued_disconnect_past_unread_body_and_never_waits() -> None:
+    send, receive = trio.open_memory_channel[MutableMapping[str, Any]](4)
+    gone = client_gone(receive.receive)
+    assert not gone()  # nothing queued: still there, and no wait
+    await send.send({"type": "http.request", "body": b"unread", "more_body": False})
+    assert not gone()
+    await send.send({"type": "http.disconnect"})
+    assert gone() and gone()  # once gone, gone: the event is not needed again
+
+    async def other() -> MutableMapping[str, Any]:  # not hypercorn's channel: never consumed
+        raise AssertionError("client_gone must not await receive")
+
+    assert not client_gone(other)()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,12 +54,36 @@ async def store(open_same: OpenSame) -> BridgeStore:
     return made
 
 
+STOP_S = 60.0
+"""How long a stopped child may take to exit after SIGTERM before SIGKILL, seconds: `serve`
+drains (up to `drain_s`, 10 s, with calls in flight) and closes its listeners, uplinks and
+database in bounded steps, which an overloaded machine stretched past trio's own 5 s."""
+
+
+def stop_within(seconds: float) -> Callable[[trio.Process], Awaitable[None]]:
+    """A `deliver_cancel` for `trio.run_process`: SIGTERM, then SIGKILL after `seconds`."""
+
+    async def deliver(proc: trio.Process) -> None:
+        proc.terminate()
+        with trio.move_on_after(seconds):
+            await proc.wait()
+            return
+        proc.kill()
+
+    return deliver
+
+
 async def first_line(nursery: trio.Nursery, argv: list[str], env: dict[str, str]) -> str:
     """Start `argv` in `nursery` (its standard input a pipe it watches, so it stops when the
     nursery is cancelled); returns the first line it prints (its "ready" line)."""
     proc: trio.Process = await nursery.start(
         functools.partial(
-            trio.run_process, argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            trio.run_process,
+            argv,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            deliver_cancel=stop_within(STOP_S),
         )
     )
     assert proc.stdout is not None

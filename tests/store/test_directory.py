@@ -5,6 +5,7 @@ own pool and presence connection), as separate processes would have."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -19,6 +20,9 @@ from ftwbridge.store.pg_directory import PgDirectory
 from ftwbridge.store.postgres import PgStore
 
 NOW_MS = 1_790_000_000_000
+LEASE_S = 1.0
+"""The lease of an instance whose lease a test lets run out (seconds of the database's
+clock, which no test can move: those tests wait it out)."""
 RENEW_S = 0.05
 """How often an instance that reports lost homes renews in these tests, seconds."""
 
@@ -35,10 +39,15 @@ class Clock:
 
 @asynccontextmanager
 async def instance(
-    url: str, name: str, clock: Callable[[], int], on_lost: OnLost | None = None
+    url: str,
+    name: str,
+    clock: Callable[[], int],
+    on_lost: OnLost | None = None,
+    lease_s: float = 10,
 ) -> AsyncIterator[PgDirectory]:
-    """A present instance `name` (its directory served until the block ends). Its own renewals
-    come every `RENEW_S` seconds with `on_lost`, else never: the test calls `renew`."""
+    """A present instance `name` (its directory served until the block ends) whose own wall
+    clock is `clock`. Its own renewals come every `RENEW_S` seconds with `on_lost`, else
+    never: the test calls `renew`."""
     store = PgStore(url, connections=2)
     await store.start()
     directory = PgDirectory(
@@ -46,7 +55,7 @@ async def instance(
         instance_id=name,
         url=f"http://{name}.internal:8790",
         wall_ms=clock,
-        lease_s=10,
+        lease_s=lease_s,
         renew_s=RENEW_S if on_lost else 10**6,
     )
 
@@ -126,7 +135,7 @@ async def test_a_dead_process_drops_out_at_once_and_a_silent_one_with_its_lease(
 ) -> None:
     clock = Clock()
     async with instance(pg_url, "b", clock) as b:
-        async with instance(pg_url, "a", clock) as a:
+        async with instance(pg_url, "a", clock, lease_s=LEASE_S) as a:
             await a.claim("h1")
             presence = a._presence
             assert presence is not None
@@ -136,11 +145,48 @@ async def test_a_dead_process_drops_out_at_once_and_a_silent_one_with_its_lease(
             assert await b.holder("h1") is None  # no lease has run out: presence alone
             await a.renew()  # a is alive after all: it makes its presence again
             assert await b.holder("h1") == Holder("a", 1, "http://a.internal:8790")
-            clock.now_ms += 10_001  # a stops renewing (a host that hangs, its socket open)
+            # a stops renewing (a host that hangs, its socket open): its lease runs out on
+            # the database's clock, whatever the instances' clocks say
+            await trio.sleep(LEASE_S + 0.2)
             assert await b.holder("h1") is None
             await a.renew()
             assert (await b.holder("h1")) is not None
         assert await b.holder("h1") is None  # a stopped: it left at once
+
+
+async def test_a_skewed_instance_clock_misroutes_no_home(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Leases are written and compared on the database's clock: an instance whose clock is
+    ahead of the holder's by more than a lease still finds the holder, and one behind does
+    not keep a stopped holder present. The skewed instance says so in its log."""
+
+    def right() -> int:
+        return time.time_ns() // 1_000_000
+
+    def ahead() -> int:
+        return right() + 60_000
+
+    def behind() -> int:
+        return right() - 60_000
+
+    async with (
+        instance(pg_url, "a", right, lease_s=LEASE_S) as a,
+        instance(pg_url, "b", ahead) as b,
+        instance(pg_url, "c", behind) as c,
+    ):
+        await a.claim("h1")
+        for other in (b, c):
+            assert await other.holder("h1") == Holder("a", 1, "http://a.internal:8790")
+        await trio.sleep(LEASE_S + 0.2)  # a stops renewing: gone for every instance
+        assert await b.holder("h1") is None and await c.holder("h1") is None
+        await a.renew()
+        assert await b.holder("h1") == Holder("a", 1, "http://a.internal:8790")
+        with caplog.at_level("WARNING", logger="ftwbridge.store"):
+            await b.renew()
+            await b.renew()  # said once
+    (said,) = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
+    assert said.startswith("directory: this instance's clock is 60.0 s ahead of the database's")
 
 
 async def test_an_instance_id_in_use_is_refused_and_a_restart_frees_old_claims(
