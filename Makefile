@@ -31,9 +31,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict ftwbridge stubbox cluster
 
 # Real MCP peers for the tests (TypeScript SDKs, MCP Inspector, the conformance suite, Node 22),
-# pinned in peers/package-lock.json and installed from the npm registry.
+# pinned in peers/package-lock.json and installed from the npm registry. `npm ci` installs
+# exactly the lock and never writes it, so the test command leaves the clone as it found it;
+# it refuses a lock that lacks a package (tests/test_peers_lock.py keeps the lock whole).
 $(PEERS): peers/package.json peers/package-lock.json
-	cd peers && npm install --no-audit --no-fund --loglevel=error  # npm ci trips on an optional Windows-only package missing from the lock
+	cd peers && npm ci --no-audit --no-fund --loglevel=error
 	touch $(PEERS)
 
 peers: $(PEERS)

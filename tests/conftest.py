@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 VECTORS = Path(__file__).parent / "vectors"
 
+pytest_plugins = ["tests.failfirst"]  # a failure inside nurseries shows its failing line first
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
