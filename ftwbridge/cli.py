@@ -5,13 +5,17 @@
   ftwbridge keys --socket PATH [--config FILE]   run the keys part as its own process
   ftwbridge keys --listen HOST:PORT              ... as a keys service on TCP (mesh_key)
   ftwbridge home enroll --home H --key HEX       enroll a home's Ed25519 public key
+  ftwbridge home list                            the enrolled homes and their rosters
   ftwbridge agent create --home H                have the keys part make a new agent key
+  ftwbridge agent list --home H                  the agents the home's roster lists
   ftwbridge token issue --home H --agent A       mint a development token for a listed agent
                         [--wait SECONDS]         ... waiting for the owner's approval
   ftwbridge db migrate                           bring database_url's schema up to date
   ftwbridge db import [--state-dir DIR] [--dry-run]
                                                  copy an embedded bridge's state into it
+  ftwbridge config check                         validate; print the effective settings
   ftwbridge demo [--once] [--port N]             a home, the bridge and an assistant reading it
+  ftwbridge --version
 
 `--config` may stand before or after the command; without it, settings come from the
 environment (`FTWBRIDGE_*`) and defaults (state in ./state).
@@ -24,6 +28,7 @@ one sentence on stderr, `ftwbridge: ...`, and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
 import tempfile
@@ -33,6 +38,8 @@ from typing import Any
 
 import trio
 
+from ftwbridge import __version__
+from ftwbridge.cli_help import EXAMPLES, config_epilog
 from ftwbridge.config import (
     ENV_PREFIX,
     Config,
@@ -64,10 +71,12 @@ def _wait_seconds(text: str) -> float:
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file")
+    raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
-        prog="ftwbridge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="ftwbridge", description=__doc__, epilog=EXAMPLES, formatter_class=raw
     )
     p.add_argument("--config", type=Path, default=None, help="TOML config file")
+    p.add_argument("--version", action="version", version=f"ftwbridge {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the bridge", parents=[common])
     serve.add_argument(
@@ -87,11 +96,22 @@ def _parser() -> argparse.ArgumentParser:
     enroll = home.add_parser("enroll", help="enroll a home's Ed25519 public key", parents=[common])
     enroll.add_argument("--home", required=True)
     enroll.add_argument("--key", required=True, help="32-byte public key, hex")
+    home.add_parser("list", help="the enrolled homes and their rosters", parents=[common])
     agent = sub.add_parser("agent", help="agents").add_subparsers(dest="action", required=True)
     create = agent.add_parser(
         "create", help="make a new agent key (prints it, hex)", parents=[common]
     )
     create.add_argument("--home", required=True)
+    agents = agent.add_parser("list", help="the agents a home's roster lists", parents=[common])
+    agents.add_argument("--home", required=True)
+    config = sub.add_parser(
+        "config", help="the configuration", epilog=config_epilog(), formatter_class=raw
+    ).add_subparsers(dest="action", required=True)
+    config.add_parser(
+        "check",
+        help="validate it and print the settings in effect (secrets masked)",
+        parents=[common],
+    )
     token = sub.add_parser("token", help="tokens").add_subparsers(dest="action", required=True)
     issue = token.add_parser(
         "issue", help="mint a token for an agent the roster lists", parents=[common]
@@ -323,13 +343,16 @@ def main(argv: list[str] | None = None) -> None:
     else:  # the commands that print a result keep stderr for what went wrong
         level = "info" if args.command == "serve" else "warning"
     configure_logging(level, config.log_format)
-    from ftwbridge import admin  # loaded here, not at import: `--help` and errors stay quick
+    from ftwbridge import admin, inventory, settings  # loaded here: `--help` stays quick
 
     jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
         ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
         ("keys", None): lambda: _keys(config, args.socket, args.listen),
         ("home", "enroll"): lambda: admin.enroll(config, args.home, args.key),
         ("agent", "create"): lambda: admin.agent_create(config, args.home),
+        ("home", "list"): lambda: inventory.home_list(config),
+        ("agent", "list"): lambda: inventory.agent_list(config, args.home),
+        ("config", "check"): lambda: settings.check(config, args.config),
         ("token", "issue"): lambda: admin.issue(config, args.home, args.agent, args.wait),
         ("db", "migrate"): lambda: admin.migrate(config),
         ("db", "import"): lambda: admin.import_state(
@@ -355,6 +378,9 @@ def main(argv: list[str] | None = None) -> None:
             status = 2
         elif _only_interrupts(exc):
             status = 130
+        elif isinstance(exc, BrokenPipeError):  # `ftwbridge config check | head`: not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            status = 0
         else:
             raise
     sys.exit(status)
