@@ -10,19 +10,43 @@ goes up and down is a gauge.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Awaitable, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+import prometheus_client
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from quart import Response
 from quart_trio import QuartTrio
 
+from ftwbridge import __version__
 from ftwbridge.door import Door
 from ftwbridge.edge import Connections
 from ftwbridge.framing import framing_and_coding
 from ftwbridge.keys import KeysPort
 from ftwbridge.pool import Pool
+from ftwbridge.status import Status
+
+STATUS_HEADERS = {
+    "content-type": "text/html; charset=utf-8",
+    "cache-control": "no-store",
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'",
+    "x-content-type-options": "nosniff",
+}
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+"""No `<counter>_created` series: they double the lines of every labelled counter and
+histogram and no dashboard here reads them (prometheus_client's own switch)."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 
@@ -137,6 +161,12 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, _resident_memory
+        PlatformCollector(registry=self.registry)  # python_info
+        GCCollector(registry=self.registry)  # python_gc_*
+        Info("ftwbridge_build", "The bridge's version and runtime", registry=self.registry).info(
+            {"version": __version__, "python": platform.python_version()}
+        )
         self.calls = Counter(
             "ftwbridge_tool_calls",
             "Tool calls by tool and outcome (ok or a registry code)",
@@ -250,11 +280,24 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def create_admin_app(metrics: Metrics, not_ready: Callable[[], Awaitable[str | None]]) -> QuartTrio:
+def create_admin_app(
+    metrics: Metrics,
+    not_ready: Callable[[], Awaitable[str | None]],
+    status: Status | None = None,
+) -> QuartTrio:
     """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (200 `ready`, or 503
-    `not ready: <why>` with the sentence `not_ready()` gives)."""
+    `not ready: <why>` with the sentence `not_ready()` gives), and with `status` the read-only
+    status page at `/` (ftwbridge/status.py)."""
     app = QuartTrio("ftwbridge-admin")
     app.before_request(framing_and_coding)
+
+    if status is not None:
+        shown = status
+
+        @app.route("/")
+        async def status_page() -> Response:
+            body = shown.page(await not_ready())
+            return Response(body, 200, STATUS_HEADERS)
 
     @app.route("/metrics")
     async def metrics_route() -> Response:

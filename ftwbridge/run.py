@@ -38,6 +38,7 @@ from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
+from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
 from ftwbridge.store.inuse import StateInUse, serving_state
 
@@ -464,7 +465,9 @@ class Bridge:
                 ac.accesslog = None
                 ac.errorlog = hc.errorlog
                 ac.graceful_timeout = 1.0
-                admin = create_admin_app(self.metrics, self.not_ready)
+                status = Status(self.metrics.registry)
+                await nursery.start(status.run)
+                admin = create_admin_app(self.metrics, self.not_ready, status)
                 await nursery.start(hypercorn_serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)
             why = await self.not_ready()
