@@ -32,6 +32,7 @@ from ftwbridge.mcp.server import McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.oauth.limits import Network, client_address
 from ftwbridge.oauth.model import with_basic_client
+from ftwbridge.oauth.refuse import refuse_consent
 from ftwbridge.store import StoreError
 
 log = logging.getLogger("ftwbridge.app")
@@ -155,6 +156,8 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         form = await request.form
         req = str(form.get("req", ""))
         issuer = site.public_url.rstrip("/")
+        if form.get("decision") == "deny":
+            return await refuse_consent(oauth, req, str(form.get("csrf", "")), issuer)
         try:
             await oauth.claim(
                 req, str(form.get("csrf", "")), str(form.get("code", "")), site.client()
