@@ -14,6 +14,7 @@
   ftwbridge db import [--state-dir DIR] [--dry-run]
                                                  copy an embedded bridge's state into it
   ftwbridge config check                         validate; print the effective settings
+  ftwbridge config sample                        a bridge.toml with every setting, commented
   ftwbridge demo [--once] [--port N]             a home, the bridge and an assistant reading it
   ftwbridge --version
 
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         help="validate it and print the settings in effect (secrets masked)",
         parents=[common],
     )
+    config.add_parser("sample", help="print a bridge.toml with every setting, commented")
     token = sub.add_parser("token", help="tokens").add_subparsers(dest="action", required=True)
     issue = token.add_parser(
         "issue", help="mint a token for an agent the roster lists", parents=[common]
@@ -353,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         ("home", "list"): lambda: inventory.home_list(config),
         ("agent", "list"): lambda: inventory.agent_list(config, args.home),
         ("config", "check"): lambda: settings.check(config, args.config),
+        ("config", "sample"): settings.sample,
         ("token", "issue"): lambda: admin.issue(config, args.home, args.agent, args.wait),
         ("db", "migrate"): lambda: admin.migrate(config),
         ("db", "import"): lambda: admin.import_state(

@@ -148,8 +148,8 @@ class Config(BaseModel):
     """Unix socket of a separate keys-part process; None runs the keys part in-process."""
     keys_url: str | None = None
     """The keys services this bridge uses over TCP, `tcp://host:port`, several separated by
-    commas (tried in order); needs `mesh_key`. None: `keys_socket`, or in-process (issue 13
-    item 5; docs/operations.md, "Many instances")."""
+    commas (tried in order); needs `mesh_key`. None: `keys_socket`, or in-process
+    (docs/operations.md, "Many instances")."""
     mesh_key: str | None = Field(default=None, repr=False)
     """The key every instance of a cluster shares: 32 random bytes as 64 hex digits or as
     base64 (`openssl rand -hex 32`; `mesh_key_bytes`). It authenticates the keys channel
@@ -405,7 +405,7 @@ class Config(BaseModel):
     the main listener's port (`instance_name`)."""
     internal_bind: str | None = None
     """host:port of the internal listener that takes `/mcp` calls forwarded by the other
-    instances (issue 13 item 4); None (the default) turns forwarding off. Needs
+    instances; None (the default) turns forwarding off. Needs
     `database_url` and `mesh_key`."""
     internal_url: str | None = None
     """The URL other instances reach the internal listener at; None follows `internal_bind`

@@ -143,3 +143,31 @@ async def check(config: Config, path: Path | None) -> int:
         print(f"# warning: {warning}")
     print(effective(config, path))
     return 0
+
+
+SAMPLE_HEAD = """\
+# ftwbridge's configuration: every setting, commented out at its default.
+# Made by `ftwbridge config sample` from the settings' own descriptions (ftwbridge/config.py);
+# tests/ops/test_deploy.py checks that this file is what that command prints, and loads.
+# Each key may also be set by the environment variable FTWBRIDGE_<KEY>, which wins.
+# `ftwbridge config check --config bridge.toml` shows what is in effect, secrets masked.
+# docs/operations.md, "Configuration" and "Deploying", says more.
+"""
+
+
+def sample_toml() -> str:
+    """A `bridge.toml` with every setting commented out at its default, each under its
+    words: what `ftwbridge config sample` prints and `deploy/bridge.toml` holds."""
+    out = [SAMPLE_HEAD]
+    for s in settings():
+        out.append("")
+        out += [f"# {line}".rstrip() for line in textwrap.wrap(" ".join(s.words.split()), 94)]
+        out.append(f"# {s.variable}")
+        out.append(f"#{s.name} = {s.default}" if s.default is not None else f"#{s.name} =")
+    return "\n".join(out) + "\n"
+
+
+async def sample() -> int:
+    """`ftwbridge config sample`: print `sample_toml()`."""
+    print(sample_toml(), end="")
+    return 0

@@ -122,6 +122,7 @@ SCRIPTS = [
     ["-m", "soak.run"],
     ["-m", "stubbox"],
     ["-m", "ftwbridge"],
+    [str(ROOT / "deploy" / "healthcheck.py")],
 ]
 
 
