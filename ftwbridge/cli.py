@@ -11,6 +11,8 @@
   ftwbridge token issue --home H --agent A       mint a development token for a listed agent
                         [--wait SECONDS]         ... waiting for the owner's approval
   ftwbridge db migrate                           bring database_url's schema up to date
+  ftwbridge db backup --to DIR                   copy the embedded state, while it runs
+  ftwbridge db restore --from DIR                put a backup in place (the bridge stopped)
   ftwbridge db import [--state-dir DIR] [--dry-run]
                                                  copy an embedded bridge's state into it
   ftwbridge config check                         validate; print the effective settings
@@ -128,12 +130,20 @@ def _parser() -> argparse.ArgumentParser:
         help="wait up to SECONDS for the owner to approve the agent at home (its roster to"
         " reach the bridge) instead of refusing at once",
     )
-    db = sub.add_parser("db", help="the PostgreSQL store").add_subparsers(
+    db = sub.add_parser("db", help="the store: migrate, import, back up, restore").add_subparsers(
         dest="action", required=True
     )
     db.add_parser(
         "migrate", help="apply the schema migrations database_url lacks", parents=[common]
     )
+    backup = db.add_parser(
+        "backup", help="copy the embedded state (online) into a new folder", parents=[common]
+    )
+    backup.add_argument("--to", type=Path, required=True, metavar="DIR", help="a new, empty folder")
+    restore = db.add_parser(
+        "restore", help="put a backup in place (the bridge stopped)", parents=[common]
+    )
+    restore.add_argument("--from", dest="source", type=Path, required=True, metavar="DIR")
     imp = db.add_parser(
         "import",
         help="copy a stopped embedded bridge's state into database_url (keys sealed under kek)",
@@ -345,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     else:  # the commands that print a result keep stderr for what went wrong
         level = "info" if args.command == "serve" else "warning"
     configure_logging(level, config.log_format)
-    from ftwbridge import admin, inventory, settings  # loaded here: `--help` stays quick
+    from ftwbridge import admin, backup, inventory, settings  # loaded here: `--help` stays quick
 
     jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
         ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
@@ -356,6 +366,8 @@ def main(argv: list[str] | None = None) -> None:
         ("agent", "list"): lambda: inventory.agent_list(config, args.home),
         ("config", "check"): lambda: settings.check(config, args.config),
         ("config", "sample"): settings.sample,
+        ("db", "backup"): lambda: backup.backup(config, args.to),
+        ("db", "restore"): lambda: backup.restore(config, args.source),
         ("token", "issue"): lambda: admin.issue(config, args.home, args.agent, args.wait),
         ("db", "migrate"): lambda: admin.migrate(config),
         ("db", "import"): lambda: admin.import_state(

@@ -12,6 +12,7 @@ examples:
   ftwbridge agent create --home h1                  a new agent key (the owner then approves it)
   ftwbridge agent list --home h1                    the agents h1's owner approved
   ftwbridge token issue --home h1 --agent agent-1a2b --wait 300
+  ftwbridge db backup --to /backups/bridge-$(date +%F)
   FTWBRIDGE_STATE_DIR=/var/lib/ftwbridge ftwbridge home list
 
 Every setting is a key of the TOML file and an environment variable FTWBRIDGE_<NAME>, the
