@@ -52,6 +52,7 @@ from ftwbridge.config import (
     mesh_key_bytes,
     split_address,
 )
+from ftwbridge.extras import missing_extra
 from ftwbridge.keys import KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
 from ftwbridge.keys.remote import url_of
@@ -374,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
             config, args.state_dir, args.keys_file, args.dry_run
         ),
     }
+    if (missing := missing_extra(args.command)) is not None:
+        print(f"ftwbridge: {missing}", file=sys.stderr)
+        sys.exit(2)
     if args.command == "demo":
         from ftwbridge.demo import run_demo
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -142,31 +143,43 @@ def test_the_containerfile_runs_unprivileged_with_a_health_check() -> None:
     assert (DEPLOY / "Dockerfile").resolve() == (DEPLOY / "Containerfile").resolve()
 
 
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A folder outside pytest's own (which only root may enter) that nobody may use."""
-    folder = Path(tempfile.mkdtemp(prefix="ftwbridge-deploy-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def _as_nobody(argv: list[str]) -> list[str]:
     if os.geteuid() != 0:
         return argv
     return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
 
 
-def test_the_image_install_steps_run_as_a_user_other_than_root(shared_dir: Path) -> None:
-    # the image's first stage: wheels of the bridge and every dependency, built from a copy
-    # of the sources so that the clone is left as it was (setuptools writes build/ beside them)
-    src = shared_dir / "src"
+@dataclass(frozen=True)
+class Installed:
+    """The wheel installed by deploy/install.sh into a fresh venv, as nobody."""
+
+    prefix: Path
+    home: Path
+    env: dict[str, str]
+    uid: int | None
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[Installed]:
+    """The image's two stages, outside pytest's own folder (which only root may enter)."""
+    shared = Path(tempfile.mkdtemp(prefix="ftwbridge-deploy-"))
+    shared.chmod(0o755)
+    try:
+        yield _install(shared)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _install(shared: Path) -> Installed:
+    # the first stage: wheels of the bridge and every dependency, built from a copy of the
+    # sources so that the clone is left as it was (setuptools writes build/ beside them)
+    src = shared / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     for package in ("ftwbridge", "stubbox"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
-    wheels = shared_dir / "wheels"
+    wheels = shared / "wheels"
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(src)],
         capture_output=True,
@@ -176,7 +189,7 @@ def test_the_image_install_steps_run_as_a_user_other_than_root(shared_dir: Path)
     )
     assert built.returncode == 0, built.stderr[-3000:]
     # the second stage, as a user other than root: a fresh venv, offline, from those wheels
-    home = shared_dir / "home"
+    home = shared / "home"
     home.mkdir()
     nobody = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
     if nobody is not None:
@@ -193,6 +206,11 @@ def test_the_image_install_steps_run_as_a_user_other_than_root(shared_dir: Path)
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
     assert installed.stdout.strip().endswith("ftwbridge 0.1.0")
+    return Installed(prefix, home, env, nobody.pw_uid if nobody else None)
+
+
+def test_the_image_install_steps_run_as_a_user_other_than_root(installed: Installed) -> None:
+    prefix, home, env = installed.prefix, installed.home, installed.env
     # the image's command with its state on the "volume", and its health check
     state = home / "state"
     serve_env = env | {
@@ -228,8 +246,8 @@ def test_the_image_install_steps_run_as_a_user_other_than_root(shared_dir: Path)
             )
             assert check.returncode == 0 and check.stdout.strip() == "ready", check.stderr
             database = state / "bridge.sqlite"
-            if nobody is not None:
-                assert database.stat().st_uid == nobody.pw_uid
+            if installed.uid is not None:
+                assert database.stat().st_uid == installed.uid
             assert database.stat().st_mode & 0o077 == 0 and state.stat().st_mode & 0o077 == 0
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -242,3 +260,64 @@ def test_the_image_install_steps_run_as_a_user_other_than_root(shared_dir: Path)
         check=False,
     )
     assert down.returncode == 1 and "does not answer" in down.stderr
+
+
+WHEEL_COMMANDS = [
+    ["serve"],
+    ["keys"],
+    ["home", "enroll"],
+    ["home", "list"],
+    ["agent", "create"],
+    ["agent", "list"],
+    ["token", "issue"],
+    ["db", "migrate"],
+    ["db", "import"],
+    ["db", "backup"],
+    ["db", "restore"],
+    ["config", "check"],
+    ["config", "sample"],
+    ["demo"],
+]
+
+
+def test_every_command_of_the_wheel_works_or_names_its_extra(installed: Installed) -> None:
+    """From the operator's install (the wheel, no test extras): every command answers
+    `--help`; the ones that need nothing else run; `demo` says in one sentence which extra it
+    needs, since the official MCP client is not a dependency of the bridge."""
+    bin_dir = installed.prefix / "bin"
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            _as_nobody([str(bin_dir / "ftwbridge"), *argv]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=installed.env | {"FTWBRIDGE_STATE_DIR": str(installed.home / "wheel-state")},
+            cwd=installed.home,
+        )
+
+    for argv in WHEEL_COMMANDS:
+        done = run(*argv, "--help")
+        assert done.returncode == 0 and done.stdout.startswith("usage: ftwbridge"), (
+            argv,
+            done.stderr,
+        )
+    assert run("config", "sample").stdout == sample_toml()
+    assert run("config", "check").returncode == 0
+    demo = run("demo", "--once")
+    assert demo.returncode == 2 and demo.stdout == "", demo.stderr
+    assert demo.stderr == (
+        "ftwbridge: ftwbridge demo needs the official MCP Python client (the demo's assistant),"
+        " which is not installed: pip install 'ftwbridge[demo]' (or pip install mcp into this"
+        " environment)\n"
+    )
+    stub = subprocess.run(
+        _as_nobody([str(bin_dir / "python"), "-m", "stubbox", "--help"]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=installed.env,
+    )
+    assert stub.returncode == 0 and stub.stdout.startswith("usage:"), stub.stderr
