@@ -19,6 +19,7 @@ from ftwbridge.proto.names import AgentOp, Cap, Goal, Mode, Read, Scope
 from ftwbridge.proto.registry import CAPS, OP_SCOPE, READ_SCOPES, READS
 
 from .args import NoArgs, _Args
+from .identity import ICONS
 
 HOLD_OP: Final = AgentOp.LOADPOINT_HOLD
 """The one op an agent may command (agents.yaml `agent_ops`)."""
@@ -160,6 +161,7 @@ class ControlTool:
             "description": self.description,
             "inputSchema": self.input_schema,
             "outputSchema": self.output,
+            "icons": ICONS,
             "annotations": {
                 "title": self.title,
                 "readOnlyHint": self.read_only,

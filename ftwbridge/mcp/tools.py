@@ -32,6 +32,8 @@ from .args import (
     PlanArgs,
     _Args,
 )
+from .identity import ICONS
+from .schemas import OUTPUT_SCHEMAS
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,8 @@ class ToolSpec:
             "title": self.title,
             "description": self.description,
             "inputSchema": schema,
-            "outputSchema": self.output,
+            "outputSchema": OUTPUT_SCHEMAS.get(self.name, self.output),
+            "icons": ICONS,
             "annotations": {
                 "title": self.title,
                 "readOnlyHint": True,
