@@ -14,6 +14,7 @@ PostgreSQL (`database_url`) is backed up with its own tools (docs/operations.md,
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -100,7 +101,12 @@ def backup_state(state_dir: Path, target: Path, now_s: float) -> dict[str, Any]:
     _empty_target(target)
     _copy_database(database, target / database.name)
     keys = Path(state_dir) / KEYS_FILE
-    with locked(keys):
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(locked(keys))
+        except OSError as exc:  # a read-only folder: no writer can be half-way through
+            if exc.errno != errno.EROFS:
+                raise
         if keys.is_file():
             write_atomic(target / KEYS_FILE, keys.read_bytes())
     files = {

@@ -31,6 +31,7 @@ one sentence on stderr, `ftwbridge: ...`, and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sqlite3
 import sys
@@ -58,6 +59,7 @@ from ftwbridge.keys.keyfile import StateFileError
 from ftwbridge.keys.remote import url_of
 from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
 from ftwbridge.logs import configure_logging
+from ftwbridge.statewords import FULL_ERRNOS, state_sentence, trouble_of
 from ftwbridge.store import BridgeStore, StoreError, sqlite_path
 
 
@@ -291,6 +293,8 @@ def _writable_state_dir(config: Config) -> None:
             f"the state folder {folder} is a file, not a folder", setting="state_dir"
         ) from None
     except OSError as exc:
+        if exc.errno in (errno.EROFS, *FULL_ERRNOS):  # a read-only mount or a full disk
+            raise StartupError(state_sentence(exc, folder) or str(exc)) from None
         why = exc.strerror or str(exc)
         raise StartupError(
             f"the state folder {folder} cannot be written: {why}", setting="state_dir"
@@ -305,8 +309,9 @@ PostgreSQL store's (`StoreError`: it went away under a running command) names th
 
 def _startup_error(exc: BaseException) -> BaseException | None:
     """The start-up error `exc` is, or the one a group holds when nothing else failed in it
-    (its other members being cancellations and interrupts), else None."""
-    if isinstance(exc, STARTUP_ERRORS):
+    (its other members being cancellations and interrupts), else None. A full disk or a
+    folder that cannot be written (`statewords`) is one too, whatever raised it."""
+    if isinstance(exc, STARTUP_ERRORS) or trouble_of(exc) is not None:
         return exc
     if isinstance(exc, BaseExceptionGroup):
         found = [e for e in exc.exceptions if _startup_error(e) is not None]
@@ -322,6 +327,9 @@ def _startup_error(exc: BaseException) -> BaseException | None:
 
 def _sentence(exc: BaseException, command: str, config: Config) -> str:
     text = str(exc)
+    said = state_sentence(exc, Path(config.state_dir))
+    if said is not None:
+        return "ftwbridge: " + said
     if isinstance(exc, sqlite3.DatabaseError):
         text = (
             f"the database {sqlite_path(config.state_dir)} cannot be used ({exc});"

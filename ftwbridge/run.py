@@ -38,6 +38,7 @@ from ftwbridge.pool.command import CommandOutcome
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
+from ftwbridge.statewatch import StateWatch, one_bridge
 from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
 from ftwbridge.store.inuse import StateInUse, serving_state
@@ -209,6 +210,7 @@ class Bridge:
             else None,
         )
         self.admin_url: str | None = None
+        self.state_watch: StateWatch | None = None
         self.node: Node | None = None
         """This instance's part in a cluster (on PostgreSQL), once `serve` has started."""
         self._nursery: trio.Nursery | None = None
@@ -281,6 +283,8 @@ class Bridge:
         ready: the store and the keys part answer (within 2 s each), and it is not draining."""
         if self.pool.draining:
             return "draining: the bridge is stopping"
+        if self.state_watch is not None and (gone := self.state_watch.not_ready()) is not None:
+            return gone
         try:
             with trio.fail_after(2):
                 await self.store.home_key("")
@@ -359,12 +363,15 @@ class Bridge:
         try:
             with contextlib.ExitStack() as held:
                 if self.config.database_url is None:  # the embedded bridge marks its state
+                    held.enter_context(one_bridge(Path(self.config.state_dir)))
                     held.enter_context(_serving_state(Path(self.config.state_dir)))
                 try:
                     for name in await self.store.start():
                         log.info("database migration applied: %s", name)
                 except StoreError as exc:
                     raise StartupError(str(exc), setting="database_url") from None
+                if self.config.database_url is None:
+                    self.state_watch = StateWatch(Path(self.config.state_dir))
                 await self._serve(task_status)
         finally:
             self.store.close()
