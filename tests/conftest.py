@@ -146,6 +146,8 @@ LONGEST_FIRST = (
     "tests/test_cli.py::test_demo_runs_twice",
     "tests/test_parts.py::test_cli_demo",
     "tests/peers/",
+    "tests/ops/test_deploy.py",
+    "tests/ops/test_backup.py",
 )
 """Where the tests that take longest (tens of seconds each: real processes, a cluster, a
 browser) are, longest first. Under xdist they are handed out before the rest, so that no
