@@ -1,4 +1,4 @@
-"""The read tools' output schemas, generated from typed result models.
+"""The tools' output schemas, generated from typed result models.
 
 Each model is the `structuredContent` a tool returns: the box's answer body (PROTOCOL.md part
 B; `contract/agents.yaml` `answers`) as the bridge translates it, or what the bridge adds
@@ -228,7 +228,43 @@ class Diagnostic(_Open):
     details: dict[str, Any] = Field(description="What the check found; units in the key names")
 
 
+class CommandResult(_Open):
+    cmdId: str = Field(description="The command's id; the same id asked again acts no second time")
+    state: str = Field(description="applied, rejected, expired, superseded or unconfirmed")
+    charger: str = Field(description="The charger's id")
+    observed: dict[str, Any] | None = Field(
+        default=None, description="What the charger does now, as the box reads it (W, ms)"
+    )
+    holdEndsAtMs: int | None = Field(default=None, description=f"When the hold ends, {MS}")
+    message: str | None = Field(default=None, description="What happened, in words")
+
+
+class GoalQueued(_Open):
+    reqId: str = Field(description="The request's id; requests_list shows its decision")
+    expiresAtMs: int = Field(description=f"When an unanswered request expires, {MS}")
+    decidedBy: str = Field(description="Who decides: the home's owner, at home")
+    message: str | None = None
+
+
+class OwnerRequest(_Open):
+    reqId: str
+    goal: str = Field(description="ev_target or site_mode")
+    args: dict[str, Any] = Field(description="What was asked; units in the key names")
+    note: str | None = None
+    state: str = Field(description="pending, approved, denied or expired")
+    atMs: int = Field(description=f"When it was asked, {MS}")
+    decidedAtMs: int | None = Field(default=None, description=f"When the owner decided, {MS}")
+
+
+class OwnerRequests(_Open):
+    requests: list[OwnerRequest] = Field(description="The last 30 days, newest first")
+
+
 MODELS: dict[str, type[BaseModel]] = {
+    "ev_charge_now": CommandResult,
+    "ev_stop": CommandResult,
+    "goal_request": GoalQueued,
+    "requests_list": OwnerRequests,
     "homes_list": Homes,
     "status": Status,
     "chargers_list": Chargers,
@@ -243,7 +279,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "config_get": ConfigSection,
     "diag_run": Diagnostic,
 }
-"""The result model of each read tool."""
+"""The result model of each tool."""
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
