@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from ftwbridge.door import Door
 from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.framing import framing_and_coding
+from ftwbridge.front import add_front_page
 from ftwbridge.mcp.asgi import (
     CORS_REQUEST_HEADERS,
     STORE_HEADERS,
@@ -308,6 +309,7 @@ def create_app(
         )
 
     add_cors(app)
+    add_front_page(app, site)
     if oauth is not None:
         add_oauth_routes(app, site, oauth)
 

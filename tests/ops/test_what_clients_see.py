@@ -10,6 +10,7 @@ import base64
 import copy
 from typing import Any
 
+import httpx2
 import jsonschema
 import pytest
 import trio
@@ -92,3 +93,10 @@ async def test_real_results_satisfy_the_listed_schemas(env: Env) -> None:
     broken["loadpoints"][0]["power_w"] = "a lot"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, listed["chargers_list"])
+
+
+async def test_the_bridges_address_says_what_it_is(env: Env) -> None:
+    async with httpx2.AsyncClient(timeout=REAL_WAIT_S) as http:
+        r = await http.get(env.bridge.site.public_url.rstrip("/") + "/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert r.text.startswith("ftwbridge ") and f"Assistants connect to {env.url} " in r.text
