@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions bench-opens bench-turns soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy bench bench-profile bench-instructions bench-opens bench-turns soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ postgres:
 # Debian's HAProxy, the load balancer in front of the instances of `make cluster` and its tests.
 haproxy:
 	command -v haproxy >/dev/null || (apt-get update -qq && apt-get install -y -qq haproxy)
+
+# Debian's Caddy, for `caddy validate` of the TLS proxy example deploy/Caddyfile
+# (tests/ops/test_deploy.py, skipped without it). Not a prerequisite of `make test`: on a
+# machine run by systemd the package starts a Caddy server on port 80 as it installs.
+caddy:
+	command -v caddy >/dev/null || (apt-get update -qq && apt-get install -y -qq caddy)
 
 # The tests run on pytest-xdist workers: much of their time is spent waiting on processes
 # they start and on real sockets, so more workers than this machine's 2 cores pay; 3 rather

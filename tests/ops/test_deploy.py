@@ -122,6 +122,24 @@ def test_the_haproxy_example_is_valid(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_caddy_example_is_valid() -> None:
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        pytest.skip("caddy is not installed here: make caddy")
+    text = (DEPLOY / "Caddyfile").read_text()
+    for path in ("/mcp", "/v1/box", "/authorize", "/oauth/*", "/.well-known/*"):
+        assert path in text
+    done = subprocess.run(
+        [caddy, "validate", "--config", str(DEPLOY / "Caddyfile"), "--adapter", "caddyfile"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
+    assert done.returncode == 0 and "Valid configuration" in done.stdout + done.stderr, done.stderr
+
+
 def test_the_compose_files_keep_state_on_a_volume_and_stop_gracefully() -> None:
     for name in ("compose.yaml", "compose.postgres.yaml"):
         spec = yaml.safe_load((DEPLOY / name).read_text())
