@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy bench bench-profile bench-instructions bench-opens bench-turns soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy promtool bench bench-profile bench-instructions bench-opens bench-turns soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ haproxy:
 # machine run by systemd the package starts a Caddy server on port 80 as it installs.
 caddy:
 	command -v caddy >/dev/null || (apt-get update -qq && apt-get install -y -qq caddy)
+
+# Debian's prometheus package, for its promtool: `promtool check rules` of the shipped alert
+# rules and `promtool check metrics` of a live /metrics (tests/ops/test_watching.py, skipped
+# without it). Not a step of `make test`, for the reason Caddy is not.
+promtool:
+	command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus)
 
 # The tests run on pytest-xdist workers: much of their time is spent waiting on processes
 # they start and on real sockets, so more workers than this machine's 2 cores pay; 3 rather

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 import yaml
 
@@ -174,3 +177,33 @@ async def test_points_a_minute_and_refusals_by_code(env: Env) -> None:
     assert "<td>E_" in page or "<td>" in page
     assert len(status.samples) == 2 and status.samples[-1].calls >= 2
     assert sum(status.samples[-1].refusals.values()) >= 1
+
+
+def test_the_alert_rules_pass_promtool() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed here (Debian's prometheus package has it)")
+    done = subprocess.run(
+        [promtool, "check", "rules", str(ALERTS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
+async def test_a_live_metrics_page_passes_promtools_lint(env: Env) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed here (Debian's prometheus package has it)")
+    await busy(env)
+    text = await scrape(env)
+    done = await trio.run_process(
+        [promtool, "check", "metrics"],
+        stdin=text.encode(),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr).decode()
