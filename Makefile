@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy bench bench-profile bench-instructions bench-opens bench-turns soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy promtool bench bench-profile bench-instructions bench-opens bench-turns soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,9 +31,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict ftwbridge stubbox cluster
 
 # Real MCP peers for the tests (TypeScript SDKs, MCP Inspector, the conformance suite, Node 22),
-# pinned in peers/package-lock.json and installed from the npm registry.
+# pinned in peers/package-lock.json and installed from the npm registry. `npm ci` installs
+# exactly the lock and never writes it, so the test command leaves the clone as it found it;
+# it refuses a lock that lacks a package (tests/test_peers_lock.py keeps the lock whole).
 $(PEERS): peers/package.json peers/package-lock.json
-	cd peers && npm install --no-audit --no-fund --loglevel=error  # npm ci trips on an optional Windows-only package missing from the lock
+	cd peers && npm ci --no-audit --no-fund --loglevel=error
 	touch $(PEERS)
 
 peers: $(PEERS)
@@ -50,6 +52,18 @@ postgres:
 # Debian's HAProxy, the load balancer in front of the instances of `make cluster` and its tests.
 haproxy:
 	command -v haproxy >/dev/null || (apt-get update -qq && apt-get install -y -qq haproxy)
+
+# Debian's Caddy, for `caddy validate` of the TLS proxy example deploy/Caddyfile
+# (tests/ops/test_deploy.py, skipped without it). Not a prerequisite of `make test`: on a
+# machine run by systemd the package starts a Caddy server on port 80 as it installs.
+caddy:
+	command -v caddy >/dev/null || (apt-get update -qq && apt-get install -y -qq caddy)
+
+# Debian's prometheus package, for its promtool: `promtool check rules` of the shipped alert
+# rules and `promtool check metrics` of a live /metrics (tests/ops/test_watching.py, skipped
+# without it). Not a step of `make test`, for the reason Caddy is not.
+promtool:
+	command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus)
 
 # The tests run on pytest-xdist workers: much of their time is spent waiting on processes
 # they start and on real sockets, so more workers than this machine's 2 cores pay; 3 rather

@@ -11,6 +11,7 @@ A loaded machine moves these figures; compare runs made side by side.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -80,4 +81,8 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("n", nargs="?", type=int, default=300, help="requests each way (300)")
+    main(p.parse_args().n)

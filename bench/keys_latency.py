@@ -8,6 +8,7 @@ new connection (TCP connect and the channel's handshake). Figures, never asserte
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import statistics
@@ -100,7 +101,11 @@ async def main(n: int, pg_url: str | None) -> None:
 
 
 if __name__ == "__main__":
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 400
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("n", nargs="?", type=int, default=400, help="round trips per case (400)")
+    count = p.parse_args().n
     bindir = postgres_bin()
     if bindir is None:
         trio.run(main, count, None)

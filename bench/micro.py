@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import struct
 import sys
@@ -71,4 +72,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()
     main()

@@ -9,6 +9,7 @@ written, and leaves `bench/results/<date>-bridge-profile.html` (the flame view) 
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import gzip
 import shutil
@@ -25,8 +26,13 @@ PYINSTRUMENT = Path(sys.executable).with_name("pyinstrument")
 
 
 def main() -> None:
-    conns = int(sys.argv[1]) if len(sys.argv) > 1 else 16
-    seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("connections", nargs="?", type=int, default=16, help="wrk connections (16)")
+    p.add_argument("seconds", nargs="?", type=int, default=10, help="load time, s (10)")
+    args = p.parse_args()
+    conns, seconds = args.connections, args.seconds
     out = BENCH / "results" / f"{datetime.date.today()}-bridge-profile"
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

@@ -12,6 +12,7 @@ to `bench/results/<date>.json` and a Markdown table, which also replaces the tab
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
 import json
@@ -361,5 +362,10 @@ def _exit_on_sigterm(signum: int, _frame: Any) -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="BENCH_SECONDS=N sets each load's length.",
+    ).parse_args()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     main()

@@ -8,6 +8,7 @@ granting 16 agents (the contract's sessions per home). Prints one JSON line at t
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -69,4 +70,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     trio.run(main)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from quart_trio import QuartTrio
 from ftwbridge.door import Door
 from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.framing import framing_and_coding
+from ftwbridge.front import add_front_page
 from ftwbridge.mcp.asgi import (
     CORS_REQUEST_HEADERS,
     STORE_HEADERS,
@@ -32,6 +34,8 @@ from ftwbridge.mcp.server import McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.oauth.limits import Network, client_address
 from ftwbridge.oauth.model import with_basic_client
+from ftwbridge.oauth.refuse import refuse_consent
+from ftwbridge.statewords import oauth_words
 from ftwbridge.store import StoreError
 
 log = logging.getLogger("ftwbridge.app")
@@ -170,6 +174,8 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         form = await request.form
         req = str(form.get("req", ""))
         issuer = site.public_url.rstrip("/")
+        if form.get("decision") == "deny":
+            return await refuse_consent(oauth, req, str(form.get("csrf", "")), issuer)
         try:
             with oauth.audit.step("claim", source=site.client()) as step:
                 asked = await oauth.claim(
@@ -247,6 +253,21 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
         return Response(b"", 200, CORS)
 
 
+async def _state_trouble(exc: Exception) -> Response:
+    """A route met a full disk, a state folder it cannot write, or a damaged database
+    (`ftwbridge.statewords`): OAuth's own form, 503 `temporarily_unavailable` in words (RFC
+    6749 section 4.1.2.1, 5.2), or the consent page's, never an HTML 500. Anything else is
+    raised again, as before."""
+    words = oauth_words(exc)
+    if words is None:
+        raise exc
+    log.error("%s %s failed on the state: %s", request.method, request.path, exc)
+    if request.path.startswith("/authorize"):
+        return Response(pages.problem(words), 503, pages.PAGE_HEADERS | STORE_HEADERS)
+    body = {"error": "temporarily_unavailable", "error_description": words}
+    return _json_response(503, body, STORE_HEADERS)
+
+
 async def _store_unavailable(exc: StoreError) -> Response:
     """A Quart route needed the database while it does not answer (`StoreError`): 503 with
     `Retry-After` and the OAuth error `temporarily_unavailable` (RFC 6749 section 4.1.2.1)
@@ -282,6 +303,8 @@ def create_app(
     app.config["BODY_TIMEOUT"] = body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.register_error_handler(StoreError, _store_unavailable)
+    app.register_error_handler(sqlite3.Error, _state_trouble)
+    app.register_error_handler(OSError, _state_trouble)
 
     @app.before_request
     async def _framing_and_coding() -> Response | None:
@@ -310,6 +333,7 @@ def create_app(
         )
 
     add_cors(app)
+    add_front_page(app, site)
     if oauth is not None:
         add_oauth_routes(app, site, oauth)
 

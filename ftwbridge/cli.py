@@ -5,13 +5,20 @@
   ftwbridge keys --socket PATH [--config FILE]   run the keys part as its own process
   ftwbridge keys --listen HOST:PORT              ... as a keys service on TCP (mesh_key)
   ftwbridge home enroll --home H --key HEX       enroll a home's Ed25519 public key
+  ftwbridge home list                            the enrolled homes and their rosters
   ftwbridge agent create --home H                have the keys part make a new agent key
+  ftwbridge agent list --home H                  the agents the home's roster lists
   ftwbridge token issue --home H --agent A       mint a development token for a listed agent
                         [--wait SECONDS]         ... waiting for the owner's approval
   ftwbridge db migrate                           bring database_url's schema up to date
+  ftwbridge db backup --to DIR                   copy the embedded state, while it runs
+  ftwbridge db restore --from DIR                put a backup in place (the bridge stopped)
   ftwbridge db import [--state-dir DIR] [--dry-run]
                                                  copy an embedded bridge's state into it
+  ftwbridge config check                         validate; print the effective settings
+  ftwbridge config sample                        a bridge.toml with every setting, commented
   ftwbridge demo [--once] [--port N]             a home, the bridge and an assistant reading it
+  ftwbridge --version
 
 `--config` may stand before or after the command; without it, settings come from the
 environment (`FTWBRIDGE_*`) and defaults (state in ./state).
@@ -24,7 +31,9 @@ one sentence on stderr, `ftwbridge: ...`, and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
+import os
 import sqlite3
 import sys
 import tempfile
@@ -34,6 +43,8 @@ from typing import Any
 
 import trio
 
+from ftwbridge import __version__
+from ftwbridge.cli_help import EXAMPLES, config_epilog
 from ftwbridge.config import (
     ENV_PREFIX,
     Config,
@@ -43,11 +54,13 @@ from ftwbridge.config import (
     mesh_key_bytes,
     split_address,
 )
+from ftwbridge.extras import missing_extra
 from ftwbridge.keys import KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
 from ftwbridge.keys.remote import url_of
 from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
 from ftwbridge.logs import configure_logging
+from ftwbridge.statewords import FULL_ERRNOS, state_sentence, trouble_of
 from ftwbridge.store import BridgeStore, StoreError, sqlite_path
 
 
@@ -65,10 +78,12 @@ def _wait_seconds(text: str) -> float:
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file")
+    raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
-        prog="ftwbridge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="ftwbridge", description=__doc__, epilog=EXAMPLES, formatter_class=raw
     )
     p.add_argument("--config", type=Path, default=None, help="TOML config file")
+    p.add_argument("--version", action="version", version=f"ftwbridge {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the bridge", parents=[common])
     serve.add_argument(
@@ -88,11 +103,23 @@ def _parser() -> argparse.ArgumentParser:
     enroll = home.add_parser("enroll", help="enroll a home's Ed25519 public key", parents=[common])
     enroll.add_argument("--home", required=True)
     enroll.add_argument("--key", required=True, help="32-byte public key, hex")
+    home.add_parser("list", help="the enrolled homes and their rosters", parents=[common])
     agent = sub.add_parser("agent", help="agents").add_subparsers(dest="action", required=True)
     create = agent.add_parser(
         "create", help="make a new agent key (prints it, hex)", parents=[common]
     )
     create.add_argument("--home", required=True)
+    agents = agent.add_parser("list", help="the agents a home's roster lists", parents=[common])
+    agents.add_argument("--home", required=True)
+    config = sub.add_parser(
+        "config", help="the configuration", epilog=config_epilog(), formatter_class=raw
+    ).add_subparsers(dest="action", required=True)
+    config.add_parser(
+        "check",
+        help="validate it and print the settings in effect (secrets masked)",
+        parents=[common],
+    )
+    config.add_parser("sample", help="print a bridge.toml with every setting, commented")
     token = sub.add_parser("token", help="tokens").add_subparsers(dest="action", required=True)
     issue = token.add_parser(
         "issue", help="mint a token for an agent the roster lists", parents=[common]
@@ -107,12 +134,20 @@ def _parser() -> argparse.ArgumentParser:
         help="wait up to SECONDS for the owner to approve the agent at home (its roster to"
         " reach the bridge) instead of refusing at once",
     )
-    db = sub.add_parser("db", help="the PostgreSQL store").add_subparsers(
+    db = sub.add_parser("db", help="the store: migrate, import, back up, restore").add_subparsers(
         dest="action", required=True
     )
     db.add_parser(
         "migrate", help="apply the schema migrations database_url lacks", parents=[common]
     )
+    backup = db.add_parser(
+        "backup", help="copy the embedded state (online) into a new folder", parents=[common]
+    )
+    backup.add_argument("--to", type=Path, required=True, metavar="DIR", help="a new, empty folder")
+    restore = db.add_parser(
+        "restore", help="put a backup in place (the bridge stopped)", parents=[common]
+    )
+    restore.add_argument("--from", dest="source", type=Path, required=True, metavar="DIR")
     imp = db.add_parser(
         "import",
         help="copy a stopped embedded bridge's state into database_url (keys sealed under kek)",
@@ -263,6 +298,8 @@ def _writable_state_dir(config: Config) -> None:
             f"the state folder {folder} is a file, not a folder", setting="state_dir"
         ) from None
     except OSError as exc:
+        if exc.errno in (errno.EROFS, *FULL_ERRNOS):  # a read-only mount or a full disk
+            raise StartupError(state_sentence(exc, folder) or str(exc)) from None
         why = exc.strerror or str(exc)
         raise StartupError(
             f"the state folder {folder} cannot be written: {why}", setting="state_dir"
@@ -277,8 +314,9 @@ PostgreSQL store's (`StoreError`: it went away under a running command) names th
 
 def _startup_error(exc: BaseException) -> BaseException | None:
     """The start-up error `exc` is, or the one a group holds when nothing else failed in it
-    (its other members being cancellations and interrupts), else None."""
-    if isinstance(exc, STARTUP_ERRORS):
+    (its other members being cancellations and interrupts), else None. A full disk or a
+    folder that cannot be written (`statewords`) is one too, whatever raised it."""
+    if isinstance(exc, STARTUP_ERRORS) or trouble_of(exc) is not None:
         return exc
     if isinstance(exc, BaseExceptionGroup):
         found = [e for e in exc.exceptions if _startup_error(e) is not None]
@@ -294,6 +332,9 @@ def _startup_error(exc: BaseException) -> BaseException | None:
 
 def _sentence(exc: BaseException, command: str, config: Config) -> str:
     text = str(exc)
+    said = state_sentence(exc, Path(config.state_dir))
+    if said is not None:
+        return "ftwbridge: " + said
     if isinstance(exc, sqlite3.DatabaseError):
         text = (
             f"the database {sqlite_path(config.state_dir)} cannot be used ({exc});"
@@ -328,19 +369,28 @@ def main(argv: list[str] | None = None) -> None:
     else:  # the commands that print a result keep stderr for what went wrong
         level = "info" if args.command == "serve" else "warning"
     configure_logging(level, config.log_format)
-    from ftwbridge import admin  # loaded here, not at import: `--help` and errors stay quick
+    from ftwbridge import admin, backup, inventory, settings  # loaded here: `--help` stays quick
 
     jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
         ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
         ("keys", None): lambda: _keys(config, args.socket, args.listen),
         ("home", "enroll"): lambda: admin.enroll(config, args.home, args.key),
         ("agent", "create"): lambda: admin.agent_create(config, args.home),
+        ("home", "list"): lambda: inventory.home_list(config),
+        ("agent", "list"): lambda: inventory.agent_list(config, args.home),
+        ("config", "check"): lambda: settings.check(config, args.config),
+        ("config", "sample"): settings.sample,
+        ("db", "backup"): lambda: backup.backup(config, args.to),
+        ("db", "restore"): lambda: backup.restore(config, args.source),
         ("token", "issue"): lambda: admin.issue(config, args.home, args.agent, args.wait),
         ("db", "migrate"): lambda: admin.migrate(config),
         ("db", "import"): lambda: admin.import_state(
             config, args.state_dir, args.keys_file, args.dry_run
         ),
     }
+    if (missing := missing_extra(args.command)) is not None:
+        print(f"ftwbridge: {missing}", file=sys.stderr)
+        sys.exit(2)
     if args.command == "demo":
         from ftwbridge.demo import run_demo
 
@@ -360,6 +410,9 @@ def main(argv: list[str] | None = None) -> None:
             status = 2
         elif _only_interrupts(exc):
             status = 130
+        elif isinstance(exc, BrokenPipeError):  # `ftwbridge config check | head`: not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            status = 0
         else:
             raise
     sys.exit(status)

@@ -20,6 +20,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ftwbridge.mesh.signing import mesh_key_bytes as mesh_key_bytes
+from ftwbridge.secretfiles import read_secret_files
 
 ENV_PREFIX = "FTWBRIDGE_"
 CALL_SLACK_S = 2.0
@@ -148,8 +149,8 @@ class Config(BaseModel):
     """Unix socket of a separate keys-part process; None runs the keys part in-process."""
     keys_url: str | None = None
     """The keys services this bridge uses over TCP, `tcp://host:port`, several separated by
-    commas (tried in order); needs `mesh_key`. None: `keys_socket`, or in-process (issue 13
-    item 5; docs/operations.md, "Many instances")."""
+    commas (tried in order); needs `mesh_key`. None: `keys_socket`, or in-process
+    (docs/operations.md, "Many instances")."""
     mesh_key: str | None = Field(default=None, repr=False)
     """The key every instance of a cluster shares: 32 random bytes as 64 hex digits or as
     base64 (`openssl rand -hex 32`; `mesh_key_bytes`). It authenticates the keys channel
@@ -159,6 +160,16 @@ class Config(BaseModel):
     """Key-encryption key, 32 random bytes (hex or base64), read only by `ftwbridge keys`:
     agents' private keys are kept in the store sealed under it (pynacl SecretBox). A bridge
     (`serve`) refuses to start with it set."""
+    mesh_key_file: Path | None = None
+    """A file holding `mesh_key` alone (docs/operations.md, "Secrets in files"); not with
+    `mesh_key`."""
+    kek_file: Path | None = None
+    """A file holding `kek` alone; not with `kek`."""
+    database_url_file: Path | None = None
+    """A file holding `database_url` alone (its password with it); not with `database_url`."""
+    secrets_dir: Path | None = None
+    """A folder of secrets' files named `mesh_key`, `kek` and `database_url` (`/run/secrets`,
+    systemd's `$CREDENTIALS_DIRECTORY`); each one there is used unless the setting is given."""
     allowed_origins: tuple[str, ...] = ()
     """Origins (scheme://host:port) allowed besides the public URL's own."""
     allowed_hosts: tuple[str, ...] = ()
@@ -407,6 +418,10 @@ class Config(BaseModel):
         "internal_certfile",
         "internal_keyfile",
         "mesh_cafile",
+        "mesh_key_file",
+        "kek_file",
+        "database_url_file",
+        "secrets_dir",
         mode="before",
     )
     @classmethod
@@ -440,7 +455,7 @@ class Config(BaseModel):
     the main listener's port (`instance_name`)."""
     internal_bind: str | None = None
     """host:port of the internal listener that takes `/mcp` calls forwarded by the other
-    instances (issue 13 item 4); None (the default) turns forwarding off. Needs
+    instances; None (the default) turns forwarding off. Needs
     `database_url` and `mesh_key`."""
     internal_url: str | None = None
     """The URL other instances reach the internal listener at; None follows `internal_bind`
@@ -507,7 +522,14 @@ class Config(BaseModel):
 
 SECRET_SETTINGS = ("database_url", "mesh_key", "kek")
 """Settings whose value may hold a password: an error about one never repeats it."""
-PATH_KEYS = ("state_dir", "keys_socket")
+PATH_KEYS = (
+    "state_dir",
+    "keys_socket",
+    "mesh_key_file",
+    "kek_file",
+    "database_url_file",
+    "secrets_dir",
+)
 """Settings that are paths: relative in a config file means relative to the file's folder."""
 
 
@@ -546,6 +568,10 @@ def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> 
             )
         data[name] = raw.split(",") if name.startswith("allowed_") else raw
         origin[name] = f"the environment variable {variable}"
+    try:
+        read_secret_files(data, origin)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return Config.model_validate(data)
     except pydantic.ValidationError as exc:

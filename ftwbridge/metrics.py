@@ -10,14 +10,26 @@ goes up and down is a gauge.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Awaitable, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+import prometheus_client
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from quart import Response
 from quart_trio import QuartTrio
 
+from ftwbridge import __version__
 from ftwbridge.door import Door
 from ftwbridge.edge import Connections
 from ftwbridge.framing import framing_and_coding
@@ -25,6 +37,18 @@ from ftwbridge.keys import KeysPort
 from ftwbridge.pool import Pool
 from ftwbridge.pool.feed import feed_metrics
 from ftwbridge.readiness import Verdict
+from ftwbridge.status import Status
+
+STATUS_HEADERS = {
+    "content-type": "text/html; charset=utf-8",
+    "cache-control": "no-store",
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'",
+    "x-content-type-options": "nosniff",
+}
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+"""No `<counter>_created` series: they double the lines of every labelled counter and
+histogram and no dashboard here reads them (prometheus_client's own switch)."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 
@@ -150,6 +174,12 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, _resident_memory
+        PlatformCollector(registry=self.registry)  # python_info
+        GCCollector(registry=self.registry)  # python_gc_*
+        Info("ftwbridge_build", "The bridge's version and runtime", registry=self.registry).info(
+            {"version": __version__, "python": platform.python_version()}
+        )
         self.calls = Counter(
             "ftwbridge_tool_calls",
             "Tool calls by tool and outcome (ok or a registry code)",
@@ -276,12 +306,26 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def create_admin_app(metrics: Metrics, readiness: Callable[[], Awaitable[Verdict]]) -> QuartTrio:
+def create_admin_app(
+    metrics: Metrics,
+    readiness: Callable[[], Awaitable[Verdict]],
+    status: Status | None = None,
+) -> QuartTrio:
     """The admin listener's app: `/metrics`, `/healthz` (alive), `/readyz` (200 `ready` or
     `ready, degraded: <why>`, or 503 `not ready: <why>`, as `readiness()` judges:
-    `ftwbridge/readiness.py`)."""
+    `ftwbridge/readiness.py`), and with `status` the read-only status page at `/`
+    (ftwbridge/status.py)."""
     app = QuartTrio("ftwbridge-admin")
     app.before_request(framing_and_coding)
+
+    if status is not None:
+        shown = status
+
+        @app.route("/")
+        async def status_page() -> Response:
+            verdict = await readiness()
+            body = shown.page(None if verdict.ready else verdict.why)
+            return Response(body, 200, STATUS_HEADERS)
 
     @app.route("/metrics")
     async def metrics_route() -> Response:

@@ -41,6 +41,8 @@ from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import Reply
 from ftwbridge.readiness import CHECK_S, Readiness, Verdict
+from ftwbridge.statewatch import StateWatch, one_bridge
+from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
 from ftwbridge.store.inuse import StateInUse, serving_state
 
@@ -224,6 +226,7 @@ class Bridge:
             else None,
         )
         self.admin_url: str | None = None
+        self.state_watch: StateWatch | None = None
         self.node: Node | None = None
         """This instance's part in a cluster (on PostgreSQL), once `serve` has started."""
         self._nursery: trio.Nursery | None = None
@@ -292,8 +295,11 @@ class Bridge:
         return await self.minter.mint(home, agent_key, agent_id, scopes, client)
 
     async def readiness(self) -> Verdict:
-        """What `/readyz` says (`ftwbridge/readiness.py`): the store and the keys part checked
-        side by side, each within `CHECK_S`."""
+        """What `/readyz` says (`ftwbridge/readiness.py`): not ready while the state folder or
+        database is gone or replaced (`ftwbridge/statewatch.py`); else the store and the keys
+        part checked side by side, each within `CHECK_S`."""
+        if self.state_watch is not None and (gone := self.state_watch.not_ready()) is not None:
+            return Verdict(False, gone)
         problems: dict[str, str | None] = {}
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._store_problem, problems)
@@ -400,12 +406,15 @@ class Bridge:
         try:
             with contextlib.ExitStack() as held:
                 if self.config.database_url is None:  # the embedded bridge marks its state
+                    held.enter_context(one_bridge(Path(self.config.state_dir)))
                     held.enter_context(_serving_state(Path(self.config.state_dir)))
                 try:
                     for name in await self.store.start():
                         log.info("database migration applied: %s", name)
                 except StoreError as exc:
                     raise StartupError(str(exc), setting="database_url") from None
+                if self.config.database_url is None:
+                    self.state_watch = StateWatch(Path(self.config.state_dir))
                 await self._serve(task_status)
         finally:
             self.store.close()
@@ -513,7 +522,9 @@ class Bridge:
                 ac.errorlog = hc.errorlog
                 ac.graceful_timeout = 1.0
                 ac.backlog = c.listen_backlog  # hypercorn listens again with it (its own: 100)
-                admin = create_admin_app(self.metrics, self.readiness)
+                status = Status(self.metrics.registry)
+                await nursery.start(status.run)
+                admin = create_admin_app(self.metrics, self.readiness, status)
                 await nursery.start(hypercorn_serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)
             verdict = await self.readiness()

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 VECTORS = Path(__file__).parent / "vectors"
 
+pytest_plugins = ["tests.failfirst"]  # a failure inside nurseries shows its failing line first
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -145,6 +147,8 @@ LONGEST_FIRST = (
     "tests/test_cli.py::test_demo_runs_twice",
     "tests/test_parts.py::test_cli_demo",
     "tests/peers/",
+    "tests/ops/test_deploy.py",
+    "tests/ops/test_backup.py",
 )
 """Where the tests that take longest (tens of seconds each: real processes, a cluster, a
 browser) are, longest first. Under xdist they are handed out before the rest, so that no

@@ -249,7 +249,7 @@ def test_damaged_database(tmp_path: Path, command: list[str]) -> None:
     env = _env(FTWBRIDGE_STATE_DIR="state", FTWBRIDGE_ADMIN_BIND="none")
     refused(
         ftwbridge(*command, cwd=tmp_path, env=env),
-        "the database state/bridge.sqlite cannot be used (file is not a database)",
+        "the database state/bridge.sqlite is damaged (file is not a database)",
         "restore it from a backup",
     )
 

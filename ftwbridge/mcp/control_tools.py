@@ -19,6 +19,8 @@ from ftwbridge.proto.names import AgentOp, Cap, Goal, Mode, Read, Scope
 from ftwbridge.proto.registry import CAPS, OP_SCOPE, READ_SCOPES, READS
 
 from .args import NoArgs, _Args
+from .identity import ICONS
+from .schemas import OUTPUT_SCHEMAS
 
 HOLD_OP: Final = AgentOp.LOADPOINT_HOLD
 """The one op an agent may command (agents.yaml `agent_ops`)."""
@@ -166,7 +168,8 @@ class ControlTool:
             "title": self.title,
             "description": self.description,
             "inputSchema": self.input_schema,
-            "outputSchema": self.output,
+            "outputSchema": OUTPUT_SCHEMAS.get(self.name, self.output),
+            "icons": ICONS,
             "annotations": {
                 "title": self.title,
                 "readOnlyHint": self.read_only,

@@ -27,7 +27,6 @@ import trio
 from mcp_types import jsonrpc
 from pydantic import ValidationError
 
-from ftwbridge import __version__
 from ftwbridge.proto.clean import to_json
 from ftwbridge.proto.names import Cap, Code, Read
 from ftwbridge.proto.refusal import Refusal
@@ -45,6 +44,7 @@ from .consent import ConfirmMode
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .energy_tools import AnswerCache, FlowContext, cached
+from .identity import SERVER_INFO
 from .limits import AgentRequests
 from .results import (
     conforms,
@@ -59,7 +59,6 @@ from .tools import TOOLS, TOOLS_BY_NAME, ToolContext, ToolSpec
 
 RATE_LIMITED_JSONRPC = -32029
 """JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
-SERVER_INFO = {"name": "ftwbridge", "version": __version__}
 INSTRUCTIONS = (
     "Access to one home's energy box: live power, plan, prices, history, health; within the"
     " owner's grant, start and stop a charge, and ask the owner for lasting changes."

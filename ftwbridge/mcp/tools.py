@@ -34,6 +34,8 @@ from .args import (
 )
 from .charge import CHARGE_OUTPUT, ChargeArgs, run_charge
 from .energy_tools import REPORT_OUTPUT, Call, FlowContext, ReportArgs, run_report
+from .identity import ICONS
+from .schemas import OUTPUT_SCHEMAS
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,8 @@ class ToolSpec:
             "title": self.title,
             "description": self.description,
             "inputSchema": schema,
-            "outputSchema": self.output,
+            "outputSchema": OUTPUT_SCHEMAS.get(self.name, self.output),
+            "icons": ICONS,
             "annotations": {
                 "title": self.title,
                 "readOnlyHint": True,

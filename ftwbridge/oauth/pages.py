@@ -8,7 +8,7 @@ from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Cap, Scope
 from ftwbridge.proto.registry import CAPS, SCOPE_DESC
 
-from .model import Pending
+from .model import GRANT_TTL_MS, REFRESH_TTL_MS, Pending
 from .redirects import form_action_source, redirect_label
 
 MAX_SHOWN_CHARS = 80
@@ -20,7 +20,29 @@ PAGE_HEADERS = {
     "referrer-policy": "same-origin",  # no-referrer makes Chromium post Origin: null
     "cache-control": "no-store",
 }
-_STYLE = "body{font:16px system-ui,sans-serif;max-width:34em;margin:3em auto;padding:0 1em}code{font-size:110%}"
+_STYLE = (
+    ":root{color-scheme:light dark;--fg:#1f2328;--bg:#fff;--muted:#59636e;--accent:#0969da;--bad:#cf222e}"
+    "@media (prefers-color-scheme:dark){:root{--fg:#e6edf3;--bg:#0d1117;--muted:#9198a1;--accent:#4493f8;--bad:#ff7b72}}"
+    "body{font:17px/1.5 system-ui,sans-serif;color:var(--fg);background:var(--bg);max-width:34em;"
+    "margin:1.5em auto;padding:0 1em;overflow-wrap:anywhere}"
+    "h1{font-size:1.5em;line-height:1.25}code{font-size:100%}small,.muted{color:var(--muted)}"
+    "label{display:block;font-weight:600;margin:1em 0 .3em}"
+    "input[name=code]{box-sizing:border-box;width:100%;max-width:16em;min-height:48px;font:inherit;"
+    "font-size:1.25em;letter-spacing:.1em;text-transform:uppercase;padding:.3em .5em;"
+    "border:2px solid var(--muted);border-radius:8px;background:var(--bg);color:var(--fg)}"
+    "input[aria-invalid=true]{border-color:var(--bad)}"
+    ".error{color:var(--bad);font-weight:600;margin:0 0 .3em}"
+    ".summary{border:3px solid var(--bad);border-radius:8px;padding:.6em .8em;margin:1em 0}"
+    ".summary a{color:var(--bad);display:inline-block;padding:.55em 0;font-weight:600}"
+    ".actions{display:flex;flex-wrap:wrap;gap:12px;margin-top:1.2em}"
+    "button{min-height:48px;min-width:44px;padding:0 1.2em;font:inherit;font-weight:600;"
+    "border-radius:8px;border:2px solid var(--accent);cursor:pointer}"
+    "button.yes{background:var(--accent);color:#fff}"
+    "button.no{background:transparent;color:var(--fg);border-color:var(--muted)}"
+)
+"""Laid out for a phone first: the viewport tag (`_page`) makes 360 px wide screens render at
+their own width, text is 17 px, the code field and both buttons at least 48 px tall (WCAG 2.5.5
+asks 44 px), and the colours follow the device's light or dark setting."""
 
 
 def headers_for(p: Pending) -> dict[str, str]:
@@ -45,7 +67,10 @@ def shown(text: str) -> str:
 def _page(title: str, body: str, refresh_s: int | None = None) -> bytes:
     meta = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
     return (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>{meta}<style>{_STYLE}</style></head><body>{body}</body></html>"
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title>{meta}<style>{_STYLE}</style></head>"
+        f"<body>{body}</body></html>"
     ).encode()
 
 
@@ -62,18 +87,61 @@ def consent(p: Pending, error: str | None = None) -> bytes:
         where = f"returns to <code>{shown(name)}</code>"
     reads = [s for s in p.scopes if s not in CHANGE_WORDS]
     scopes = "".join(f"<li>{escape(SCOPE_DESC.get(Scope(s), s))}</li>" for s in reads)
-    problem = f'<p role="alert"><strong>{shown(error)}</strong></p>' if error else ""
+    summary = (
+        '<div class="summary" role="alert"><strong>That did not work:</strong>'
+        f' <a href="#code">{shown(_sentence(error))}</a></div>'
+        if error
+        else ""
+    )
     body = (
-        f"<h1>Connect an assistant to your home</h1>"
+        f"<h1>Connect an assistant to your home</h1>{summary}"
         f"<p><strong>{shown(p.client_name)}</strong> ({where}) asks to read:</p><ul>{scopes}</ul>"
-        f"{_changes(p.scopes)}{problem}<p>Open your home box's app, choose <em>connect an assistant</em>, and type the code it shows. "
-        f"You will then approve at home.</p>"
+        f"{_changes(p.scopes)}<p>{LASTS}</p>"
+        "<p>Open your home box's app, choose <em>connect an assistant</em>, and type the code it"
+        " shows. You will then approve at home, where you see which home it is.</p>"
         f'<form method="post" action="/authorize"><input type="hidden" name="req" value="{escape(p.id)}">'
         f'<input type="hidden" name="csrf" value="{escape(p.csrf)}">'
-        f'<label>Code from your home <input name="code" autocomplete="off" maxlength="12" placeholder="XXXX-XXXX" required></label> '
-        f"<button>Ask my home</button></form>"
+        f"{_code_field(error)}"
+        '<div class="actions"><button class="yes" name="decision" value="allow">Ask my home</button>'
+        '<button class="no" name="decision" value="deny" formnovalidate>Don\'t allow</button></div>'
+        "</form>"
     )
     return _page("Connect an assistant", body)
+
+
+LASTS = (
+    "If your home approves, the assistant keeps this access for as long as you choose there"
+    f" ({GRANT_TTL_MS // 86_400_000} days unless you pick another time), and you can remove it at"
+    f" home at any moment; unused for {REFRESH_TTL_MS // 86_400_000} days, it must sign in again."
+)
+"""How long the access lasts, as the consent page says it: the owner sets the grant's end at
+home (the box's default is `GRANT_TTL_MS`), and a refresh token unused for `REFRESH_TTL_MS`
+ends the sign-in."""
+
+
+def _sentence(text: str) -> str:
+    """`text` as a sentence a person reads: a capital first letter and a full stop."""
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def _code_field(error: str | None) -> str:
+    """The claim-code field, with a wrong code's words right above it (between its label and
+    the field, so both are on screen when the focused field is scrolled into view), tied to it
+    for screen readers, and the field focused so the person can type again. The same words
+    also open the page (`consent`'s summary, linking to the field), for a screen reader and a
+    desktop, where the whole page fits."""
+    attrs = (
+        'id="code" name="code" autocomplete="off" autocapitalize="characters" autocorrect="off"'
+        ' spellcheck="false" enterkeyhint="go" maxlength="12" placeholder="XXXX-XXXX" required'
+    )
+    if not error:
+        return f'<label for="code">Code from your home</label><input {attrs}>'
+    return (
+        '<label for="code">Code from your home</label>'
+        f'<p class="error" id="code-error">{shown(_sentence(error))}</p>'
+        f'<input {attrs} autofocus aria-invalid="true" aria-describedby="code-error">'
+    )
 
 
 CHANGE_WORDS = {
@@ -99,8 +167,14 @@ def _changes(scopes: tuple[str, ...]) -> str:
 
 
 def waiting(p: Pending) -> bytes:
-    """The page that follows the request (it reloads itself every 2 s)."""
-    body = f"<h1>Waiting for your home</h1><p>Approve <strong>{shown(p.client_name)}</strong> on your home box or its app. This page moves on by itself.</p>"
+    """The page that follows the request (it reloads itself every 2 s), naming the home the
+    code belongs to."""
+    home = f" <strong>{shown(p.home)}</strong>" if p.home else ""
+    body = (
+        f"<h1>Waiting for your home</h1><p>Approve <strong>{shown(p.client_name)}</strong> at"
+        f" your home{home}, on its box or its app. This page moves on by itself.</p>"
+        f'<p class="muted">{LASTS}</p>'
+    )
     return _page("Waiting for your home", body, refresh_s=2)
 
 

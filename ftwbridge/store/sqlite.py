@@ -232,7 +232,8 @@ class SqliteStore(SqlStore):
         super().__init__(SQLITE, f"the SQLite database {path}")
         if isinstance(path, Path):
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.touch(mode=0o600, exist_ok=True)  # tokens are hashed, but no one else reads it
+            if not path.exists():  # (touching one there fails on a read-only mount)
+                path.touch(mode=0o600)  # tokens are hashed, but no one else reads it
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.executescript(_SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(tokens)")}
