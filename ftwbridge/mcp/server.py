@@ -34,7 +34,7 @@ from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
-from . import inbound
+from . import apps, inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
 from .catalog import CAPABILITIES, METHODS, Catalog
@@ -213,6 +213,7 @@ class McpService:
         self._recorder = Recorder(on_call, on_request)
         self._roster_behind = roster_behind
         self._catalog = Catalog(run=self._run, behind=self._behind)
+        self._view_cache = apps.ViewCache()
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
         """The per-agent request limit at `/mcp` (`http_burst` in a row, then `http_per_s`):
@@ -382,7 +383,10 @@ class McpService:
                     "Invalid params: unknown cursor",
                     {"cursor": "unknown"},
                 )
-            return self._result(route, {"tools": self._tool_list}, cacheable=True)
+            listed = self._tool_list
+            if apps.wants_view(route.params):  # MCP Apps negotiated (mcp/apps.py)
+                listed = apps.tool_list(listed)
+            return self._result(route, {"tools": listed}, cacheable=True)
         if m == "tools/call":
             return await self._call(route, token, seen)
         if m in METHODS:  # resources and prompts (mcp/catalog.py)
@@ -405,6 +409,8 @@ class McpService:
             return self._error(
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
             )
+        if name == apps.LIVE_TOOL:
+            return await self._view_live(route, token, arguments, seen)
         spec: ToolSpec | ControlTool | None = TOOLS_BY_NAME.get(name) or CONTROL_BY_NAME.get(name)
         if spec is None:  # a protocol error (MCP tools, "Error Handling"): not a tool's result
             seen.outcome = "unknown_tool"
@@ -452,6 +458,39 @@ class McpService:
             sent = exc.code
             result = refusal_result(exc)  # cleans the peer's code: one that was not a code's
             seen.outcome = exc.code if exc.code == sent else "other"  # shape is `other`
+        return self._result(route, result)
+
+    async def _view_live(
+        self, route: inbound.Route, token: TokenRecord, arguments: dict[str, Any], seen: Seen
+    ) -> HttpResponse:
+        """The home view's app-only tool (mcp/apps.py): refused in words to a client that did
+        not negotiate the view, else the `status` read through `apps.live_for_view`."""
+        seen.tool = apps.LIVE_TOOL
+        status = TOOLS_BY_NAME["status"]
+        if not apps.wants_view(route.params):
+            seen.outcome = "app_only"
+            return self._result(route, apps.refuse_app_only())
+        missing = [s.value for s in status.scopes if s.value not in token.scopes]
+        if missing:
+            seen.outcome = "insufficient_scope"
+            return self._insufficient_scope(route, apps.LIVE_TOOL, missing)
+        try:
+            args = status.args.model_validate(arguments)
+        except ValidationError as exc:
+            seen.outcome = "invalid_arguments"
+            return self._result(route, invalid_arguments(apps.LIVE_TOOL, exc))
+        behind = self._behind(token)
+        if behind is not None:
+            seen.outcome = "roster_behind"
+            return self._result(route, roster_behind_result(behind))
+        try:
+            result = await apps.live_for_view(
+                self._view_cache, token, lambda t: self._run(status, args, t)
+            )
+        except Refusal as exc:
+            sent = exc.code
+            result = refusal_result(exc)
+            seen.outcome = exc.code if exc.code == sent else "other"
         return self._result(route, result)
 
     def _insufficient_scope(
