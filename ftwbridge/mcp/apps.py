@@ -132,6 +132,20 @@ def read_result() -> dict[str, Any]:
     return {"contents": [content]}
 
 
+def demo_lines() -> list[str]:
+    """How to see the view, for the demo's output (docs/apps.md)."""
+    size = len(view_html().encode())
+    return [
+        f"The home view (MCP Apps, {VIEW_URI}, {size:,} bytes) comes with status and plan_get",
+        "  to a 2026-07-28 client that declares io.modelcontextprotocol/ui with",
+        f"  {APP_MIME}: hosts that render MCP Apps (ChatGPT, Claude on the web",
+        "  and desktop, VS Code, Cursor, Goose) show it in the conversation; 2025 clients see",
+        "  today's tools. The test host page is peers/apps_host/ (ext-apps' AppBridge): make",
+        "  test runs it in Chromium against a stub home, and FTW_APPS_SHOTS=DIR .venv/bin/pytest",
+        "  tests/browser/test_apps_view.py keeps its screenshots in DIR (docs/apps.md).",
+    ]
+
+
 ReadStatus = Callable[[TokenRecord], Awaitable[dict[str, Any]]]
 """The service's `status` tool path for a token: its result (`ok_result`); raises `Refusal`."""
 
