@@ -87,6 +87,7 @@ async function main() {
   };
   host.remove = async () => { await bridge.close(); iframe.remove(); host.removed = true; };
   host.setTheme = (t) => bridge.setHostContext({ ...context, theme: t });
+  host.cancel = (reason) => bridge.sendToolCancelled({ reason });
   host.ready = true;
 }
 

@@ -126,6 +126,11 @@ def run(page: Page, cfg: dict[str, Any], seen: dict[str, Any], calls: list[str])
         "u => fetch(u, {method: 'POST'}).then(() => 'allowed', e => 'blocked: ' + e.name)",
         cfg["mcp"],
     )
+    page.evaluate("window.__host.setTheme('dark')")  # ui/notifications/host-context-changed
+    poll(frame, "document.documentElement.dataset.theme === 'dark'")
+    page.evaluate("window.__host.cancel('stopped by the test')")  # tool-cancelled
+    poll(frame, "document.getElementById('note').textContent.includes('stopped by the test')")
+    seen["context_and_cancel"] = True
     page.evaluate("window.__host.teardown()")
     seen["after_teardown"] = frame.evaluate("[window.__view.stopped, !!window.__view.tornDown]")
     before = calls.count("home_view_live")

@@ -111,6 +111,7 @@ async def test_the_view_renders_the_stub_home_live(
     assert seen["frame_requests"] == [] and seen["foreign"] == [], seen
     assert seen["frame_fetch"].startswith("blocked"), seen["frame_fetch"]
     assert any("Content Security Policy" in line for line in seen["console"]), seen["console"]
+    assert seen["context_and_cancel"]
     assert seen["after_teardown"] == [True, True]
     assert seen["polls_after_teardown"] == 0
     assert seen["frames_left"] == 0

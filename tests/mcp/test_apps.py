@@ -120,6 +120,14 @@ async def test_with_the_mime_type_the_view_tools_carry_its_uri() -> None:
     assert homes.reads == []
 
 
+def test_energy_report_carries_the_view_once_it_is_a_tool() -> None:
+    base = [{"name": "energy_report", "inputSchema": {}}, {"name": "health_get"}]
+    listed = apps.tool_list(base)
+    assert listed[0]["_meta"] == {"ui": {"resourceUri": apps.VIEW_URI}}
+    assert listed[1] == {"name": "health_get"} and listed[2]["name"] == apps.LIVE_TOOL
+    assert base[0] == {"name": "energy_report", "inputSchema": {}}  # not changed in place
+
+
 async def test_the_view_is_read_whole_and_small_with_no_network_of_its_own() -> None:
     svc, homes = service(("ftw.history.read",))  # static: any token of the bridge reads it
     status, body = await call(svc, "resources/read", {"uri": apps.VIEW_URI})
