@@ -27,12 +27,14 @@ from typing import Any, Final
 
 import trio
 from mcp_types import Resource
+from pydantic import ValidationError
 
+from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import TokenRecord
 
 from .inbound import META_CAPABILITIES
-from .results import text_error
-from .tools import REASON_WORDS, TOOLS_BY_NAME
+from .results import invalid_arguments, refusal_result, roster_behind_result, text_error
+from .tools import REASON_WORDS, TOOLS_BY_NAME, ToolSpec
 
 EXTENSION_ID: Final = "io.modelcontextprotocol/ui"
 """The extension's identifier (SEP-1865 "Extension Identifier")."""
@@ -194,3 +196,49 @@ async def live_for_view(
     `status` tool's own box read (`read_status`, paced and bounded like any read), at most one
     per `cache.ttl_s` per (home, agent); raises `Refusal` as the read does."""
     return await cache.get((token.home, token.agent_key), lambda: read_status(token))
+
+
+@dataclass(frozen=True, slots=True)
+class LiveAnswer:
+    """What `LIVE_TOOL` answers: a tool `result`, or the scopes `missing` (403 for step-up);
+    `outcome` is the audit word (`audit.OUTCOMES`, or a box's code)."""
+
+    outcome: str
+    result: dict[str, Any] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+
+RunTool = Callable[[ToolSpec, Any, TokenRecord], Awaitable[dict[str, Any]]]
+"""The service's tool path: (tool, parsed arguments, token) -> its result; raises `Refusal`."""
+
+
+async def answer_live(
+    params: dict[str, Any],
+    token: TokenRecord,
+    arguments: dict[str, Any],
+    cache: ViewCache,
+    run: RunTool,
+    behind: Callable[[TokenRecord], Any],
+) -> LiveAnswer:
+    """One `tools/call` of `LIVE_TOOL`, in order: refused in words (`app_only`) to a request
+    that did not negotiate the view; the `status` tool's scopes; its (empty) arguments; the
+    roster behind (`behind(token)` not None); then `live_for_view`, a box refusal in words."""
+    status = TOOLS_BY_NAME["status"]
+    if not wants_view(params):
+        return LiveAnswer("app_only", refuse_app_only())
+    missing = tuple(s.value for s in status.scopes if s.value not in token.scopes)
+    if missing:
+        return LiveAnswer("insufficient_scope", missing=missing)
+    try:
+        args = status.args.model_validate(arguments)
+    except ValidationError as exc:
+        return LiveAnswer("invalid_arguments", invalid_arguments(LIVE_TOOL, exc))
+    late = behind(token)
+    if late is not None:
+        return LiveAnswer("roster_behind", roster_behind_result(late))
+    try:
+        return LiveAnswer("ok", await live_for_view(cache, token, lambda t: run(status, args, t)))
+    except Refusal as exc:
+        sent = exc.code
+        refused = refusal_result(exc)  # cleans the peer's code, as a tool call does
+        return LiveAnswer(exc.code if exc.code == sent else "other", refused)

@@ -409,8 +409,15 @@ class McpService:
             return self._error(
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
             )
-        if name == apps.LIVE_TOOL:
-            return await self._view_live(route, token, arguments, seen)
+        if name == apps.LIVE_TOOL:  # the home view's app-only tool (mcp/apps.py)
+            seen.tool = name
+            live = await apps.answer_live(
+                route.params, token, arguments, self._view_cache, self._run, self._behind
+            )
+            seen.outcome = live.outcome
+            if live.missing:
+                return self._insufficient_scope(route, name, list(live.missing))
+            return self._result(route, live.result)
         spec: ToolSpec | ControlTool | None = TOOLS_BY_NAME.get(name) or CONTROL_BY_NAME.get(name)
         if spec is None:  # a protocol error (MCP tools, "Error Handling"): not a tool's result
             seen.outcome = "unknown_tool"
@@ -458,39 +465,6 @@ class McpService:
             sent = exc.code
             result = refusal_result(exc)  # cleans the peer's code: one that was not a code's
             seen.outcome = exc.code if exc.code == sent else "other"  # shape is `other`
-        return self._result(route, result)
-
-    async def _view_live(
-        self, route: inbound.Route, token: TokenRecord, arguments: dict[str, Any], seen: Seen
-    ) -> HttpResponse:
-        """The home view's app-only tool (mcp/apps.py): refused in words to a client that did
-        not negotiate the view, else the `status` read through `apps.live_for_view`."""
-        seen.tool = apps.LIVE_TOOL
-        status = TOOLS_BY_NAME["status"]
-        if not apps.wants_view(route.params):
-            seen.outcome = "app_only"
-            return self._result(route, apps.refuse_app_only())
-        missing = [s.value for s in status.scopes if s.value not in token.scopes]
-        if missing:
-            seen.outcome = "insufficient_scope"
-            return self._insufficient_scope(route, apps.LIVE_TOOL, missing)
-        try:
-            args = status.args.model_validate(arguments)
-        except ValidationError as exc:
-            seen.outcome = "invalid_arguments"
-            return self._result(route, invalid_arguments(apps.LIVE_TOOL, exc))
-        behind = self._behind(token)
-        if behind is not None:
-            seen.outcome = "roster_behind"
-            return self._result(route, roster_behind_result(behind))
-        try:
-            result = await apps.live_for_view(
-                self._view_cache, token, lambda t: self._run(status, args, t)
-            )
-        except Refusal as exc:
-            sent = exc.code
-            result = refusal_result(exc)
-            seen.outcome = exc.code if exc.code == sent else "other"
         return self._result(route, result)
 
     def _insufficient_scope(
