@@ -28,6 +28,7 @@ import trio
 
 from ftwbridge.config import Config
 from ftwbridge.lifecycle import until_signalled
+from ftwbridge.mcp import apps
 from ftwbridge.proto.registry import READ_SCOPES
 from ftwbridge.run import Bridge
 
@@ -442,6 +443,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             for text in lines:
                 print(text, flush=True)
             print(f"demo session done in {time.monotonic() - started:.1f} s")
+            print("\n".join(apps.demo_lines()), flush=True)
             if once:
                 return  # cancelling the nursery stops the bridge and the stub home's process
             code = (await console(line["console"], {"op": "claim", "home": DEMO_HOME}))["code"]

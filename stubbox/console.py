@@ -10,7 +10,8 @@ readsOnly?}` (an assistant; `readsOnly` grants its read scopes and no ops), `den
 `decide {reqId, decision: "approve" | "deny"}` (a goal request; answers its `requests`
 entry), `block {by: [reason, ...]}` (the dispatch gate: commands are refused while it is not
 empty), `drop_agent {key}`, `set_noise {enabled}`, `hold {on}` (stop answering tunnels),
-`drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `status`. With `--state`, a change
+`drop_uplink`, `clock {source?, offsetMs?, frozenMs?}`, `source {id, lagMs}` (how old that
+source's last reading is; null goes back to the simulated lag), `status`. With `--state`, a change
 whose state file cannot be written answers `{"error": "StateError: ..."}` and changes nothing.
 """
 
@@ -139,6 +140,13 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
         if "frozenMs" in cmd:
             stub.box.frozen_ms = None if cmd["frozenMs"] is None else int(cmd["frozenMs"])
         return {"nowMs": stub.wall_ms()}
+    if op == "source":
+        lags, sid = stub.box.home.lag_ms, str(cmd["id"])
+        if cmd.get("lagMs") is None:
+            lags.pop(sid, None)
+        else:
+            lags[sid] = int(cmd["lagMs"])
+        return {"lags": dict(lags)}
     if op == "status":
         return {
             "home": stub.home,

@@ -66,6 +66,9 @@ class Home:
         self.hostile = hostile
         self._journal = Journal(rng.randbytes(32), hostile=hostile)
         self.controls = charger.Controls()
+        self.lag_ms: dict[str, int] = {}
+        """Per source id, a lag (ms) the console set (`source {id, lagMs}`): at or past
+        `staleAfterMs` the source reads as stale."""
         """What commands and the owner's decisions changed (holds, targets, mode, rev)."""
 
     def _name(self, text: str, k: int) -> str:
@@ -87,11 +90,13 @@ class Home:
         for i, (sid, kind, name, lag) in enumerate(_SOURCES):
             if kind == "charger" and (now_ms // 60_000) % 47 == 0:
                 lag = 7_000
-            if uptime_ms < lag:
+            lag = self.lag_ms.get(sid, lag)
+            if uptime_ms < lag and sid not in self.lag_ms:
                 last, state = 0, SourceState.NEVER
             else:
-                last = uptime_ms - lag
+                last = max(uptime_ms - lag, 0)
                 state = SourceState.LIVE if lag < _STALE_AFTER_MS // 2 else SourceState.LAGGING
+                state = SourceState.STALE if lag >= _STALE_AFTER_MS else state
             out.append((sid, kind, self._name(name, i + 3), last, state))
         return out
 

@@ -427,6 +427,7 @@ def test_demo_runs_twice_on_one_state_dir(tmp_path: Path) -> None:
         done = ftwbridge(*argv, cwd=tmp_path, timeout=DEMO_BOUND_S)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "demo session done" in done.stdout, done.stdout
+        assert "ui://ftwbridge/home" in done.stdout  # how to see the home view
 
 
 def test_serve_says_when_its_keys_part_does_not_answer(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ OUTCOMES = {
     "method_not_found": "a JSON-RPC method the bridge does not serve",
     "invalid_params": "a request with parameters it cannot use (tools, resources, prompts)",
     "unknown_tool": "tools/call naming no tool of the bridge",
+    "app_only": "tools/call of the home view's app-only tool from a client without MCP Apps",
     "insufficient_scope": "403: the token lacks a scope the tool (resource, prompt) needs",
     "invalid_arguments": "a tool's arguments (or a resource URI's) do not fit its schema",
     "roster_behind": "the box sent an older roster that does not list the agent",

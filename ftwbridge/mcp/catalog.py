@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import TokenRecord
 
-from . import prompts, resources
+from . import apps, prompts, resources
 from .inbound import Route
 from .results import ERROR_META, invalid_arguments, refusal_result, roster_behind_result
 from .tools import TOOLS_BY_NAME, ToolSpec
@@ -108,7 +108,10 @@ class Catalog:
         if m.endswith("/list") and params.get("cursor") is not None:
             return _params_error("invalid_params", "unknown cursor", {"cursor": "unknown"})
         if m == "resources/list":
-            listing = ListResourcesResult(resources=resources.listed(token.home, token.scopes))
+            listed = resources.listed(token.home, token.scopes)
+            if apps.wants_view(params):  # MCP Apps negotiated: the view too (mcp/apps.py)
+                listed.append(apps.listing())
+            listing = ListResourcesResult(resources=listed)
             return Answer(result=_dump(listing), ttl_ms=0)
         if m == "resources/templates/list":
             templates = resources.listed_templates(token.home, token.scopes)
@@ -151,6 +154,8 @@ class Catalog:
         uri = params.get("uri")
         if not isinstance(uri, str):
             return _params_error("invalid_params", "resources/read needs a text uri")
+        if uri == apps.VIEW_URI:  # static HTML: no box read, any token of the bridge
+            return Answer(result=apps.read_result(), ttl_ms=apps.VIEW_TTL_MS)
         target = resources.resolve(uri, token.home)
         spec = None if target is None else TOOLS_BY_NAME.get(target.tool)
         if target is None or spec is None:

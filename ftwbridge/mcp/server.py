@@ -34,7 +34,7 @@ from ftwbridge.proto.registry import CAPS
 from ftwbridge.proto.session import Reply
 from ftwbridge.store import TokenRecord
 
-from . import deadline, inbound
+from . import apps, deadline, inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
 from .capabilities import capabilities
@@ -286,6 +286,7 @@ class McpService:
         self._answers = AnswerCache()
         self._skew_ms = clock_skew_ms
         self._catalog = Catalog(run=self._run, behind=self._behind)
+        self._view_cache = apps.ViewCache()
 
     def _http_limit(self, token: TokenRecord, rid: str | int | None) -> HttpResponse | None:
         """The per-agent request limit at `/mcp` (`http_burst` in a row, then `http_per_s`):
@@ -476,7 +477,10 @@ class McpService:
                     "Invalid params: unknown cursor",
                     {"cursor": "unknown"},
                 )
-            return self._result(route, {"tools": self._tool_list}, cacheable=True)
+            listed = self._tool_list
+            if apps.wants_view(route.params):  # MCP Apps negotiated (mcp/apps.py)
+                listed = apps.tool_list(listed)
+            return self._result(route, {"tools": listed}, cacheable=True)
         if m == "tools/call":
             return await self._call(route, token, ends, seen)
         if m in METHODS:  # resources and prompts (mcp/catalog.py)
@@ -506,6 +510,15 @@ class McpService:
             return self._error(
                 route, jsonrpc.INVALID_PARAMS, "tools/call needs a text name and object arguments"
             )
+        if name == apps.LIVE_TOOL:  # the home view's app-only tool (mcp/apps.py)
+            seen.tool = name
+            live = await apps.answer_live(
+                route.params, token, arguments, self._view_cache, self._run, self._behind
+            )
+            seen.outcome = live.outcome
+            if live.missing:
+                return self._insufficient_scope(route, name, list(live.missing))
+            return self._result(route, live.result)
         spec: ToolSpec | ControlTool | None = TOOLS_BY_NAME.get(name) or CONTROL_BY_NAME.get(name)
         if spec is None:  # a protocol error (MCP tools, "Error Handling"): not a tool's result
             seen.outcome = "unknown_tool"
