@@ -19,6 +19,7 @@ or a script) is refused in words (SEP-1865 "Visibility": an app-only tool is not
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -208,8 +209,9 @@ class LiveAnswer:
     missing: tuple[str, ...] = ()
 
 
-RunTool = Callable[[ToolSpec, Any, TokenRecord], Awaitable[dict[str, Any]]]
-"""The service's tool path: (tool, parsed arguments, token) -> its result; raises `Refusal`."""
+RunTool = Callable[[ToolSpec, Any, TokenRecord, float], Awaitable[dict[str, Any]]]
+"""The service's tool path: (tool, parsed arguments, token, when the call's work ends in trio
+time) -> its result; raises `Refusal`."""
 
 
 async def answer_live(
@@ -219,6 +221,7 @@ async def answer_live(
     cache: ViewCache,
     run: RunTool,
     behind: Callable[[TokenRecord], Any],
+    ends: float = math.inf,
 ) -> LiveAnswer:
     """One `tools/call` of `LIVE_TOOL`, in order: refused in words (`app_only`) to a request
     that did not negotiate the view; the `status` tool's scopes; its (empty) arguments; the
@@ -237,7 +240,9 @@ async def answer_live(
     if late is not None:
         return LiveAnswer("roster_behind", roster_behind_result(late))
     try:
-        return LiveAnswer("ok", await live_for_view(cache, token, lambda t: run(status, args, t)))
+        return LiveAnswer(
+            "ok", await live_for_view(cache, token, lambda t: run(status, args, t, ends))
+        )
     except Refusal as exc:
         sent = exc.code
         refused = refusal_result(exc)  # cleans the peer's code, as a tool call does

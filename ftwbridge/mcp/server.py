@@ -513,7 +513,7 @@ class McpService:
         if name == apps.LIVE_TOOL:  # the home view's app-only tool (mcp/apps.py)
             seen.tool = name
             live = await apps.answer_live(
-                route.params, token, arguments, self._view_cache, self._run, self._behind
+                route.params, token, arguments, self._view_cache, self._run, self._behind, ends
             )
             seen.outcome = live.outcome
             if live.missing:
