@@ -221,7 +221,8 @@ async def test_with_tls_required_a_plain_http_holder_is_never_sent_the_token() -
     (sent,) = seen
     headers = {k: sent.headers.get_list(k) for k in sent.headers}
     covered = signing.Checker(KEY, "b-2").check("POST", "/mcp", headers, BODY, NOW).headers
-    assert covered == {"content-type": ["application/json"]}  # and the token's digest
+    # and the token's digest, and the time left for the call (its deadline, covered too)
+    assert covered == {"content-type": ["application/json"], "ftw-budget-ms": ["999999999"]}
 
 
 async def test_with_tls_required_an_agent_request_is_never_relayed_in_clear() -> None:

@@ -106,7 +106,7 @@ async def test_with_the_mime_type_the_view_tools_carry_its_uri() -> None:
     plain = [t.definition() for t in TOOLS] + [t.definition() for t in CONTROL_TOOLS]
     assert [t["name"] for t in tools] == [t["name"] for t in plain] + [apps.LIVE_TOOL]
     for tool, before in zip(tools, plain, strict=False):
-        if tool["name"] in ("status", "plan_get"):
+        if tool["name"] in apps.WITH_VIEW:
             assert tool == before | {"_meta": {"ui": {"resourceUri": apps.VIEW_URI}}}
         else:
             assert tool == before

@@ -49,7 +49,9 @@ class FakeHomes:
         return self.answer  # type: ignore[no-any-return]
 
     async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        return AgentGrant("a1", "c", "N", ("ftw.live.read",), (), {}, 0, 2**62)
+        """The roster row grants every read scope, so the token's own scopes decide here (the
+        bridge counts a token's scopes only as far as its roster row grants them)."""
+        return AgentGrant("a1", "c", "N", ALL, (), {}, 0, 2**62)
 
 
 def service(
