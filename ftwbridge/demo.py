@@ -401,6 +401,30 @@ async def control_session(url: str, auth: Any, console_port: int, home: str) -> 
     return lines
 
 
+async def listen_session(url: str, auth: Any, updates: int = 2) -> list[str]:
+    """The assistant listens to the home's `live` resource (`subscriptions/listen`, 2026-07-28,
+    docs/live.md) until `updates` updates came, reading it after each: the stream comes from the
+    box's telemetry, so the reads are answered from the live feed, not the box. Returns the
+    printed lines."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    lines: list[str] = []
+    http = httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30.0))
+    async with http, Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as c:
+        listed = await c.list_resources()
+        live = str(next(r for r in listed.resources if r.name == "live").uri)
+        lines.append(f"[2026-07-28] the assistant listens to {live}:")
+        async with c.listen(resource_subscriptions=[live]) as sub:
+            async for _event in sub:
+                read = await c.read_resource(live)
+                lines.append(_summary("updated", json.loads(read.contents[0].text)))  # type: ignore[union-attr]
+                if len(lines) > updates:
+                    break
+    return lines
+
+
 async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
     """The demo (see the module docstring); returns the exit status."""
     started = time.monotonic()
@@ -418,6 +442,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             pace_calls_burst=60,
             http_burst=60,
             clock_skew_max_ms=DAY_MS,
+            listen_min_interval_s=1.0,  # the listen's two updates come in two seconds
         )
         bridge = Bridge(config)
 
@@ -438,6 +463,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             auth = await oauth_sign_in(base, url, line["console"], DEMO_HOME)
             lines = await assistant_session(url, "2026-07-28", auth=auth, home_offset_ms=evening)
             lines += await control_session(url, auth, line["console"], DEMO_HOME)
+            lines += await listen_session(url, auth)
             token = auth.demo_storage.tokens.access_token
             lines += await assistant_session(url, "legacy", token=token, home_offset_ms=evening)
             for text in lines:

@@ -465,6 +465,7 @@ class Bridge:
             mesh=None if self.node is None else self.node.forwarder,
             clock_skew_ms=c.clock_skew_max_ms,
             listen=self.listens,
+            live=self.pool.feeds,
         )
         app = create_app(
             oauth=self.oauth,

@@ -175,3 +175,5 @@ def test_cli_demo_once_reads_every_tool(tmp_path: Path) -> None:
         and '"state": "applied"' in control["ev_stop"]
     )
     assert "approves all): approved" in out.stdout and '"reqId"' in control["goal_request"]
+    updated = [line for line in out.stdout.splitlines() if line.strip().startswith("updated ")]
+    assert len(updated) == 2 and all('"fields"' in line for line in updated), out.stdout[-3000:]

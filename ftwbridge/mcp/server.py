@@ -21,14 +21,14 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import trio
 from mcp_types import jsonrpc
 from pydantic import ValidationError
 
 from ftwbridge.proto.clean import to_json
-from ftwbridge.proto.names import Cap, Code, Read
+from ftwbridge.proto.names import Answer, Cap, Code, Read
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import CAPS
 from ftwbridge.proto.session import Reply
@@ -154,6 +154,22 @@ class HttpResponse:
     stream: Callable[[Write], Awaitable[None]] | None = None
 
 
+class LivePort(Protocol):
+    """The pool's live feeds (`pool/feed.py`, PROTOCOL.md part F) as `/mcp` uses them."""
+
+    def live_view(self, home: str, agent_key: bytes) -> dict[str, Any] | None:
+        """A fresh `live` answer from a running feed, or None (then the box is read)."""
+
+    def lease(self, home: str, agent_key: bytes, seconds: float) -> None:
+        """Keep the (home, agent) feed referenced for `seconds` (starting it if none runs)."""
+
+
+VIEW_LEASE_S: Final = 30.0
+"""How long one call of the home view's live tool keeps its feed up (seconds): a view polls
+every few seconds while shown (`mcp/view/home.html`), so the feed ends about this long after
+the view is hidden or torn down."""
+
+
 class ListenPort(Protocol):
     """`subscriptions/listen` (`mcp/listen.py`, docs/live.md)."""
 
@@ -230,6 +246,8 @@ class McpService:
         clock_skew_ms: how far a box's clock may run from ours (ms); an energy report starts
             that much inside the grant's `history_days`, so a box ahead of us never refuses it.
         listen: `subscriptions/listen` streams (2026-07-28), if served.
+        live: the pool's live feeds: a `live.get` read (the `status` tool, the `live`
+            resource, the home view) is answered from a fresh feed without a box read.
         verify_digest: a token's SHA-256 -> its record, or None: how a forwarded request's
             token (sent as its digest) is looked up.
     """
@@ -256,8 +274,10 @@ class McpService:
         clock_skew_ms: int = 300_000,
         listen: ListenPort | None = None,
         verify_digest: Callable[[bytes], Awaitable[TokenRecord | None]] | None = None,
+        live: LivePort | None = None,
     ) -> None:
         self._homes = homes
+        self._live = live
         self._mesh = mesh
         self._listen = listen
         self._control = Control(
@@ -512,6 +532,8 @@ class McpService:
             )
         if name == apps.LIVE_TOOL:  # the home view's app-only tool (mcp/apps.py)
             seen.tool = name
+            if self._live is not None and apps.wants_view(route.params):
+                self._live.lease(token.home, token.agent_key, VIEW_LEASE_S)
             live = await apps.answer_live(
                 route.params, token, arguments, self._view_cache, self._run, self._behind, ends
             )
@@ -617,6 +639,14 @@ class McpService:
             return ok_result(to_json(value))
         raise Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})
 
+    def _fed(self, token: TokenRecord, read: Read) -> Reply | None:
+        """A `live.get` answered from the agent's fresh live feed (PROTOCOL.md part F: the
+        feed rebuilds part B's `live` answer from `snap` and deltas), or None: read the box."""
+        if read is not Read.LIVE_GET or self._live is None:
+            return None
+        view = self._live.live_view(token.home, token.agent_key)
+        return None if view is None else Reply(0, Answer.LIVE.value, view)
+
     async def _run(
         self, spec: ToolSpec, args: Any, token: TokenRecord, ends: float
     ) -> dict[str, Any]:
@@ -629,6 +659,10 @@ class McpService:
         replies: list[Reply] = []
         with trio.move_on_at(ends) as scope:
             for read, body in spec.box_requests(args, now_ms):
+                fed = self._fed(token, read)
+                if fed is not None:
+                    replies.append(fed)
+                    continue
                 replies.append(await self._homes.call(token.home, token.agent_key, read, body))
         if scope.cancelled_caught:
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "timeout"})

@@ -205,6 +205,7 @@ class Feeds:
         self._hz = hz
         self._start_s = start_s
         self._feeds: dict[tuple[str, bytes], Feed] = {}
+        self._leases: dict[tuple[str, bytes], trio.CancelScope] = {}
         self.stats = FeedStats()
 
     def referenced(self, s: PooledSession) -> bool:
@@ -219,6 +220,34 @@ class Feeds:
         if f is None or not f.fresh(trio.current_time()):
             return None
         return f.view()
+
+    def lease(self, home: str, agent_key: bytes, seconds: float) -> None:
+        """Keep a reference to the (home, agent) feed for `seconds` from now (trio's clock),
+        starting the feed if none runs; a later lease moves the end further, never nearer.
+
+        For a reader that polls rather than holds a stream (the MCP Apps view's live tool,
+        `mcp/apps.py`): while its polls keep coming the feed stays up and `live_view` answers
+        them, so a view left open costs the home its one telemetry stream and no reads. The
+        reference is a task in the pool's nursery; it ends at the lease's end or with the feed.
+        """
+        key = (home, agent_key)
+        ends = trio.current_time() + seconds
+        scope = self._leases.get(key)
+        if scope is not None:
+            scope.deadline = max(scope.deadline, ends)
+            return
+        scope = self._leases[key] = trio.CancelScope(deadline=ends)
+        if not self._pool.spawn(self._hold_lease, key, scope):
+            del self._leases[key]
+
+    async def _hold_lease(self, key: tuple[str, bytes], scope: trio.CancelScope) -> None:
+        try:
+            with scope:
+                async with self.watch(*key) as w:
+                    await w.ended.wait()
+        finally:
+            if self._leases.get(key) is scope:
+                del self._leases[key]
 
     def session_closed(self, s: PooledSession) -> None:
         """`s` closed: the feed riding on it ends with the session's reason."""

@@ -178,3 +178,26 @@ async def test_a_referenced_feed_is_not_evicted_for_room(
         assert not w.ended.is_set()
         await trio.sleep(3)
         assert rig.pool.live_view("h1", agent) is not None
+
+
+@pytest.mark.config(idle_close_s=10)
+async def test_a_lease_keeps_a_feed_for_its_time_and_a_later_one_moves_its_end(
+    rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
+) -> None:
+    """A reader that polls (the home view's live tool) leases the feed: it starts at the first
+    lease, each later lease moves its end, and once the last lease ends the reference goes and
+    the session meets its ordinary idle close. No box read is made for any of it."""
+    feeds = rig.pool.feeds
+    feeds.lease("h1", agent, 30)
+    await trio.sleep(5)
+    assert rig.pool.live_view("h1", agent) is not None and feeds.stats.running == 1
+    await trio.sleep(20)  # t = 25
+    feeds.lease("h1", agent, 30)  # polled again: the reference lasts until t = 55
+    feeds.lease("h1", agent, 1)  # a shorter lease never brings the end nearer
+    await trio.sleep(25)  # t = 50: the idle close (10 s) has not come, the feed is referenced
+    assert rig.pool.statistics().sessions == 1 and feeds.stats.started == 1
+    assert len(stub.box.streams) == 1
+    await trio.sleep(20)  # t = 70: the lease ended at 55, the idle close at 65
+    assert rig.pool.statistics().sessions == 0
+    assert rig.pool.live_view("h1", agent) is None
+    assert feeds.stats.box_reads == 0

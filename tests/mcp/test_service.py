@@ -451,3 +451,52 @@ async def test_a_forwarded_request_is_authenticated_by_its_token_digest() -> Non
 
 async def _none() -> None:
     return None
+
+
+class FakeLive:
+    """A `LivePort` whose feed is fresh (`view`) or not running (None); counts leases."""
+
+    def __init__(self, view: dict[str, Any] | None) -> None:
+        self.view = view
+        self.leases: list[tuple[str, float]] = []
+
+    def live_view(self, home: str, agent_key: bytes) -> dict[str, Any] | None:
+        return self.view
+
+    def lease(self, home: str, agent_key: bytes, seconds: float) -> None:
+        self.leases.append((home, seconds))
+
+
+def _with_live(view: dict[str, Any] | None) -> tuple[McpService, FakeHomes]:
+    async def verify(token: str) -> TokenRecord | None:
+        return RECORD if token == "good" else None
+
+    homes = FakeHomes(Reply(1, "live", {"fields": {"3": 1200}, "sources": {}}))
+    svc = McpService(
+        homes=homes,
+        verify_token=verify,
+        resource=RESOURCE,
+        resource_metadata=RESOURCE + "-meta",
+        max_body_bytes=1 << 20,
+        call_deadline_s=5,
+        wall_ms=lambda: 1000,
+        live=FakeLive(view),
+    )
+    return svc, homes
+
+
+async def test_status_is_answered_from_a_fresh_live_feed_without_a_box_read() -> None:
+    """PROTOCOL.md part D: a `live` read is answered from a fresh feed where one runs (the
+    `status` tool, the `live` resource and the home view all go through it)."""
+    fed = {"fields": {"3": 900}, "sources": {"s\u200b1": {"state": "ok"}}}
+    svc, homes = _with_live(fed)
+    status, out = await post(svc, *call("status", {}))
+    assert status == 200 and homes.calls == []  # no box read
+    assert out["result"]["structuredContent"] == {
+        "fields": {"3": 900},
+        "sources": {"s1": {"state": "ok"}},
+    }
+    svc, homes = _with_live(None)  # no feed runs: the box is read as before
+    status, out = await post(svc, *call("status", {}))
+    assert status == 200 and homes.calls == [Read.LIVE_GET]
+    assert out["result"]["structuredContent"]["fields"] == {"3": 1200}
