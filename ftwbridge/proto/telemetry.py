@@ -23,6 +23,7 @@ import yaml
 
 from .envelope import Envelope
 from .frame import DEFAULT_CONTROL_BUCKET, HEADER_BYTES
+from .names import SourceState
 from .registry import FROZEN_FIELDS
 
 
@@ -251,7 +252,13 @@ class LiveMirror:
         return Moved.NOTABLE if before != after else Moved.READINGS
 
     def view(self) -> dict[str, Any]:
-        """The `live` answer of part B (agents.yaml `answers.live`) as the frames left it."""
+        """The `live` answer of part B (agents.yaml `answers.live`) as the frames left it.
+
+        A source's `lastOkMs` is streamed only when its state moves (part F), so the one sent
+        ages while the source stays `live` or `lagging`; as long as the box still says so, the
+        source was read within its state's window, and the view gives the newest pulse's
+        `uptimeMs` as its `lastOkMs` (never older than the one sent). A `stale`, `down` or
+        `never` source keeps the `lastOkMs` the box sent."""
         fields: dict[str, int] = {}
         for fid in sorted(self.values):
             name = self.names.get(fid) or FROZEN_FIELDS.get(fid)
@@ -264,10 +271,22 @@ class LiveMirror:
             "controlRev": self.control_rev,
             "mode": self.mode,
             "fields": fields,
-            "sources": self.sources,
+            "sources": {k: self._fresh(v) for k, v in self.sources.items()},
             "dispatchBlockedBy": list(self.blocked),
         }
         return out
+
+    def _fresh(self, source: Any) -> Any:
+        """`source` as `view` gives it: `lastOkMs` moved up to the newest pulse while the box
+        says the source is `live` or `lagging`."""
+        if not isinstance(source, dict) or self.uptime_ms is None:
+            return source
+        if source.get("state") not in (SourceState.LIVE, SourceState.LAGGING):
+            return source
+        last = source.get("lastOkMs")
+        if _int(last) and last >= self.uptime_ms:
+            return source
+        return source | {"lastOkMs": self.uptime_ms}
 
     def _take_extras(self, b: dict[str, Any], *, replace: bool) -> None:
         src = b.get("sources")

@@ -62,8 +62,15 @@ def test_sub_is_answered_by_its_snap_and_the_mirror_equals_live_get() -> None:
     live = p.ask(Read.LIVE_GET)  # a read goes on beside the stream, on the same session
     assert isinstance(live, Reply)
     view = mirror.view()
-    for key in ("controlRev", "mode", "fields", "sources", "dispatchBlockedBy"):
+    for key in ("controlRev", "mode", "fields", "dispatchBlockedBy"):
         assert view[key] == live.body[key], key
+    assert mirror.sources == live.body["sources"]  # as sent; the view freshens live ones
+    for sid, src in view["sources"].items():
+        sent = live.body["sources"][sid]
+        assert {k: v for k, v in src.items() if k != "lastOkMs"} == {
+            k: v for k, v in sent.items() if k != "lastOkMs"
+        }
+        assert src["lastOkMs"] >= sent["lastOkMs"], sid
     assert mirror.mode in MODES
 
 
@@ -272,3 +279,24 @@ def test_upstream_vectors_decode_as_upstream_means_them(webapp_vectors: dict[str
     with pytest.raises(NeedsResync):
         m.pulse(cut.t, cut.b, truncated=bool(flags & FLAG_TRUNCATED))
     assert m.values[2] == 11400 and m.seq == 43  # what it carried is taken
+
+
+def test_a_live_source_in_the_rebuilt_view_is_as_fresh_as_the_newest_pulse() -> None:
+    """A source's `lastOkMs` goes on the stream only when its state moves: while the box says
+    `live` or `lagging`, the view gives the newest pulse's uptime, so a reader that ages it
+    (the home view) never calls a live source stale; other states keep what the box sent."""
+    p = Pair()
+    p.box.frozen_ms = NOW  # nothing moves: only ticks
+    mirror, _ = _subscribed(p, uptime_ms=1000)
+    for second in range(2, 62):  # a minute of ticks
+        for ev in _pulse(p, second * 1000):
+            mirror.pulse(ev.t, ev.body)
+    view = mirror.view()
+    assert view["uptimeMs"] == 61_000
+    sent = mirror.sources
+    for sid, src in view["sources"].items():
+        if sent[sid]["state"] in ("live", "lagging"):
+            assert src["lastOkMs"] == 61_000, sid
+        else:
+            assert src == sent[sid], sid
+    assert any(s["state"] == "live" for s in sent.values())
