@@ -1,5 +1,5 @@
 """A stub home's owner state at rest, so that a restarted `python -m stubbox --state DIR`
-carries on where it stopped, as a real box does (issue 11, D6; issue 15, item 9).
+carries on where it stopped, as a real box does.
 
 The bridge keeps the newest roster of each home and refuses any roster whose `seq` is not
 greater (PROTOCOL.md part B). A box that forgot its roster on restart would start again at

@@ -1,4 +1,4 @@
-"""The keys part with agents' private keys sealed in the store (issue 13 item 5).
+"""The keys part with agents' private keys sealed in the store, so that any keys service of a cluster can open any agent's session.
 
 Each agent's X25519 private key is kept in the store's `agent_keys` table sealed with pynacl's
 `SecretBox` (XSalsa20-Poly1305) under the key-encryption key (`kek`, 32 bytes), which only

@@ -124,7 +124,7 @@ class BridgeStore(Store, Protocol):
         self, kind: str, key: str, record: dict[str, Any], expires_at_ms: int
     ) -> None:
         """Keep one item of sign-in state that must survive a restart (a pending consent, an
-        authorization code, a claim offer: `kind`) until `expires_at_ms` (issue 14 item 5)."""
+        authorization code, a claim offer: `kind`) until `expires_at_ms`."""
 
     async def drop_oauth_state(self, kind: str, key: str) -> None:
         """Forget one item of sign-in state; nothing happens when it is unknown."""

@@ -1,4 +1,4 @@
-"""Refresh under concurrency (issue 14, item 4): parallel refreshes of one refresh token within
+"""Refresh under concurrency (docs/auth.md, "Refresh under concurrency"): parallel refreshes of one refresh token within
 the grace window get one new pair; a reuse after the window revokes the family.
 
 Against a real bridge and stub home over real sockets. The window is measured on the bridge's
