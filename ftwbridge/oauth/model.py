@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import unquote_plus, urlencode, urlsplit
 
+from ftwbridge.store.base import hash_token
+
 from .redirects import MAX_URI_CHARS as MAX_URI_CHARS
 
 CODE_TTL_MS = 60_000
@@ -285,6 +287,6 @@ def s256(verifier: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
-def token_hash(token: str) -> bytes:
-    """SHA-256 (32 bytes) of a token or code: the only form in which they are kept."""
-    return hashlib.sha256(token.encode("utf-8")).digest()
+token_hash = hash_token
+"""The store's `hash_token` under its older name, for `oauth/service.py` until it calls
+`hash_token` itself; nothing else uses this name."""

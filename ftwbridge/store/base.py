@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+def hash_token(token: str) -> bytes:
+    """SHA-256 (32 bytes) of a token's or an authorization code's text, UTF-8: the only form in
+    which the store keeps them, and the one hash of a token in the bridge (OAuth, `/mcp`'s
+    bearer check and the mesh all call this one)."""
+    return hashlib.sha256(token.encode("utf-8")).digest()
 
 
 class StoreError(Exception):

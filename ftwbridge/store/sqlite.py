@@ -8,7 +8,6 @@ upsert).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sqlite3
 import threading
@@ -57,11 +56,6 @@ MIN_VERSION = (3, 24, 0)
 """The oldest SQLite whose SQL the store speaks (`INSERT ... ON CONFLICT DO UPDATE`)."""
 BOUND = 500
 """Parameters per `IN (...)` list, below SQLite's bound on a statement's parameters."""
-
-
-def hash_token(token: str) -> bytes:
-    """SHA-256 of a token's text (32 bytes): the only form in which tokens are stored."""
-    return hashlib.sha256(token.encode("utf-8")).digest()
 
 
 class SqliteDialect(Dialect):
