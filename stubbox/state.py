@@ -14,8 +14,8 @@ file in DIR, named after the home (`state_path`), holding what the owner needs t
      "controls": {"mode": <site mode>, "targets": {<car>: <permille>}}}
 
 `goals` and `controls` (PROTOCOL.md part E) hold the goal requests of the last 30 days, waiting
-or decided, and what the owner's approvals changed; a file without them (written before issue
-16) loads with none. Holds and the idempotency table are not kept: a restarted box has ended
+or decided, and what the owner's approvals changed; a file without them (written before
+goal requests existed) loads with none. Holds and the idempotency table are not kept: a restarted box has ended
 every hold, as its charger has.
 
 The file holds public data and roster rows only, never a private key: the keys derive from
