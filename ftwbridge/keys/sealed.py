@@ -23,7 +23,7 @@ from ftwbridge.proto.noise import TransportKeys, generate_static
 from ftwbridge.store.base import StoreError
 from ftwbridge.store.sealed import SealedKey, SealedKeyStore
 
-from .service import Handshakes, KeysError
+from .service import Handshakes, KeysError, UnknownAgentKey
 
 log = logging.getLogger("ftwbridge.keys")
 T = TypeVar("T")
@@ -111,7 +111,7 @@ class SealedKeysService:
         """
         row = await self._stored(self._store.sealed_key(agent_key))
         if row is None:
-            raise KeysError("the keys part holds no such agent key", unknown_key=True)
+            raise UnknownAgentKey("the keys part holds no such agent key")
         try:
             private = self._open(row)
         except KeysError as exc:
