@@ -7,6 +7,7 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 from urllib.parse import unquote_plus, urlencode, urlsplit
 
@@ -185,6 +186,21 @@ class OAuthStore(Protocol):
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
 
 
+class ConsentStatus(StrEnum):
+    """Where a consent request stands (docs/auth.md, "The flow"). It starts `NEW` (the consent
+    page is shown); a claim code the home's box accepts makes it `ASKED` (the owner is asked at
+    home: `agent.request`, PROTOCOL.md part C); the owner's answer makes it `APPROVED` or
+    `DENIED`; too many wrong claim codes, or a box that cannot be asked, make it `FAILED`.
+    `APPROVED` ends with the code delivered, `DENIED` and `FAILED` with `access_denied`.
+    The values are the words written in the store's records and the audit line."""
+
+    NEW = "new"
+    ASKED = "asked"
+    APPROVED = "approved"
+    DENIED = "denied"
+    FAILED = "failed"
+
+
 @dataclass(slots=True, eq=False)
 class Pending:
     """One consent request, from `/authorize` until the code is issued or it fails."""
@@ -201,7 +217,8 @@ class Pending:
     tries: int = 0
     home: str | None = None
     agent_key: bytes | None = None
-    status: str = "new"  # new | asked | approved | denied | failed
+    status: str = ConsentStatus.NEW
+    """A `ConsentStatus` (annotated `str` while oauth/service.py still assigns the words)."""
     code: str | None = None
     """The authorization code, once `OAuthService.deliver` made it (never stored)."""
     redirect_given: bool = True
