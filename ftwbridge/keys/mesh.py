@@ -45,7 +45,6 @@ from ftwbridge.proto.errors import ProtocolError
 VERSION: Final = 1
 MESH_KEY_BYTES: Final = 32
 NONCE_BYTES: Final = 32
-MAC_BYTES: Final = 32
 MAX_FRAME_BYTES: Final = 64 * 1024
 """The largest frame (type byte and body), bytes; a keys request or answer needs under 1 KiB
 (a roster's key list: 32 bytes a key, at most a few hundred keys)."""

@@ -70,13 +70,6 @@ class OAuthError(Exception):
         self.status = status
         self.outcome = outcome
 
-    def error_query(self, state: str | None, issuer: str) -> str:
-        """`error=...` (with state and iss) for a client's redirect URI's query."""
-        params = {"error": self.error, "error_description": self.description, "iss": issuer}
-        if state is not None:
-            params["state"] = state
-        return urlencode(params)
-
     def body(self) -> dict[str, str]:
         """The RFC 6749 section 5.2 error object."""
         return {"error": self.error, "error_description": self.description}

@@ -317,11 +317,6 @@ class Transport:
         self._top = -1  # highest authenticated seq received
         self._seen = 0  # bit i set: seq (_top - i) was received
 
-    @property
-    def next_seq(self) -> int:
-        """The `seq` the next `seal` will use."""
-        return self._next_seq
-
     def seal(self, frame: bytes) -> bytes:
         """Encrypt one frame into a transport message: 8-byte `seq`, ciphertext, 16-byte tag.
 
