@@ -54,7 +54,6 @@ REGISTER_SHARE_BURST = 2
 REGISTER_SHARE_PER_S = 1 / 60
 """Client registrations per client address while the limit for everyone is spent: 2, then
 one a minute, so a first registration from any address gets through however busy others are."""
-MAX_CLIENTS = 100_000
 
 
 class OAuthError(Exception):

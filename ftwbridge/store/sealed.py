@@ -87,8 +87,6 @@ class SqlSealedKeys:
         return bool(await self._store.call(lambda db: db.execute(sql, (public,)).rowcount))
 
 
-SqliteSealedKeys = PgSealedKeys = SqlSealedKeys
-"""The names each engine's form had; both are `SqlSealedKeys` now."""
 _SELECT = "SELECT public_key, home, sealed, listed FROM agent_keys"
 
 
