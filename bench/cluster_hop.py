@@ -1,4 +1,4 @@
-"""The forwarding hop's cost (issue 13 item 8): two instances on one PostgreSQL, one CPU each.
+"""The forwarding hop's cost (docs/operations.md, "The forwarding hop's cost"): two instances on one PostgreSQL, one CPU each.
 
     .venv/bin/python bench/cluster_hop.py [--homes 4]
 

@@ -1,4 +1,4 @@
-"""What forwarding adds to a call (issue 13 items 4 and 8): the cluster of `tests/cluster`
+"""What forwarding adds to a call (docs/operations.md, "The forwarding hop's cost"): the cluster of `tests/cluster`
 (three instances on a throwaway PostgreSQL, a stub home held by b-1), then the same request
 sent one at a time N times straight to the holder and N times to b-2, which forwards it.
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import trio
 
-from ftwbridge.proto.roster import verify_roster
 from ftwbridge.store.events import Event, Events
 from ftwbridge.store.pg_directory import RENEW_S, PgDirectory
 from ftwbridge.store.postgres import PgStore
@@ -169,20 +168,6 @@ class Cluster:
             changed = self.changed.setdefault(home, trio.Event())  # before the look
             if await self.store.oauth_state("claim", digest.hex(), wall_ms()) is not None:
                 return
-            await changed.wait()
-
-    async def wait_listed(self, home: str, key: bytes) -> None:
-        """Return once the roster of `home` held in the database lists agent `key` (the
-        caller bounds the time)."""
-        home_key = await self.store.home_key(home)
-        assert home_key is not None
-        while True:
-            changed = self.changed.setdefault(home, trio.Event())  # before the look
-            held = await self.store.roster(home)
-            if held is not None:
-                roster = verify_roster(held[1], home_key=home_key, home=home)
-                if key in roster.agents():
-                    return
             await changed.wait()
 
 

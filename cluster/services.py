@@ -306,7 +306,7 @@ HARD_STOP_SLACK_S = 5
 def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
     """Write HAProxy's configuration (and its error answers) into `root`; returns its path.
     Boxes go to the instance with the fewest connections, calls round robin: an instance
-    forwards a call to its home's holder (issue 13 item 4). HAProxy waits for an instance's
+    forwards a call to its home's holder. HAProxy waits for an instance's
     answer as long as the instances' `call_deadline_s` (their longest; the default when
     they set none), counted from when it sent the request: an instance that has not
     answered by then is stopped or frozen, and the call gets HAProxy's 504 in words."""

@@ -1,4 +1,4 @@
-"""The cluster's assistant signs in for real, through HAProxy (issue 13: sign-in across
+"""The cluster's assistant signs in for real, through HAProxy (sign-in across
 instances): one client registration (RFC 7591), then for each home `/authorize` with PKCE
 S256, the consent form with the claim code the stub home shows, the owner's approval at home
 (the stubs run `--approve-all`), the waiting page, and the token exchange. HAProxy sends

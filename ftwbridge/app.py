@@ -33,7 +33,7 @@ from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
 from ftwbridge.oauth.limits import Network, client_address
-from ftwbridge.oauth.model import with_basic_client
+from ftwbridge.oauth.model import ConsentStatus, with_basic_client
 from ftwbridge.oauth.refuse import refuse_consent
 from ftwbridge.statewords import oauth_words
 from ftwbridge.store import StoreError
@@ -185,7 +185,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
                 step.home = asked.home or "-"
         except OAuthError as exc:
             pending = await oauth.get(req)
-            if pending is not None and pending.status == "failed":
+            if pending is not None and pending.status == ConsentStatus.FAILED:
                 await oauth.forget(pending)
                 return Response(
                     b"", 303, {"location": pending.redirect(issuer, error="access_denied")}
@@ -213,7 +213,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
                 pages.PAGE_HEADERS,
             )
         issuer = site.public_url.rstrip("/")
-        if pending.status == "approved":
+        if pending.status == ConsentStatus.APPROVED:
             code = await oauth.deliver(pending)  # the code goes out once; the request ends here
             if code is None:  # another poll (at another instance, perhaps) delivered it
                 return Response(
@@ -222,7 +222,7 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
                     pages.PAGE_HEADERS,
                 )
             return Response(b"", 303, {"location": pending.redirect(issuer, code=code)} | NO_STORE)
-        if pending.status in ("denied", "failed"):
+        if pending.status in (ConsentStatus.DENIED, ConsentStatus.FAILED):
             await oauth.forget(pending)
             return Response(
                 b"", 303, {"location": pending.redirect(issuer, error="access_denied")} | NO_STORE

@@ -1,3 +1,3 @@
 """`make soak`: the bridge on loopback under load and injected faults, checked afterwards for
-anything it left behind (issue 11). `python -m soak.run --help` for the knobs; `soak/run.py`
+anything it left behind. `python -m soak.run --help` for the knobs; `soak/run.py`
 says what runs and in which order."""

@@ -21,7 +21,7 @@ UPGRADE = (
     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
 OVERSIZED_BYTES = 1024 * 1024
-"""One oversized message: 1 MiB, sixteen times the door's limit (issue 11, D4)."""
+"""One oversized message: 1 MiB, sixteen times the door's limit."""
 
 
 def frame(

@@ -63,7 +63,6 @@ class _Session:
     key: bytes
     grant: AgentGrant
     channel: Channel
-    said_hello: bool = False
     busy_until_ms: int = 0
     closed: bool = False
 
@@ -230,7 +229,6 @@ class Box:
         return sess.channel.wrap(Envelope(Msg.ERROR, rid, error_body(code, args, retry)))
 
     def _hello(self, sess: _Session, now_ms: int, uptime_ms: int) -> list[bytes]:
-        sess.said_hello = True
         if self.clock_source == "none":
             return [self._error(sess, None, Code.E_UNAVAILABLE, {"subsystem": "clock"}, None)]
         if len(self._sessions) > BOX_SESSION_LIMIT:

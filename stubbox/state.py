@@ -1,5 +1,5 @@
 """A stub home's owner state at rest, so that a restarted `python -m stubbox --state DIR`
-carries on where it stopped, as a real box does (issue 11, D6; issue 15, item 9).
+carries on where it stopped, as a real box does.
 
 The bridge keeps the newest roster of each home and refuses any roster whose `seq` is not
 greater (PROTOCOL.md part B). A box that forgot its roster on restart would start again at
@@ -14,8 +14,8 @@ file in DIR, named after the home (`state_path`), holding what the owner needs t
      "controls": {"mode": <site mode>, "targets": {<car>: <permille>}}}
 
 `goals` and `controls` (PROTOCOL.md part E) hold the goal requests of the last 30 days, waiting
-or decided, and what the owner's approvals changed; a file without them (written before issue
-16) loads with none. Holds and the idempotency table are not kept: a restarted box has ended
+or decided, and what the owner's approvals changed; a file without them (written before
+goal requests existed) loads with none. Holds and the idempotency table are not kept: a restarted box has ended
 every hold, as its charger has.
 
 The file holds public data and roster rows only, never a private key: the keys derive from

@@ -82,8 +82,9 @@ def _descendants(pid: int) -> dict[int, str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def no_child_outlives_the_tests() -> Iterator[None]:
-    """After the whole run, no stub home or bridge process that a test started is left (issue
-    17): every test owns what it starts. Waits a bounded time for exits already under way."""
+    """After the whole run, no stub home or bridge process that a test started is left
+    (docs/operations.md, "Child processes"): every test owns what it starts.
+    Waits a bounded time for exits already under way."""
     yield
     deadline = time.monotonic() + 30
     while True:

@@ -1,4 +1,4 @@
-"""Whatever starts a stub home stops it (issue 17): real processes, real signals.
+"""Whatever starts a stub home stops it (docs/operations.md, "Child processes"): real processes, real signals.
 
 The stub stops on SIGTERM in each state (dialling, backing off, answering) and at once on a
 second signal; a stub whose parent dies by SIGKILL exits by itself (its standard input is the

@@ -1,4 +1,4 @@
-"""Start-up as an operator meets it (issue 15): the real `python -m ftwbridge` in a process.
+"""Start-up as an operator meets it: the real `python -m ftwbridge` in a process.
 
 Each way a start can fail ends with one sentence on stderr, `ftwbridge: ...`, exit status 2
 and no traceback; `public_url` follows `bind`; the log carries level and logger, as text or

@@ -12,7 +12,7 @@ from ftwbridge.config import Config, ConfigError, load_config
 
 
 def test_door_silence_must_outlast_a_call() -> None:
-    """Issue 11: `door_silence_s` is also the main listener's read timeout, so a shorter one
+    """`door_silence_s` is also the main listener's read timeout, so a shorter one
     cut `/mcp` calls still waiting for their box (the client got no answer at all)."""
     assert Config().door_silence_s >= Config().call_deadline_s + 2
     Config(door_silence_s=10, call_deadline_s=8)
@@ -23,7 +23,7 @@ def test_door_silence_must_outlast_a_call() -> None:
 
 
 def test_every_limit_refuses_nonsense() -> None:
-    """Issue 15: a negative deadline, a zero rate, a burst below 1 or a count of 0 is refused
+    """A negative deadline, a zero rate, a burst below 1 or a count of 0 is refused
     at load, for every limit, not found out at the first call."""
     nonsense: dict[str, list[object]] = {}
     for name, field in Config.model_fields.items():
@@ -113,7 +113,7 @@ def test_toml_errors_are_one_sentence(tmp_path: Path) -> None:
 
 
 def test_forwarding_settings() -> None:
-    """Issue 13 item 4: `internal_bind` needs a shared database and key; `mesh_key` is 32
+    """`internal_bind` needs a shared database and key; `mesh_key` is 32
     bytes as hex or base64 and never repeated in an error; unset, nothing is forwarded."""
     assert Config().internal_bind is None and Config().internal_site_url is None
     key = "ab" * 32

@@ -1,4 +1,4 @@
-"""Log lines an operator can use (issue 15 item 8): level and logger on every line, and JSON
+"""Log lines an operator can use (docs/operations.md, "Logs"): level and logger on every line, and JSON
 with stable keys and the audit line's fields as keys of their own."""
 
 from __future__ import annotations

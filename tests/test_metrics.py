@@ -1,4 +1,4 @@
-"""The gauges of issue 11: door tunnels, pending keys handshakes, connections by state.
+"""The fault gauges (docs/operations.md, "Metrics and health"): door tunnels, pending keys handshakes, connections by state.
 
 Each goes up while its thing exists and back to zero once it is gone, read the way `/metrics`
 reads it (the bridge's own registry). Tunnels and handshakes run on the in-memory rig and

@@ -1,5 +1,5 @@
 """The keys service on TCP (`ftwbridge keys --listen HOST:PORT`): a thin trio shell around
-`MeshChannel` (keys/mesh.py) and the requests of keys/ops.py. Issue 13 item 5.
+`MeshChannel` (keys/mesh.py) and the requests of keys/ops.py; docs/architecture.md, "What runs where".
 
 Each connection is its own task and its own fault: a peer that sends garbage, a frame over
 the cap, a wrong proof, or nothing within the handshake deadline is told why in one REFUSED

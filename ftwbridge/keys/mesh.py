@@ -2,7 +2,8 @@
 
 Sans-I/O (no sockets, no clock): `MeshChannel` takes received bytes and returns events, and
 queues the bytes to write (`data_to_send`), as h11 and h2 do. The TCP shells are
-`keys/listen.py` (the keys service) and `keys/remote.py` (the bridge). Issue 13 item 5.
+`keys/listen.py` (the keys service) and `keys/remote.py` (the bridge); docs/architecture.md,
+"What runs where", says where each runs.
 
 Every frame is `length (u32 big-endian) | type (1 byte) | body`, `length` counting the type
 byte and the body, at most `MAX_FRAME_BYTES`. The handshake, the client proving first:
@@ -44,7 +45,6 @@ from ftwbridge.proto.errors import ProtocolError
 VERSION: Final = 1
 MESH_KEY_BYTES: Final = 32
 NONCE_BYTES: Final = 32
-MAC_BYTES: Final = 32
 MAX_FRAME_BYTES: Final = 64 * 1024
 """The largest frame (type byte and body), bytes; a keys request or answer needs under 1 KiB
 (a roster's key list: 32 bytes a key, at most a few hundred keys)."""

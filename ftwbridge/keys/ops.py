@@ -14,7 +14,7 @@ from typing import Any
 from ftwbridge.proto.noise import TransportKeys
 
 from .keyfile import StateFileError
-from .service import KeysError, KeysPort
+from .service import BadHandshakeMessage, KeysError, KeysPort, UnknownAgentKey
 
 log = logging.getLogger("ftwbridge.keys")
 
@@ -84,16 +84,20 @@ def result(reply: Any) -> Any:
     """The `ok` value of an answer map.
 
     Raises:
-        KeysError: the answer is a refusal (its sentence and flags), or not an answer map.
+        KeysError: the answer is a refusal (its sentence; `UnknownAgentKey` or
+            `BadHandshakeMessage` when its flags say so), or not an answer map.
     """
     if not isinstance(reply, dict):
         raise KeysError("the keys part answered nonsense")
     if "err" in reply:
-        raise KeysError(
-            str(reply["err"])[:300],
-            unknown_key=reply.get("unknownKey") is True,
-            bad_message=reply.get("badMessage") is True,
+        kind = (
+            UnknownAgentKey
+            if reply.get("unknownKey") is True
+            else BadHandshakeMessage
+            if reply.get("badMessage") is True
+            else KeysError
         )
+        raise kind(str(reply["err"])[:300])
     return reply.get("ok")
 
 

@@ -1,5 +1,5 @@
 """`KeysPort` over TCP to one or more keys services (`keys_url`), on the mesh key's channel
-(keys/mesh.py). Issue 13 item 5.
+(keys/mesh.py); docs/architecture.md, "What runs where".
 
 Connections are kept open between requests (a pool per service, one request at a time on
 each), so the handshake's round trips are paid once per connection, not per request. A

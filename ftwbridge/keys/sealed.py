@@ -1,4 +1,4 @@
-"""The keys part with agents' private keys sealed in the store (issue 13 item 5).
+"""The keys part with agents' private keys sealed in the store, so that any keys service of a cluster can open any agent's session.
 
 Each agent's X25519 private key is kept in the store's `agent_keys` table sealed with pynacl's
 `SecretBox` (XSalsa20-Poly1305) under the key-encryption key (`kek`, 32 bytes), which only
@@ -23,7 +23,7 @@ from ftwbridge.proto.noise import TransportKeys, generate_static
 from ftwbridge.store.base import StoreError
 from ftwbridge.store.sealed import SealedKey, SealedKeyStore
 
-from .service import Handshakes, KeysError
+from .service import Handshakes, KeysError, UnknownAgentKey
 
 log = logging.getLogger("ftwbridge.keys")
 T = TypeVar("T")
@@ -111,7 +111,7 @@ class SealedKeysService:
         """
         row = await self._stored(self._store.sealed_key(agent_key))
         if row is None:
-            raise KeysError("the keys part holds no such agent key", unknown_key=True)
+            raise UnknownAgentKey("the keys part holds no such agent key")
         try:
             private = self._open(row)
         except KeysError as exc:

@@ -11,7 +11,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import trio
 
@@ -36,15 +36,29 @@ aborts it, and a session's handshake lasts at most `handshake_s` (5 s)."""
 
 class KeysError(Exception):
     """A keys-part request that cannot be served (unknown key or handshake, bad message 2,
-    or the keys part unreachable). `unknown_key`: it holds no such agent key; `bad_message`:
-    the box's message 2 failed the handshake."""
+    or the keys part unreachable), with its sentence. Two kinds are their own classes, since
+    the pool answers them differently: `UnknownAgentKey` and `BadHandshakeMessage`; the
+    class attributes `unknown_key` and `bad_message` say the same for a caller that holds a
+    `KeysError` (and are what the keys socket and the TCP channel carry, as `unknownKey` and
+    `badMessage`: keys/ops.py)."""
 
-    def __init__(
-        self, message: str, *, unknown_key: bool = False, bad_message: bool = False
-    ) -> None:
-        super().__init__(message)
-        self.unknown_key = unknown_key
-        self.bad_message = bad_message
+    unknown_key: ClassVar[bool] = False
+    """The keys part holds no such agent key (`UnknownAgentKey`)."""
+    bad_message: ClassVar[bool] = False
+    """The box's message 2 failed the handshake (`BadHandshakeMessage`)."""
+
+
+class UnknownAgentKey(KeysError):
+    """The keys part holds no such agent key (never made, dropped, or another keys part's)."""
+
+    unknown_key = True
+
+
+class BadHandshakeMessage(KeysError):
+    """The box's Noise message 2 failed the handshake (it does not decrypt or is malformed:
+    PROTOCOL.md part A); the handshake is over."""
+
+    bad_message = True
 
 
 class KeysPort(Protocol):
@@ -144,7 +158,8 @@ class Handshakes:
         """Read message 2 of `handle` (forgotten whatever the outcome).
 
         Raises:
-            KeysError: unknown handle, or a message 2 that fails the handshake (`bad_message`).
+            KeysError: unknown handle; `BadHandshakeMessage`: a message 2 that fails the
+                handshake.
         """
         pending = self._forget(handle)
         if pending is None:
@@ -152,7 +167,7 @@ class Handshakes:
         try:
             keys, _payload = pending[0].read_message2(message2)
         except ProtocolError as exc:
-            raise KeysError(str(exc), bad_message=True) from exc
+            raise BadHandshakeMessage(str(exc)) from exc
         return keys
 
     def abort(self, handle: int) -> None:
@@ -255,11 +270,11 @@ class KeysService:
         """See `KeysPort.begin`.
 
         Raises:
-            KeysError: unknown agent key, or too many unfinished handshakes.
+            KeysError: too many unfinished handshakes; `UnknownAgentKey`: unknown agent key.
         """
         key = self._keys.get(agent_key) or await self._reload(agent_key)
         if key is None:
-            raise KeysError("the keys part holds no such agent key", unknown_key=True)
+            raise UnknownAgentKey("the keys part holds no such agent key")
         return self._handshakes.begin(
             key.static_key(), box_noise_key, now=trio.current_time(), home=key.home
         )
@@ -268,7 +283,8 @@ class KeysService:
         """See `KeysPort.finish`.
 
         Raises:
-            KeysError: unknown handle, or a message 2 that fails the handshake.
+            KeysError: unknown handle; `BadHandshakeMessage`: a message 2 that fails the
+                handshake.
         """
         return self._handshakes.finish(handle, message2)
 

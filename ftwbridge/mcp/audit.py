@@ -1,5 +1,5 @@
 """What each `/mcp` request leaves behind: one audit line (logger `ftwbridge.audit`) and one
-metric sample, refusals included (issue 15 item 7). A tool call's line starts `tool=`, any
+metric sample, refusals included (docs/operations.md, "Logs"). A tool call's line starts `tool=`, any
 other request's `method=`; `status` is `ok`, an outcome word of `OUTCOMES`, or a box's
 registry code. Never a token, a key or a client's free text: values are `log_safe`.
 """

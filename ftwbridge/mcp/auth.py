@@ -134,7 +134,7 @@ class BearerAuth:
     only the token's scopes that grant still lists: the scopes copied into a token when it was
     minted never outlast the owner's signed roster. The 401 says which of these
     failed, in words (RFC 6750 section 3.1 `error_description`): a withdrawn agent and a
-    grant that ran out each have their own sentence (issue 11).
+    grant that ran out each have their own sentence.
 
     Args:
         verify_token: token text -> its stored record, or None.

@@ -35,7 +35,6 @@ from .results import ok_result, text_error
 
 ConfirmMode = Literal["elicit", "preview", "off"]
 """The `confirm_commands` setting's values."""
-CONFIRM_MODES: Final[tuple[str, ...]] = ("elicit", "preview", "off")
 Way = Literal["elicit", "preview"]
 
 DECLINED: Final = "The person did not confirm, so nothing was done."

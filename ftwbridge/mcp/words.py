@@ -12,7 +12,7 @@ from ftwbridge.proto.clean import clean
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.registry import CODES, peer_ms, peer_retry_ms
 
-_WORDS: Final[dict[Code, str]] = {
+WORDS: Final[dict[Code, str]] = {
     Code.E_BOOTING: "The home's box is starting up; try again in a minute.",
     Code.E_UNKNOWN_OP: "{unknown}",
     Code.E_CMD_EXPIRED: "The command arrived too late and was not carried out.",
@@ -41,6 +41,8 @@ _WORDS: Final[dict[Code, str]] = {
     Code.E_CLOCK_SKEW: "The home's clock is off by {skew_s} s, more than the {max_s} s allowed; the owner should check its time setting.",
     Code.E_NOT_FOUND: "The home has no {what} called '{id}'.",
 }
+"""The sentence for each registry code (every code has one: tests/mcp/test_inbound.py), with
+`{field}`s filled from the refusal's details by `sentence`."""
 
 _UNAVAILABLE: Final[dict[str, str]] = {
     "clock": "The home's box has no clock it can trust, so it cannot serve assistants yet.",
@@ -205,11 +207,6 @@ def sentence(
         what = _text(args.get("what"), "thing")
         fields["what"] = _NOT_FOUND.get(what, what)
     try:
-        return _WORDS[known].format(**fields)
+        return WORDS[known].format(**fields)
     except (KeyError, ValueError, TypeError, IndexError):
         return CODES[known].desc + "."
-
-
-def covers_every_code() -> bool:
-    """Whether every registry code has words (a test pins this)."""
-    return set(_WORDS) == set(Code)

@@ -1,4 +1,4 @@
-"""The mesh between a cluster's instances (issue 13 item 4): `/mcp` calls forwarded whole to
+"""The mesh between a cluster's instances (docs/operations.md, "Many instances"): `/mcp` calls forwarded whole to
 the instance that holds the token's home, signed with the shared `mesh_key`.
 
 `signing` is the sans-I/O part (what is signed, how a request is checked); `listener` is the

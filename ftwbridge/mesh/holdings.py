@@ -1,5 +1,4 @@
-"""This instance's claims in the directory, kept in step with the door's uplinks (issue 13
-item 2): a claim when a home's uplink authenticates, a release when it ends, and the uplink
+"""This instance's claims in the directory, kept in step with the door's uplinks: a claim when a home's uplink authenticates, a release when it ends, and the uplink
 closed (4409) when another instance takes the home over.
 """
 

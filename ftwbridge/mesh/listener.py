@@ -1,4 +1,4 @@
-"""The internal listener's app (issue 13 item 4): `/mcp` requests other instances forward.
+"""The internal listener's app: `/mcp` requests other instances forward.
 (`mesh/streams.StreamingRoute` takes their POSTs ahead of this app, with the same checks, so
 that a listen stream can flow; this route answers the other methods.)
 

@@ -1,4 +1,4 @@
-"""One instance's part in a cluster (issue 13 items 2 and 4), wired by `run.Bridge`: its
+"""One instance's part in a cluster (docs/operations.md, "Many instances"), wired by `run.Bridge`: its
 place in the directory, its claims kept with the door's uplinks, and, when `internal_bind` is
 set, the forwarder, the relay of `agent.request` to a home's holder, and the internal listener
 (forwarded `/mcp` calls and relayed door messages).

@@ -1,4 +1,4 @@
-"""`agent.request` to a home held by another instance (issue 13: sign-in across instances).
+"""`agent.request` to a home held by another instance, so that sign-in works at any instance.
 
 A consent form posted at an instance that does not hold the home's uplink still has to reach
 the box (PROTOCOL.md part C: bridge -> box `agent.request`). `BoxRelay.send` sends it through

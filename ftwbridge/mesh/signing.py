@@ -50,7 +50,7 @@ passed on from a client."""
 TOKEN = "ftw-mesh-token"
 """The forwarded token's SHA-256, hex (optional; at most once)."""
 WINDOW_MS = 30_000
-"""How far a forwarded request's time may be from the receiver's, ms (issue 13 item 4)."""
+"""How far a forwarded request's time may be from the receiver's, ms."""
 NONCES_MAX = 100_000
 """Nonces remembered at most; past it new requests are refused (`busy`) until old ones age
 out of the window: about 3,300 forwarded requests a second held for 30 s."""

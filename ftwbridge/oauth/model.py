@@ -7,8 +7,11 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 from urllib.parse import unquote_plus, urlencode, urlsplit
+
+from ftwbridge.store.base import hash_token
 
 from .redirects import MAX_URI_CHARS as MAX_URI_CHARS
 
@@ -51,7 +54,6 @@ REGISTER_SHARE_BURST = 2
 REGISTER_SHARE_PER_S = 1 / 60
 """Client registrations per client address while the limit for everyone is spent: 2, then
 one a minute, so a first registration from any address gets through however busy others are."""
-MAX_CLIENTS = 100_000
 
 
 class OAuthError(Exception):
@@ -66,13 +68,6 @@ class OAuthError(Exception):
         self.description = description
         self.status = status
         self.outcome = outcome
-
-    def error_query(self, state: str | None, issuer: str) -> str:
-        """`error=...` (with state and iss) for a client's redirect URI's query."""
-        params = {"error": self.error, "error_description": self.description, "iss": issuer}
-        if state is not None:
-            params["state"] = state
-        return urlencode(params)
 
     def body(self) -> dict[str, str]:
         """The RFC 6749 section 5.2 error object."""
@@ -183,6 +178,21 @@ class OAuthStore(Protocol):
 IssueAccess = Callable[[str, bytes, str, tuple[str, ...], str], Awaitable[str]]
 
 
+class ConsentStatus(StrEnum):
+    """Where a consent request stands (docs/auth.md, "The flow"). It starts `NEW` (the consent
+    page is shown); a claim code the home's box accepts makes it `ASKED` (the owner is asked at
+    home: `agent.request`, PROTOCOL.md part C); the owner's answer makes it `APPROVED` or
+    `DENIED`; too many wrong claim codes, or a box that cannot be asked, make it `FAILED`.
+    `APPROVED` ends with the code delivered, `DENIED` and `FAILED` with `access_denied`.
+    The values are the words written in the store's records and the audit line."""
+
+    NEW = "new"
+    ASKED = "asked"
+    APPROVED = "approved"
+    DENIED = "denied"
+    FAILED = "failed"
+
+
 @dataclass(slots=True, eq=False)
 class Pending:
     """One consent request, from `/authorize` until the code is issued or it fails."""
@@ -199,7 +209,8 @@ class Pending:
     tries: int = 0
     home: str | None = None
     agent_key: bytes | None = None
-    status: str = "new"  # new | asked | approved | denied | failed
+    status: str = ConsentStatus.NEW
+    """A `ConsentStatus` (annotated `str` while oauth/service.py still assigns the words)."""
     code: str | None = None
     """The authorization code, once `OAuthService.deliver` made it (never stored)."""
     redirect_given: bool = True
@@ -285,6 +296,6 @@ def s256(verifier: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
-def token_hash(token: str) -> bytes:
-    """SHA-256 (32 bytes) of a token or code: the only form in which they are kept."""
-    return hashlib.sha256(token.encode("utf-8")).digest()
+token_hash = hash_token
+"""The store's `hash_token` under its older name, for `oauth/service.py` until it calls
+`hash_token` itself; nothing else uses this name."""

@@ -154,7 +154,7 @@ CHANGE_WORDS = {
 
 def _changes(scopes: tuple[str, ...]) -> str:
     """The consent page's list of what the assistant could change, apart from what it could
-    read (issue 16 item 5), and that the owner may approve reading only."""
+    read (docs/control.md, "Consent"), and that the owner may approve reading only."""
     minutes = CAPS[Cap.HOLD_S].default // 60
     items = [CHANGE_WORDS[s].format(minutes=minutes) for s in scopes if s in CHANGE_WORDS]
     if not items:

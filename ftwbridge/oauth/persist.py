@@ -24,7 +24,7 @@ from typing import Any
 
 from ftwbridge.door import Door
 
-from .model import USED_CODE_KEEP_MS, CodeGrant, OAuthStore, Pending
+from .model import USED_CODE_KEEP_MS, CodeGrant, ConsentStatus, OAuthStore, Pending
 
 CONSENT, CODE, CLAIM = "consent", "code", "claim"
 
@@ -69,7 +69,7 @@ def pending_from(r: dict[str, Any]) -> Pending:
         tries=int(r["tries"]),
         home=None if r["home"] is None else str(r["home"]),
         agent_key=None if r["agent_key"] is None else bytes.fromhex(r["agent_key"]),
-        status=str(r["status"]),
+        status=ConsentStatus(r["status"]),
         redirect_given=bool(r["redirect_given"]),
         source=str(r.get("source", "")),
     )
@@ -159,7 +159,7 @@ class SavedSignIns:
         if any(getattr(p, k) != v for k, v in where.items()):
             return False
         for k, v in changes.items():
-            setattr(p, k, v)
+            setattr(p, k, ConsentStatus(v) if k == "status" else v)
         await self._save(p)
         return True
 

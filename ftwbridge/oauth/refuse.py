@@ -14,6 +14,7 @@ import secrets
 from quart import Response
 
 from . import OAuthService, pages
+from .model import ConsentStatus
 
 NO_STORE = {"cache-control": "no-store"}
 
@@ -32,7 +33,7 @@ async def refuse_consent(oauth: OAuthService, req: str, csrf: str, issuer: str) 
             400,
             pages.PAGE_HEADERS,
         )
-    if pending.status != "new":
+    if pending.status != ConsentStatus.NEW:
         return Response(b"", 303, {"location": f"/authorize/wait?req={pending.id}"} | NO_STORE)
     await oauth.forget(pending)
     location = pending.redirect(

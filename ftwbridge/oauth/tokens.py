@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ftwbridge.door import Door
+from ftwbridge.store import hash_token
 from ftwbridge.store.rotations import Child, RefreshState, refresh_rotations
 
 from .cimd import is_document_url
@@ -19,7 +20,6 @@ from .model import (
     Pending,
     present,
     s256,
-    token_hash,
     valid_verifier,
 )
 from .persist import CODE, SavedSignIns, code_from
@@ -93,7 +93,7 @@ class TokenGrants(SavedSignIns):
         it gave. A redeemer whose code is replayed while it mints revokes its own tokens."""
         need(form, "code", "client_id", "code_verifier")
         now = self._clock()
-        key = token_hash(form.get("code", "")).hex()
+        key = hash_token(form.get("code", "")).hex()
         found = await self._store.oauth_state(CODE, key, now)
         entry = None if found is None else code_from(found[0])
         if entry is None or entry.expires_at_ms <= now:
@@ -132,7 +132,7 @@ class TokenGrants(SavedSignIns):
         out = await self._tokens(
             p.home, p.agent_key, p.scopes, p.client_id, family, refresh=refresh
         )
-        issued = token_hash(out["access_token"])
+        issued = hash_token(out["access_token"])
         kept = await self._store.change_oauth_state(
             CODE, key, {"issued": [issued.hex()]}, self._clock(), where={"replayed": False}
         )
@@ -176,7 +176,7 @@ class TokenGrants(SavedSignIns):
             raise OAuthError("invalid_grant", "the home no longer lists this assistant")
         granted = tuple(s for s in scopes if s in grant.scopes)
         access = await self._issue_access(home, agent_key, grant.id, granted, client)
-        held = await self._store.token(token_hash(access))
+        held = await self._store.token(hash_token(access))
         if held is None:  # the minter stores before it returns; a store that lost it is broken
             raise OAuthError("server_error", "the access token was not stored", 500)
         out: dict[str, Any] = {
@@ -204,7 +204,7 @@ class TokenGrants(SavedSignIns):
         if refresh:
             out["refresh_token"] = new_refresh = secrets.token_urlsafe(32)
             await self._store.put_refresh(
-                token_hash(new_refresh),
+                hash_token(new_refresh),
                 family,
                 refresh_record(home, agent_key, granted, client),
                 self._clock() + REFRESH_TTL_MS,
@@ -218,7 +218,7 @@ class TokenGrants(SavedSignIns):
         that, or after the new refresh token was used, revokes the family."""
         need(form, "refresh_token", "client_id")
         token = form["refresh_token"]
-        digest = token_hash(token)
+        digest = hash_token(token)
         kept = refresh_rotations(self._store)
         async with self._rotations.turn(digest):
             now = self._clock()
@@ -253,7 +253,7 @@ class TokenGrants(SavedSignIns):
         out["refresh_token"] = new_refresh = secrets.token_urlsafe(32)
         now = self._clock()
         child = Child(
-            token_hash(new_refresh),
+            hash_token(new_refresh),
             refresh_record(record["home"], key, granted, record["client"]),
             now + REFRESH_TTL_MS,
             seal_answer(token, out),
@@ -262,7 +262,7 @@ class TokenGrants(SavedSignIns):
         before = await refresh_rotations(self._store).rotate(digest, now, child)
         if before is not None and not before.used:
             return out, before
-        await self._store.drop_token(token_hash(out["access_token"]))
+        await self._store.drop_token(hash_token(out["access_token"]))
         if before is None:
             raise OAuthError("invalid_grant", "the refresh token is unknown or has expired")
         return None, before
@@ -287,7 +287,7 @@ class TokenGrants(SavedSignIns):
             answer = open_answer(token, state.graced.sealed)
         except ValueError:  # the store's row was altered: answer nothing from it
             raise OAuthError("server_error", "the earlier answer cannot be read", 500) from None
-        held = await self._store.token(token_hash(str(answer.get("access_token"))))
+        held = await self._store.token(hash_token(str(answer.get("access_token"))))
         if held is None:  # revoked meanwhile (RFC 7009): no pair to give again
             raise OAuthError(
                 "invalid_grant", "the refresh token was already used and its answer revoked"
@@ -314,7 +314,7 @@ class TokenGrants(SavedSignIns):
         token = present(form).get("token")
         if token is None:
             raise OAuthError("invalid_request", "token is required")
-        digest = token_hash(token)
+        digest = hash_token(token)
         held: str | None = ""
         if not await self._store.drop_token(digest):
             record = await self._store.refresh_record(digest, self._clock())

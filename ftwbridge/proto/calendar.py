@@ -75,11 +75,6 @@ def next_start(start_ms: int, bucket: str, tz: tzinfo) -> int:
     raise ValueError(f"not a bucket: {bucket!r}")
 
 
-def previous_start(start_ms: int, bucket: str, tz: tzinfo) -> int:
-    """Start of the bucket before the one starting at `start_ms` (a bucket edge), ms."""
-    return bucket_start(start_ms - 1, bucket, tz)
-
-
 def edges(from_ms: int, to_ms: int, bucket: str, tz: tzinfo) -> list[tuple[int, int]]:
     """The buckets [start, end) that [from_ms, to_ms) touches, rounded out to whole buckets."""
     out: list[tuple[int, int]] = []
@@ -98,19 +93,3 @@ def count_buckets(from_ms: int, to_ms: int, bucket: str, tz: tzinfo, most: int) 
         start = next_start(start, bucket, tz)
         n += 1
     return n
-
-
-def same_stretch(cur_start: int, now_ms: int, prev_start: int, prev_end: int, tz: tzinfo) -> int:
-    """Where the stretch of the previous bucket matching a running one ends, ms.
-
-    The running bucket began at `cur_start` and has reached `now_ms`; the cut is the same
-    local day offset and time of day after `prev_start` (so "by the 20th at 14:05" in both),
-    clamped to `prev_end` when the previous bucket is shorter (a 30-day month before a 31st).
-    """
-    cur, now = _local(cur_start, tz), _local(now_ms, tz)
-    days = (now.date() - cur.date()).days
-    prev = _local(prev_start, tz).date() + timedelta(days=days)
-    cut = _ms(
-        datetime(prev.year, prev.month, prev.day, now.hour, now.minute, now.second, tzinfo=tz)
-    )
-    return max(prev_start, min(cut, prev_end))

@@ -6,7 +6,7 @@ INT32_MIN means missing. Each value is the box's mean over [time, time + stepMs)
 
 `unpack_history` turns the chunks of one answer into `[time_ms, value | null]` points per series
 inside [from_ms, to_ms), never more per series than asked. When the range holds more of the
-box's samples than that, it thins honestly (issue 15 item 6): each point is the mean of the
+box's samples than that, it thins honestly: each point is the mean of the
 samples of a bucket k box steps wide, its `step_ms` is that real width, so the energy
 sum(value x step_ms) over the points equals the box's own sum(value x stepMs) over the same
 time, within the rounding of a mean to a whole W (at most 0.5 W x step_ms per point).

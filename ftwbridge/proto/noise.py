@@ -172,7 +172,6 @@ class _Handshake:
                 warnings.simplefilter("ignore", UserWarning)
                 conn.start_handshake()
         self._conn: Any = conn
-        self._initiator = initiator
         self._failed = False
 
     def _guard(self) -> None:
@@ -312,15 +311,9 @@ class Transport:
     def __init__(self, keys: TransportKeys) -> None:
         self._send = ChaCha20Poly1305(keys.send_key)
         self._recv = ChaCha20Poly1305(keys.recv_key)
-        self.session_id = keys.handshake_hash
         self._next_seq = 0
         self._top = -1  # highest authenticated seq received
         self._seen = 0  # bit i set: seq (_top - i) was received
-
-    @property
-    def next_seq(self) -> int:
-        """The `seq` the next `seal` will use."""
-        return self._next_seq
 
     def seal(self, frame: bytes) -> bytes:
         """Encrypt one frame into a transport message: 8-byte `seq`, ciphertext, 16-byte tag.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import BridgeStore, Store, StoreError, TokenRecord
-from .sqlite import SqliteStore, hash_token
+from .base import BridgeStore, Store, StoreError, TokenRecord, hash_token
+from .sqlite import SqliteStore
 
 __all__ = [
     "BridgeStore",

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+def hash_token(token: str) -> bytes:
+    """SHA-256 (32 bytes) of a token's or an authorization code's text, UTF-8: the only form in
+    which the store keeps them, and the one hash of a token in the bridge (OAuth, `/mcp`'s
+    bearer check and the mesh all call this one)."""
+    return hashlib.sha256(token.encode("utf-8")).digest()
 
 
 class StoreError(Exception):
@@ -124,7 +132,7 @@ class BridgeStore(Store, Protocol):
         self, kind: str, key: str, record: dict[str, Any], expires_at_ms: int
     ) -> None:
         """Keep one item of sign-in state that must survive a restart (a pending consent, an
-        authorization code, a claim offer: `kind`) until `expires_at_ms` (issue 14 item 5)."""
+        authorization code, a claim offer: `kind`) until `expires_at_ms`."""
 
     async def drop_oauth_state(self, kind: str, key: str) -> None:
         """Forget one item of sign-in state; nothing happens when it is unknown."""

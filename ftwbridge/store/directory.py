@@ -1,10 +1,10 @@
-"""The directory: which instance holds which home's uplink (issue 13 item 2).
+"""The directory: which instance holds which home's uplink (docs/architecture.md, "When the home's uplink is at another instance").
 
 An instance claims a home when the home's uplink authenticates there and releases it when the
 uplink ends. Every claim takes the home's next epoch, so a message addressed to a holder "at
 epoch E" can be refused once a later claim (a takeover by another instance) has happened. A
 holder learns that it lost a home from `Directory.serve`'s `on_lost` (PostgreSQL: at the next
-lease renewal; events make it sooner, item 3) and closes that uplink (4409).
+lease renewal; events on `store/events.py` make it sooner) and closes that uplink (4409).
 
 `LocalDirectory` is the embedded default: one process, so every uplink is its own.
 `PgDirectory` (`ftwbridge.store.pg_directory`) is the cluster's.

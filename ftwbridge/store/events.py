@@ -1,4 +1,4 @@
-"""Events every instance must hear, over PostgreSQL's LISTEN/NOTIFY (issue 13 item 3).
+"""Events every instance must hear, over PostgreSQL's LISTEN/NOTIFY (docs/operations.md, "Many instances").
 
 Triggers (migrations/0003_events.sql) send one NOTIFY on the channel `CHANNEL` in the same
 transaction as each change: a home's roster (`roster`), a home enrolled or re-enrolled

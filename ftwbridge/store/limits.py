@@ -1,4 +1,4 @@
-"""Rate limits kept by the store (issue 13 item 1): a token bucket per (limit name, key).
+"""Rate limits kept by the store, shared by every instance on PostgreSQL: a token bucket per (limit name, key).
 
 On PostgreSQL every instance charges the same row of `oauth_limits`
 (`migrations/0007_shared_limits.sql`), in one statement that computes the refill from the stored

@@ -1,4 +1,4 @@
-"""Refresh-token rotations in the store, so any instance can answer a repeat (issue 13 item 1).
+"""Refresh-token rotations in the store, so any instance can answer a repeat.
 
 When a refresh token (the parent) is used, one transaction marks it used, keeps its new refresh
 token (the child, by SHA-256) in its family, and keeps the rotation: the child's hash, the

@@ -1,4 +1,4 @@
-"""Agents' sealed private keys in the store (issue 13 item 5), on SQLite and on PostgreSQL.
+"""Agents' sealed private keys in the store, on SQLite and on PostgreSQL.
 
 Only keys services use these rows, and only as sealed bytes: sealing and opening, under the
 key-encryption key, happen in `ftwbridge.keys.sealed`. The table is `agent_keys` (SQLite's
@@ -87,8 +87,6 @@ class SqlSealedKeys:
         return bool(await self._store.call(lambda db: db.execute(sql, (public,)).rowcount))
 
 
-SqliteSealedKeys = PgSealedKeys = SqlSealedKeys
-"""The names each engine's form had; both are `SqlSealedKeys` now."""
 _SELECT = "SELECT public_key, home, sealed, listed FROM agent_keys"
 
 

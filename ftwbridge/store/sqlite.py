@@ -8,7 +8,6 @@ upsert).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sqlite3
 import threading
@@ -57,11 +56,6 @@ MIN_VERSION = (3, 24, 0)
 """The oldest SQLite whose SQL the store speaks (`INSERT ... ON CONFLICT DO UPDATE`)."""
 BOUND = 500
 """Parameters per `IN (...)` list, below SQLite's bound on a statement's parameters."""
-
-
-def hash_token(token: str) -> bytes:
-    """SHA-256 of a token's text (32 bytes): the only form in which tokens are stored."""
-    return hashlib.sha256(token.encode("utf-8")).digest()
 
 
 class SqliteDialect(Dialect):
@@ -278,7 +272,15 @@ def _immediately(db: Connection) -> Iterator[None]:
 
 def matches(record: dict[str, Any], where: dict[str, Any] | None) -> bool:
     """Whether `record` has every field of `where` with the same value and type (scalars: the
-    JSON containment `record @> where` of PostgreSQL, where `false` is not `0`)."""
+    JSON containment `record @> where` of PostgreSQL, where `false` is not `0`). A `str`
+    subclass (a `StrEnum` member such as `ConsentStatus`) is a JSON string, as `json.dumps`
+    writes it."""
     return where is None or all(
-        k in record and type(record[k]) is type(v) and record[k] == v for k, v in where.items()
+        k in record and type(record[k]) is _json_type(v) and record[k] == v
+        for k, v in where.items()
     )
+
+
+def _json_type(value: Any) -> type:
+    """The type `value` has once written as JSON and read back: `str` for a `str` subclass."""
+    return str if isinstance(value, str) else type(value)

@@ -1,4 +1,4 @@
-"""CORS as browser-based clients need it (issue 14, item 6).
+"""CORS as browser-based clients need it (docs/auth.md, "CORS").
 
 In a real headless Chromium, a page served on another loopback port than the bridge's runs the
 official TypeScript client (bundled from peers/ for the browser): it discovers the bridge from

@@ -1,4 +1,4 @@
-"""CSP `form-action` holds for each kind of redirect URI (issue 14, item 2), in a real Chromium.
+"""CSP `form-action` holds for each kind of redirect URI (docs/auth.md, "Redirect URIs"), in a real Chromium.
 
 A burned consent request (five wrong claim codes) redirects the form post straight to the
 client's redirect URI; Chromium checks that redirect against the page's `form-action`. For an

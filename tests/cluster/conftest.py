@@ -1,4 +1,4 @@
-"""A cluster on loopback for the tests of this folder (issue 13 item 7): one throwaway
+"""A cluster on loopback for the tests of this folder: one throwaway
 PostgreSQL, one keys process, three `ftwbridge serve` instances on that database with their
 internal listeners and one `mesh_key`, and stub homes dialing their doors in turn.
 

@@ -1,4 +1,4 @@
-"""The forwarder's decisions (issue 13 item 4), with a directory in memory and httpx2's
+"""The forwarder's decisions, with a directory in memory and httpx2's
 `MockTransport` as the other instances: when it answers here, what it sends, when it looks up
 again and sends once more, and when a call ends because its holder failed. No sockets; trio's
 clock only paces the entry's guard."""

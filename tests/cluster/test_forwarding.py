@@ -1,4 +1,4 @@
-"""Forwarding across a cluster of real processes (issue 13 items 4 and 7): calls entering at
+"""Forwarding across a cluster of real processes: calls entering at
 an instance that does not hold the home are answered by the holder, in both MCP eras; the
 internal listener refuses what is not properly signed; a takeover moves a home; a revocation
 holds at every instance at once. Processes: `conftest.cluster` (shared by the module)."""

@@ -1,5 +1,4 @@
-"""This instance's claims kept with the door's uplinks (`mesh.Holdings`, issue 13 items 2 and
-4), with a directory in memory and a door stand-in: a forward naming a claim still under way
+"""This instance's claims kept with the door's uplinks (`mesh.Holdings`), with a directory in memory and a door stand-in: a forward naming a claim still under way
 here waits for it; a takeover closes the uplink here (4409). trio's MockClock runs the waits."""
 
 from __future__ import annotations

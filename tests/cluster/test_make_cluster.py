@@ -1,4 +1,4 @@
-"""`make cluster` and the cluster's operational cases (issue 13 items 6 and 7), with the real
+"""`make cluster` and the cluster's operational cases (docs/operations.md, "`make cluster`"), with the real
 parts: Debian's PostgreSQL and HAProxy, `ftwbridge serve` instances and stub homes as processes
 on 127.0.0.1.
 
@@ -148,7 +148,7 @@ async def test_cluster_once_runs_the_session_through_haproxy_and_leaves_nothing(
     out, err = done.stdout.decode(), done.stderr.decode()
     said = f"status {done.returncode}\n{out[-3000:]}\n{err[-3000:]}"
     assert done.returncode == 0, said
-    tools = len(TOOLS) + len(CONTROL_TOOLS)  # the reads and control (issue 16)
+    tools = len(TOOLS) + len(CONTROL_TOOLS)  # the reads and control
     assert f"[2026-07-28] protocol 2026-07-28: {tools} tools" in out, said
     assert f"[legacy] protocol 2025-11-25: {tools} tools" in out, said
     held = re.findall(r"uplink at (\S+);", out)

@@ -1,4 +1,4 @@
-"""OAuth sign-in across a cluster of real processes (issue 13, sign-in across instances): each
+"""OAuth sign-in across a cluster of real processes: each
 step of one sign-in at another instance, none of them the home's holder; a code redeemed at
 two instances at once; a denial heard at the holder seen by the browser at another; and the
 relay of `agent.request` to the holder refusing what is not signed right. Processes:

@@ -1,4 +1,4 @@
-"""The mesh's signatures, sans-I/O (issue 13 item 4): what a forwarded request must carry,
+"""The mesh's signatures, sans-I/O (docs/operations.md, "Trust across the internal hop"): what a forwarded request must carry,
 and each way one is refused. Times are arguments here, so no clock is needed."""
 
 from __future__ import annotations

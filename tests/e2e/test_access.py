@@ -86,7 +86,7 @@ async def test_roster_drop_gives_401_and_keys_part_forgets(env: Env) -> None:
         await env.bridge.door.rosters_saved()
     assert not await env.bridge.keys.has(key)
     record = await env.bridge.store.token(hash_token(token))
-    assert record is not None and record.withdrawn  # kept only to say why (issue 11)
+    assert record is not None and record.withdrawn  # kept only to say why
     r = await post_call(env, token, "status")
     assert r.status_code == 401 and "withdrawn" in r.headers["www-authenticate"]
     assert env.bridge.pool.statistics().sessions == 0

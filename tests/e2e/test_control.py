@@ -1,4 +1,4 @@
-"""Control end to end (issue 16 item 7): the bridge on a real port, a stub home in its own
+"""Control end to end (docs/control.md): the bridge on a real port, a stub home in its own
 process, the official `mcp` client in both eras and the TypeScript client.
 
 The stub's charger follows the time of day (the owner's night charge holds it 01:00-05:00; the
@@ -93,7 +93,7 @@ async def charge(c: Client, arguments: dict[str, Any], previewed: list[str]) -> 
 async def story(
     c: Client, home: Home, *, power_w: int, soc_permille: int, previewed: list[str] | None = None
 ) -> Any:
-    """Issue 16 item 7's story with client `c`: a charge, the hold and the power the charger
+    """Control's whole story with client `c`: a charge, the hold and the power the charger
     draws, a stop, a charge target by a time that the owner approves at home. Returns the
     charge's structured result."""
     arguments = {"charger": "lp1", "power_w": power_w, "minutes": 10}
@@ -246,7 +246,7 @@ async def test_refusals_reach_the_assistant_in_words_and_a_retry_acts_once(env: 
 
 
 async def test_consent_lists_control_apart_and_the_owner_may_approve_reads_only(env: Env) -> None:
-    """Issue 16 item 5, through the official client's OAuth provider: the consent page lists
+    """Consent for control (docs/control.md, "Consent"), through the official client's OAuth provider: the consent page lists
     what the assistant could change apart from what it could read, `agent.request` carries the
     ops asked, and an owner who approves reads only leaves a row with no ops and a token that
     the control tools answer with a step-up challenge."""

@@ -81,7 +81,7 @@ async def test_history_for_the_whole_granted_window(env: Env) -> None:
 
 
 async def test_drain_ends_a_response_under_way_whole(env: Env) -> None:
-    """Issue 11, D3: a call answered during the drain reaches its client whole (a 2,000-point
+    """A call answered during the drain reaches its client whole (a 2,000-point
     history, which the bridge shapes for some milliseconds after the box's answer). A guard:
     the race the soak saw (1 of 55) did not show here with the old drain either."""
     home = await env.add_home("h1", "--delay-ms", "1500")

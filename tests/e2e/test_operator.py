@@ -1,4 +1,4 @@
-"""What an operator sees (issue 15, items 3, 7 and 9), over real sockets.
+"""What an operator sees (docs/operations.md, "Logs", "Metrics and health"), over real sockets.
 
 - every request that reaches `/mcp` leaves one audit line and one `ftwbridge_mcp_requests_total`
   sample, refusals included, and values that only grow are Prometheus counters;

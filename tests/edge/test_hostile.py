@@ -353,7 +353,7 @@ KEEP_ALIVE_S = HypercornConfig().keep_alive_timeout
 
 
 def test_rapid_connect_and_close_frees_every_socket_at_once(live: LiveBridge) -> None:
-    """Issue 11: of 1,000 clients that connected and closed at once, about a hundred sockets
+    """Under the soak, of 1,000 clients that connected and closed at once, about a hundred sockets
     stayed open 15 s. A connection whose peer left between requests now closes when the peer's
     end arrives, not when hypercorn's 5 s keep-alive timer fires."""
     pid = live.procs[0].pid

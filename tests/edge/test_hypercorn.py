@@ -124,7 +124,7 @@ def test_the_read_loop_copied_is_hypercorns() -> None:
 async def test_a_close_for_the_peers_fault_is_reported_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 11: a message over the size limit is closed 1009 by hypercorn's own WebSocket
+    """A message over the size limit is closed 1009 by hypercorn's own WebSocket
     layer, without an error the guard would see; the guard reports that Close (one warning
     line, one count), as for every other fault of a peer."""
     monkeypatch.setattr(hypercorn_run, "TCPServer", edge.GuardedTCPServer)

@@ -1,4 +1,4 @@
-"""The keys service as an operator runs it (issue 13 item 5): real processes on 127.0.0.1 and
+"""The keys service as an operator runs it (docs/architecture.md, "What runs where"): real processes on 127.0.0.1 and
 a throwaway PostgreSQL. Two `ftwbridge keys --listen` on one database holding the agents' keys
 sealed under one `kek`; a bridge (`serve`, no `kek`) reaching one of them over TCP with the
 mesh key; a stub home; the official `mcp` client reading `status`. A key made through one keys

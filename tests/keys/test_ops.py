@@ -9,7 +9,7 @@ import pytest
 
 from ftwbridge.keys import KeysService
 from ftwbridge.keys.ops import answer, as_bytes, as_list, result
-from ftwbridge.keys.service import KeysError
+from ftwbridge.keys.service import BadHandshakeMessage, KeysError, UnknownAgentKey
 
 
 @pytest.mark.parametrize(
@@ -49,9 +49,14 @@ async def test_a_key_file_that_cannot_be_written_is_an_answer_not_a_crash(
 def test_answers_are_checked_before_use() -> None:
     with pytest.raises(KeysError, match="nonsense"):
         result(["not", "a", "map"])
-    with pytest.raises(KeysError, match="no such agent") as refused:
+    with pytest.raises(UnknownAgentKey, match="no such agent") as refused:
         result({"err": "no such agent", "unknownKey": True})
     assert refused.value.unknown_key and not refused.value.bad_message
+    with pytest.raises(BadHandshakeMessage, match="bad m2"):
+        result({"err": "bad m2", "badMessage": True})
+    with pytest.raises(KeysError) as plain:
+        result({"err": "busy", "unknownKey": False})
+    assert type(plain.value) is KeysError
     with pytest.raises(KeysError, match="nonsense"):
         as_bytes(None)
     with pytest.raises(KeysError, match="nonsense"):

@@ -1,4 +1,4 @@
-"""The control tools at `/mcp` without sockets (issue 16 items 3 and 4): schemas, step-up
+"""The control tools at `/mcp` without sockets (docs/control.md): schemas, step-up
 scopes, the bridge's own refusals, the retry rule, and the person's confirmation (MCP
 2026-07-28 multi round-trip requests) through the official `mcp` client's elicitation callback.
 

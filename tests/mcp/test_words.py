@@ -1,4 +1,4 @@
-"""Words that must not mislead (issue 15 item 10): each refusal sentence against the situation
+"""Words that must not mislead: each refusal sentence against the situation
 that produces it, the driver check without `src`, and an unsupported protocol version in the
 modern envelope."""
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from ftwbridge.oauth import OAuthError, OAuthService, Pending
-from ftwbridge.oauth.model import CODE_TTL_MS, CodeGrant, token_hash
+from ftwbridge.oauth.model import CODE_TTL_MS, CodeGrant
+from ftwbridge.store import hash_token
 from ftwbridge.store.sqlite import SqliteStore
 
 
@@ -47,7 +48,7 @@ async def test_an_expired_code_is_refused() -> None:
         status="approved",
         code="the-code",
     )
-    await svc._save_code(token_hash("the-code"), CodeGrant(p, now[0] + CODE_TTL_MS))
+    await svc._save_code(hash_token("the-code"), CodeGrant(p, now[0] + CODE_TTL_MS))
     now[0] += CODE_TTL_MS
     with pytest.raises(OAuthError) as info:
         await svc.token(

@@ -1,4 +1,4 @@
-"""The token endpoint's `expires_in` is the configured access-token lifetime (issue 15 item 5):
+"""The token endpoint's `expires_in` is the configured access-token lifetime:
 `token_ttl_s` (`FTWBRIDGE_TOKEN_TTL_S`), on the code exchange and on every refresh, and the
 token does stop working when it says."""
 

@@ -1,4 +1,4 @@
-"""Refresh under concurrency (issue 14, item 4): parallel refreshes of one refresh token within
+"""Refresh under concurrency (docs/auth.md, "Refresh under concurrency"): parallel refreshes of one refresh token within
 the grace window get one new pair; a reuse after the window revokes the family.
 
 Against a real bridge and stub home over real sockets. The window is measured on the bridge's
@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from ftwbridge.oauth.grace import Rotations, open_answer, seal_answer, sealing_key
-from ftwbridge.oauth.model import token_hash
+from ftwbridge.store import hash_token
 from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.test_flow import REDIRECT, mcp_status, signed_in
 
@@ -89,7 +89,7 @@ def test_a_sealed_answer_opens_only_with_the_refresh_token_it_answered() -> None
     assert b"a" * 43 not in sealed and b"r" * 43 not in sealed
     assert sealed != seal_answer(parent, answer)  # a fresh nonce each time
     assert open_answer(parent, sealed) == {k: v for k, v in answer.items() if k != "expires_in"}
-    assert sealing_key(parent) != token_hash(parent)  # the stored hash is not the key
+    assert sealing_key(parent) != hash_token(parent)  # the stored hash is not the key
     with pytest.raises(ValueError):
         open_answer(secrets.token_urlsafe(32), sealed)
     with pytest.raises(ValueError):

@@ -1,5 +1,4 @@
-"""Two OAuth services on one PostgreSQL, as two instances behind a round-robin balancer (issue 13
-item 1): the claim-code guess limit is one limit for both, and a refresh repeated at the other
+"""Two OAuth services on one PostgreSQL, as two instances behind a round-robin balancer: the claim-code guess limit is one limit for both, and a refresh repeated at the other
 instance within the grace window gets the same pair instead of revoking the family.
 
 The services are real (`OAuthService` on `PgStore`); the door, the keys part and the access

@@ -1,4 +1,4 @@
-"""Per-address limits (issue 14, item 5): who the client is behind trusted proxies, the limits'
+"""Per-address limits (docs/auth.md, "Limits that strangers cannot fill"): who the client is behind trusted proxies, the limits'
 rules (their buckets: tests/store/test_limits.py), and the bridge refusing one address while
 another still gets through."""
 

@@ -1,4 +1,4 @@
-"""Parameters and error codes (issue 14, item 3), sent as raw requests the way a careless or
+"""Parameters and error codes (docs/auth.md, "Parameters and error codes"), sent as raw requests the way a careless or
 hostile client sends them: empty parameters count as omitted (RFC 6749 section 3.1), unknown
 ones are ignored, and each refusal has the code RFC 6749 section 5.2, RFC 7009 section 2.2 or
 RFC 7591 section 3.2.2 gives it. One bridge serves every case."""

@@ -1,4 +1,4 @@
-"""The metadata-document fetch connects to the address it checked (issue 14, item 5): the host
+"""The metadata-document fetch connects to the address it checked: the host
 is resolved once, and the connection dials that address without a second lookup, so a
 DNS-rebinding host cannot swap in an inside address between the check and the connection."""
 

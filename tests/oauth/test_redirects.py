@@ -1,4 +1,4 @@
-"""Redirect URIs (issue 14, item 2; RFC 8252 sections 7.1 and 7.3, OAuth 2.1 section 2.3.1):
+"""Redirect URIs (docs/auth.md, "Redirect URIs"; RFC 8252 sections 7.1 and 7.3, OAuth 2.1 section 2.3.1):
 which are accepted, of what kind, how they match, and what CSP source each one gets."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pending consents, codes and claim offers survive a restart of the bridge (issue 14, item 5).
+"""Pending consents, codes and claim offers survive a restart of the bridge.
 
 Two bridges in turn on one state folder and one port, the stub home staying up and
 reconnecting: a sign-in approved at home whose code had not yet reached its client, a consent

@@ -1,5 +1,5 @@
 """Rosters take effect in the uplink's reader; the store write and the keys part's sync follow in
-the roster applier, in order per home (issue 12, item 4). MockClock (autojump); real door, pool, keys
+the roster applier, in order per home. MockClock (autojump); real door, pool, keys
 part and stub box over memory links."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Commands through the real pool and the stub box's brain on MockClock (issue 16 items 3, 6):
+"""Commands through the real pool and the stub box's brain on MockClock (docs/control.md):
 the `controlRev` pre-read, one retry under a new `cmdId` on `E_CONFLICT`, `cmds_per_hour` at
 the bridge before a byte leaves, and a command waiting behind reads that no read drops."""
 

@@ -135,7 +135,7 @@ async def test_cancelled_while_the_reader_hands_over_the_answer(
 async def test_a_call_racing_the_idle_close_gets_a_new_session(
     rig: Rig, agent: bytes, autojump_clock: trio.abc.Clock, repeat: int
 ) -> None:
-    """Issue 11, D5: no call is refused for a close it did not ask for. Pacing makes the second
+    """No call is refused for a close it did not ask for. Pacing makes the second
     call wait until the very moment the idle close fires (trio wakes both in either order)."""
     assert not isinstance(await _call(rig, agent), Refusal)  # takes no mock time
     answer = await _call(rig, agent)  # its pacing turn comes at the idle deadline
@@ -145,7 +145,7 @@ async def test_a_call_racing_the_idle_close_gets_a_new_session(
 async def test_close_all_closes_every_uplink_with_its_code(
     rig: Rig, autojump_clock: trio.abc.Clock
 ) -> None:
-    """Drain's last word to the boxes (issue 11, D3): a Close frame they can act on, not 1006."""
+    """Drain's last word to the boxes: a Close frame they can act on, not 1006."""
     for name in ("h1", "h2"):
         await rig.add_home(name)
     with trio.fail_after(5):

@@ -1,4 +1,4 @@
-"""Pacing, bounds, drain and cancellation safety on MockClock (issue 5's timing rules)."""
+"""Pacing, bounds, drain and cancellation safety on MockClock (docs/operations.md, "Limits and what an assistant sees past them")."""
 
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ async def test_queue_per_home_refuses_the_fifth(
         inner.cancel_scope.cancel()
     stats = rig.pool.statistics()
     assert stats.queued == 0  # cancelled callers freed their places in the queue
-    assert stats.calls_in_flight == 1  # but the box still holds the first one's read (D2)
+    assert stats.calls_in_flight == 1  # but the box still holds the first one's read
     await trio.sleep(Config().call_deadline_s)  # unanswered that long: the session is replaced
     stats = rig.pool.statistics()
     assert (stats.calls_in_flight, stats.sessions) == (0, 0)

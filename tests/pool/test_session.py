@@ -1,5 +1,5 @@
-"""The pooled session's states (issue 12, item 1) and what the box has not finished (issue 11,
-D2): a call that gives up leaves the session busy until the box answers, so the next call is
+"""The pooled session's states (docs/architecture.md, "A pooled session's states") and what the box has not
+finished: a call that gives up leaves the session busy until the box answers, so the next call is
 never sent behind unfinished work; the queue's retry hint comes from what the bridge saw.
 MockClock (autojump) throughout; the box is the real stub over memory links."""
 
@@ -113,7 +113,7 @@ async def _hang_up(rig: Rig, key: bytes, after_s: float) -> None:
 async def test_hang_ups_do_not_stack_work_at_a_slow_box(
     rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    """Issue 11, D2: ten clients hang up on a box that takes 3 s a read; the next call takes
+    """Ten clients hang up on a box that takes 3 s a read; the next call takes
     at most the rest of the one read the box is doing plus its own, not the sum of all ten."""
     await rig.pool.call("h1", agent, Read.LIVE_GET)  # warm
     reads_before = stub.box.stats.reads
@@ -135,7 +135,7 @@ async def test_a_stalled_home_gets_an_honest_retry_hint(
     rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
     """During a stall the queue-full refusal's hint grows with how long the box has been
-    silent, instead of saying one pacing interval (issue 11: "try again in 2 s" for 30 s)."""
+    silent, instead of saying one pacing interval ("try again in 2 s" for 30 s)."""
     await rig.pool.call("h1", agent, Read.LIVE_GET)
     stub.hold = True  # the box stops answering
     hints: list[Any] = []

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ftwbridge.proto.envelope import decode_envelope, dumps
 from ftwbridge.proto.errors import ProtocolError
-from ftwbridge.proto.frame import FrameReader, decode_frame
+from ftwbridge.proto.frame import decode_frame
 from ftwbridge.proto.noise import Responder, Transport, TransportKeys
 from ftwbridge.proto.roster import verify_roster
 
@@ -36,9 +36,6 @@ def test_arbitrary_bytes(data: bytes) -> None:
     _only_ours(lambda d: verify_roster(d, home_key=b"\x05" * 32, home="h"), data)
     _only_ours(Transport(KEYS).open, data)
     _only_ours(Responder(our_static=b"\x07" * 32).read_message1, data)
-    reader = FrameReader()
-    reader.receive_data(data)
-    _only_ours(lambda _d: reader.next_frame(), data)
 
 
 @settings(max_examples=200, deadline=None)

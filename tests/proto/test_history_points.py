@@ -1,4 +1,4 @@
-"""`history_query` thins honestly (issue 15 item 6): asked for fewer points than the range
+"""`history_query` thins honestly: asked for fewer points than the range
 holds, each point is the mean of the box samples it covers and `stepMs` is its real width, so
 energy as sum(value x stepMs) is the box's own, within the rounding of a mean to a whole W.
 

@@ -11,11 +11,11 @@ import psycopg
 import pytest
 import trio
 
+from ftwbridge.store import hash_token
 from ftwbridge.store.base import TokenRecord
 from ftwbridge.store.events import Event, Events, parse_event
 from ftwbridge.store.pg_directory import PgDirectory
 from ftwbridge.store.postgres import PgStore
-from ftwbridge.store.sqlite import hash_token
 
 BOUND_S = 10.0
 """Bound on waiting for one event, seconds."""

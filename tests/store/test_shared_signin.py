@@ -154,9 +154,9 @@ async def test_each_step_at_either_instance(two: Two) -> None:
     with pytest.raises(OAuthError) as replay:
         await b.oauth.token(form)
     assert replay.value.error == "invalid_grant" and "already used" in replay.value.description
-    from ftwbridge.oauth.model import token_hash
+    from ftwbridge.store import hash_token
 
-    assert await a.store.token(token_hash(tokens["access_token"])) is None  # revoked
+    assert await a.store.token(hash_token(tokens["access_token"])) is None  # revoked
 
 
 async def test_a_poll_that_finds_the_agent_listed_approves(two: Two) -> None:

@@ -76,7 +76,7 @@ async def test_oauth_clients_expire(store: BridgeStore) -> None:
 async def test_sign_in_state_outlives_a_restart_and_expires_on_load(
     store: BridgeStore,
 ) -> None:
-    """Pending consents, codes and claim offers (issue 14 item 5) on both engines."""
+    """Pending consents, codes and claim offers on both engines."""
     await store.put_oauth_state("code", "k1", {"home": "h1", "n": 1}, expires_at_ms=1000)
     await store.put_oauth_state("code", "k2", {"home": "h2"}, expires_at_ms=10)
     await store.put_oauth_state("consent", "k1", {"other": True}, expires_at_ms=1000)

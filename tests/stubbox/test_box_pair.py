@@ -11,7 +11,6 @@ import pytest
 
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import LocalProtocolError, RemoteProtocolError
-from ftwbridge.proto.frame import FrameReader, decode_frame, encode_frame
 from ftwbridge.proto.names import Code, Read, Scope
 from ftwbridge.proto.noise import Initiator, generate_static
 from ftwbridge.proto.registry import Msg
@@ -289,19 +288,3 @@ def test_unknown_type_with_id_is_answered() -> None:
     assert env == Envelope(
         "error", 99, {"code": "E_UNKNOWN_OP", "retryable": False, "args": {"t": "box.future"}}
     )
-
-
-@pytest.mark.parametrize("split", ["whole", "bytewise", "trailing"])
-def test_frame_reader_splits(split: str) -> None:
-    frames = [encode_frame(Envelope("tick", None, {"seq": i}).encode()) for i in range(2)]
-    frames.append(encode_frame(Envelope("snap", 3, {"x": b"\x00" * 700}).encode()))
-    data = b"".join(frames) + (b"\x01\x00" if split == "trailing" else b"")
-    reader = FrameReader()
-    got = []
-    chunks = [data] if split != "bytewise" else [data[i : i + 1] for i in range(len(data))]
-    for chunk in chunks:
-        reader.receive_data(chunk)
-        while (f := reader.next_frame()) is not None:
-            got.append(f)
-    assert [f.payload for f in got] == [decode_frame(f).payload for f in frames]
-    assert [f.lane for f in got] == [0, 0, 1]

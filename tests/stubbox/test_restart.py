@@ -1,5 +1,5 @@
 """A stub home process killed and started again with the same `--state` keeps its owner's
-roster, so the bridge goes on serving the agents granted before (issue 11, D6; issue 15, 9).
+roster, so the bridge goes on serving the agents granted before.
 
 Real processes and sockets: the bridge in this process on 127.0.0.1 port 0, the stub home
 in its own (tests/e2e/env.py)."""

@@ -1,4 +1,4 @@
-"""The stub box's uplink shell: what it publishes while its uplink comes up (issue 11, D6)."""
+"""The stub box's uplink shell: what it publishes while its uplink comes up."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stub box redials whatever one connection does (issue 11's soak).
+"""The stub box redials whatever one connection does, as the soak makes it do.
 
 A stub stopped with SIGSTOP past the door's silence bound died on SIGCONT: while its dead
 connection was being torn down, trio-websocket's reader answered a Ping that was still queued,

@@ -1,4 +1,4 @@
--- The directory (issue 13 item 2): which instance holds which home's uplink.
+-- The directory: which instance holds which home's uplink.
 -- `instances`: one row per instance id, kept across its restarts. `lock_id` is the second key
 -- of the session advisory lock its presence connection holds while it runs: a lookup counts
 -- an instance only while that lock is held (it goes with the connection, at once, when the

@@ -1,4 +1,4 @@
--- Events every instance must hear (issue 13 item 3), on the one channel `ftwbridge`. Triggers
+-- Events every instance must hear, on the one channel `ftwbridge`. Triggers
 -- send them, so each NOTIFY is part of the transaction that made the change (sent at its
 -- commit, never for a change rolled back) whoever made it: an instance, the command line, or
 -- an operator's own SQL. The payload is a JSON object with `kind` and the home; PostgreSQL

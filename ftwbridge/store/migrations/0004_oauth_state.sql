@@ -1,4 +1,4 @@
--- Sign-in state that must survive a restart of any instance (issue 14 item 5, issue 13 item 1):
+-- Sign-in state that must survive a restart of any instance:
 -- pending consents, authorization codes and claim offers, expired on load.
 CREATE TABLE oauth_state (
     kind TEXT NOT NULL,

@@ -1,4 +1,4 @@
--- Agents' private keys, sealed (issue 13 item 5): each keys service (`ftwbridge keys` with
+-- Agents' private keys, sealed: each keys service (`ftwbridge keys` with
 -- `kek`) keeps an agent's X25519 private key here encrypted under the key-encryption key only
 -- keys services hold (pynacl SecretBox over the private key and the home's name), so any of
 -- them can open any agent's session. Bridge instances never read this table. `listed`: a

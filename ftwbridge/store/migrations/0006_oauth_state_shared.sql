@@ -1,4 +1,4 @@
--- Sign-in state shared by every instance (issue 13, the sign-in across instances): the store
+-- Sign-in state shared by every instance, so sign-in works across instances: the store
 -- is the truth for consent requests, codes and claim offers, and instances look items up by
 -- what their record says (a home's consents that wait for its owner; a home's open claim
 -- offer), with JSONB containment (`record @> '{"home": ..., "status": ...}'`), and sweep the

@@ -1,4 +1,4 @@
--- Issue 13 item 1: what the OAuth service kept in one process's memory and every instance must
+-- What the OAuth service kept in one process's memory and every instance must
 -- share. Times are ms since the Unix epoch, by the bridge's wall clock.
 
 -- A token bucket per (limit, key): `level` tokens at `at_ms`, refilled at the limit's rate up to

@@ -1,4 +1,4 @@
-"""What real MCP clients send at registration, `/authorize` and `/oauth/token` (issue 14).
+"""What real MCP clients send at registration, `/authorize` and `/oauth/token` (docs/auth.md, "Clients").
 
 Each row is one client's shape, reduced to what the bridge reads, with the public sources it
 was drawn from (the client's own source, docs, or an issue thread that shows its requests). No
@@ -172,7 +172,7 @@ ROWS: tuple[ClientRow, ...] = (
         authorize_redirect="https://chatgpt.com/connector/oauth/abcDEF123456",
         authorize_extra={"scope": "offline_access " + READS},
         sends_resource=False,
-        notes="auth method client_secret_post as issue 14 saw a web assistant register; the "
+        notes="auth method client_secret_post as a web assistant was seen to register; the "
         "connector id abcDEF123456 is made up; sent without resource (RFC 8707 is optional)",
     ),
     ClientRow(

@@ -1,5 +1,5 @@
 """A roster held for a home whose uplink is at another instance can be older than the store's
-(`Rosters.grant`, issue 13): a token minted there for a new agent must work here at once, not
+(`Rosters.grant`): a token minted there for a new agent must work here at once, not
 read "withdrawn" until the `roster` event arrives; and a withdrawn agent's requests must not
 become a store read each. MockClock; the store in memory."""
 

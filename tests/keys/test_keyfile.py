@@ -1,4 +1,4 @@
-"""The agent-key file under concurrent writers (issue 11, D1) and when it is damaged."""
+"""The agent-key file under concurrent writers and when it is damaged."""
 
 from __future__ import annotations
 

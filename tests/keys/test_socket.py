@@ -1,4 +1,4 @@
-"""One keys part per socket path (issue 15 item 4).
+"""One keys part per socket path.
 
 A second keys part on a path another one serves refuses in one sentence (status 2 from the
 command line) and leaves the live socket alone; a socket file left by a dead process is taken

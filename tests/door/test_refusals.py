@@ -1,4 +1,4 @@
-"""The door's refusals an operator must see (issue 15 items 3 and 7), on MockClock.
+"""The door's refusals an operator must see (docs/operations.md, "Faults: what each looks like"), on MockClock.
 
 A box that dials with the wrong key is logged at most once a minute per home, the line after
 the quiet minute says how many dials it held back, and every dial is counted. A key changed in
