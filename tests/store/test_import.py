@@ -34,7 +34,7 @@ from ftwbridge.store import SqliteStore, TokenRecord, hash_token, sqlite_path
 from ftwbridge.store.importer import ImportRefused, Tally, import_embedded
 from ftwbridge.store.inuse import importing_state
 from ftwbridge.store.postgres import PgStore
-from ftwbridge.store.sealed import PgSealedKeys, sealed_keys
+from ftwbridge.store.sealed import SqlSealedKeys, sealed_keys
 from tests.store.conftest import first_line
 from tests.store.test_bridge_on_postgres import _status
 from tests.test_cli import _free_port, refused
@@ -131,7 +131,7 @@ def _counts(url: str) -> dict[str, int]:
 
 async def _handshake(store: PgStore, agent: bytes) -> None:
     """Open a session as `agent` through a keys service on `store`'s sealed keys."""
-    service = SealedKeysService(PgSealedKeys(store), KEK)
+    service = SealedKeysService(SqlSealedKeys(store), KEK)
     box_private, box_public = generate_static()
     handle, m1 = await service.begin(agent, box_public)
     responder = Responder(our_static=box_private)
@@ -171,7 +171,7 @@ async def test_a_dry_run_counts_an_import_copies_once_and_a_second_run_copies_no
         refresh = await store.refresh_record(hash_token("refresh"), NOW_MS)
         assert refresh is not None and refresh["agentKey"] == made.listed.hex()
         assert await store.client("c1", NOW_MS) == {"client_name": "Test"}
-        rows = PgSealedKeys(store)
+        rows = SqlSealedKeys(store)
         sealed = await rows.sealed_key(made.listed)
         assert sealed is not None and sealed.listed and sealed.home == "h1"
         assert await rows.sealed_key(made.pending) is None
@@ -200,7 +200,7 @@ async def test_rosters_decide_conflicts_by_their_seq(tmp_path: Path, pg_url: str
         assert held is not None and held[0] == 5
         token = await store.token(hash_token("live"))
         assert token is not None and token.withdrawn  # its agent is no longer listed
-        assert await PgSealedKeys(store).sealed_key(made.listed) is None
+        assert await SqlSealedKeys(store).sealed_key(made.listed) is None
         assert await store.refresh_record(hash_token("refresh"), NOW_MS) is None
     finally:
         store.close()
@@ -248,7 +248,7 @@ async def test_a_newer_embedded_roster_replaces_an_older_one_and_drops_its_agent
         await store.enroll_home("h1", key)
         await store.put_roster("h1", 2, _roster("h1", made.home_key, 2, [old_agent]))
         await store.put_token(hash_token("dropped"), _token("h1", old_agent, NOW_MS + HOUR_MS))
-        await PgSealedKeys(store).put_sealed_key(
+        await SqlSealedKeys(store).put_sealed_key(
             old_agent, "h1", seal_key(nacl.secret.SecretBox(KEK), old_private, "h1")
         )
         done = await _import(tmp_path, pg_url)
@@ -257,7 +257,7 @@ async def test_a_newer_embedded_roster_replaces_an_older_one_and_drops_its_agent
         assert held is not None and held[0] == 3
         dropped = await store.token(hash_token("dropped"))
         assert dropped is not None and dropped.withdrawn
-        assert await PgSealedKeys(store).sealed_key(old_agent) is None
+        assert await SqlSealedKeys(store).sealed_key(old_agent) is None
         await _handshake(store, made.listed)
         # a home enrolled there with another key is left as it is
         await store.enroll_home("h1", bytes(SigningKey.generate().verify_key))
