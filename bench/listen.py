@@ -14,7 +14,9 @@ stream's first update, from its feed's snap, is not measured), then `--seconds` 
   which the machine's other load moves far less than wall time) over the
   `notifications/resources/updated` events the client read in it;
 - RSS per stream: this process's RSS with every stream open, less its RSS with every session
-  warm and no stream (so a stream's share includes its feed and its connection);
+  warm and no feed (so a stream's share includes its feed and its connection); before the
+  streams open, the bench itself holds a reference to every feed (`Pool.feeds.watch`), which
+  tells the feeds' share (`rss_kib_per_feed`) from the HTTP streams';
 - latency: from the moment the bridge applied a telemetry frame that moved the readings
   (`Feed._mark`, in the uplink reader's task, after decryption and decoding: the stub has no hook
   to stamp its send time) to the moment the client read the event, both by the wall clock of this
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import functools
 import json
 import os
@@ -227,6 +230,8 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         ]
         keys = [(h, k) for h, k, _ in granted]
         rss_warm = rss_kib()
+        await nursery.start(hold_feeds, bridge, keys)
+        rss_feeds = rss_kib()
         port = int(bridge.site.resource.rsplit(":", 1)[1].split("/")[0])
         opened_at = time.monotonic()
         proc, out = await open_client(nursery, port, streams, tmp, args.client_cpu)
@@ -272,7 +277,10 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "bridge_cpu_share": round(cpu_s / args.seconds, 3),
         "rss_warm_kib": rss_warm,
         "rss_open_kib": rss_open,
+        "rss_feeds_kib": rss_feeds,
         "rss_kib_per_stream": round((rss_open - rss_warm) / args.streams, 2),
+        "rss_kib_per_feed": round((rss_feeds - rss_warm) / args.streams, 2),
+        "bridge_cpu_ms_per_frame": round(1000 * cpu_s / max(1, frames), 3),
         "latency_ms": {
             "p50": pct(lat, 0.5),
             "p99": pct(lat, 0.99),
@@ -285,6 +293,23 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "box_reads_per_update": round(reads / max(1, delivered), 4),
         "loadavg": [round(x, 2) for x in (*load0, *load1)],
     }
+
+
+async def hold_feeds(
+    bridge: Any,
+    keys: list[tuple[str, bytes]],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Hold a reference to every feed until cancelled; started once each has its first snap
+    (or ended), so the feeds' own RSS can be told from the streams'."""
+    async with contextlib.AsyncExitStack() as stack:
+        watches = [await stack.enter_async_context(bridge.pool.feeds.watch(*k)) for k in keys]
+        with trio.fail_after(300):
+            for w in watches:
+                await w.changed.wait()
+        task_status.started()
+        await trio.sleep_forever()
 
 
 def count_calls(bridge: Any) -> list[int]:

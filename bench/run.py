@@ -9,7 +9,7 @@ the sessions figures (`bench/sessions.py`), the micro figures (`bench/micro.py`)
 case and the live streams (`bench/listen.py`: 1,000 `subscriptions/listen` streams over 250
 homes; BENCH_LISTEN_STREAMS sets how many). Results go to `bench/results/<date>.json` and a
 Markdown table, which also replaces the table in `docs/performance.md`. `--only listen` runs
-the live streams alone (`make bench-listen`) and writes `bench/results/<date>-listen.json`.
+the live streams alone (`make bench-listen`) and writes `bench/results/<date>-listen-<streams>.json`.
 """
 
 from __future__ import annotations
@@ -320,8 +320,10 @@ def listen_table(r: dict[str, Any]) -> str:
         ("measured window", f"{r['seconds']:g} s"),
         ("updates delivered in it", f"{r['updates_delivered']:,}"),
         ("bridge CPU ms per update delivered", f"{r['bridge_cpu_ms_per_update']:.2f}"),
+        ("bridge CPU ms per telemetry frame applied", f"{r['bridge_cpu_ms_per_frame']:.2f}"),
         ("bridge CPU share of one core", f"{100 * r['bridge_cpu_share']:.1f} %"),
-        ("RSS per stream (KiB)", f"{r['rss_kib_per_stream']:.1f}"),
+        ("RSS per stream, its feed included (KiB)", f"{r['rss_kib_per_stream']:.1f}"),
+        ("of which its feed (KiB)", f"{r['rss_kib_per_feed']:.1f}"),
         (
             "latency frame applied to event read, p50 / p99 / max ms",
             f"{lat['p50']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f}" if lat["n"] else "none",
@@ -341,7 +343,7 @@ def listen_only() -> None:
         "listen": listen,
         "cpus": os.cpu_count(),
     }
-    out = BENCH / "results" / f"{dt.date.today().isoformat()}-listen.json"
+    out = BENCH / "results" / f"{dt.date.today().isoformat()}-listen-{LISTEN_STREAMS}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print("\n" + listen_table(listen))
     print(f"\nwritten {out.relative_to(ROOT)}")
