@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -232,12 +233,23 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         rss_warm = rss_kib()
         await nursery.start(hold_feeds, bridge, keys)
         rss_feeds = rss_kib()
+        if args.trace_memory:
+            tracemalloc.start(8)
         port = int(bridge.site.resource.rsplit(":", 1)[1].split("/")[0])
         opened_at = time.monotonic()
         proc, out = await open_client(nursery, port, streams, tmp, args.client_cpu)
         await wait_line(proc, b"open", 600)
         open_s = time.monotonic() - opened_at
         await trio.sleep(args.settle)
+        if args.trace_memory:
+            stats = tracemalloc.take_snapshot().statistics("traceback")
+            tracemalloc.stop()
+            total = sum(stat.size for stat in stats) / args.streams
+            print(f"traced: {total:.0f} B/stream in all; the most:", file=sys.stderr)
+            top = stats[:12]
+            for stat in top:
+                print(f"{stat.size / args.streams:8.0f} B/stream", file=sys.stderr)
+                print("\n".join(stat.traceback.format(limit=4)), file=sys.stderr)
         calls = count_calls(bridge)
         stats = bridge.pool.feeds.stats
         before = (time.process_time(), calls[0], stats.box_reads, stats.updates)
@@ -342,6 +354,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--hz", type=float, default=0.2, help="the feeds' rate (live_feed_hz)")
     p.add_argument(
         "--min-interval", type=float, default=5.0, help="listen_min_interval_s, s (default 5)"
+    )
+    p.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="print to stderr where the streams' memory was allocated (tracemalloc; slows the start)",
     )
     p.add_argument("--client-cpu", type=int, default=1 if (os.cpu_count() or 1) > 1 else None)
     p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
