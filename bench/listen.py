@@ -223,6 +223,7 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             stub_cpu=args.client_cpu,
             state=tmp,
             extra=extra,
+            stub_args=("--stagger-s", str(args.stagger)),
         )
         granted = granted[: args.streams]
         await warm(bridge, granted)
@@ -278,6 +279,7 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "streams": args.streams,
         "homes": homes,
         "hz": args.hz,
+        "stagger_s": args.stagger,
         "listen_min_interval_s": args.min_interval,
         "seconds": args.seconds,
         "open_s": round(open_s, 1),
@@ -351,6 +353,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=60.0, help="measured window, s")
     p.add_argument("--settle", type=float, default=8.0, help="unmeasured start, s")
+    p.add_argument(
+        "--stagger",
+        type=float,
+        default=5.0,
+        help="spread the homes' uptimes (so their pulses) over this many s; 0: all pulse at once",
+    )
     p.add_argument("--hz", type=float, default=0.2, help="the feeds' rate (live_feed_hz)")
     p.add_argument(
         "--min-interval", type=float, default=5.0, help="listen_min_interval_s, s (default 5)"

@@ -317,6 +317,7 @@ def listen_table(r: dict[str, Any]) -> str:
             "feeds' rate; least interval between updates",
             f"{r['hz']} Hz; {r['listen_min_interval_s']} s",
         ),
+        ("homes' pulses spread over", f"{r.get('stagger_s', 0):g} s"),
         ("measured window", f"{r['seconds']:g} s"),
         ("updates delivered in it", f"{r['updates_delivered']:,}"),
         ("bridge CPU ms per update delivered", f"{r['bridge_cpu_ms_per_update']:.2f}"),
