@@ -1,11 +1,13 @@
 """Live streams: many `subscriptions/listen` streams against one bridge process.
 
-`--streams` streams (default 1,000) over `--homes` stub homes (default 250): 4 agents per home,
+`--streams` streams (default 1,000) over a quarter as many stub homes (250): 4 agents per home,
 one stream each, so each stream has its own live feed and each home serves the box's cap of 4
 subscribed sessions (agents.yaml `live_sessions`); feeds subscribe at `--hz` (0.2). The bridge
 runs in this process (as in bench/sessions.py, through bench/bridge_server.py); the stub homes
 run in one stub process and the listening client in another, both pinned to CPU 1 (run.py pins
 this process to CPU 0). Each stream is one raw HTTP/1.1 connection that reads its events.
+The homes' uptimes are spread over `--stagger` seconds (default 5, one period at 0.2 Hz), so
+their pulses are spread as those of homes that booted apart; `--stagger 0`: all at once.
 
 After every session is warm and every stream acknowledged, `--settle` seconds pass (each
 stream's first update, from its feed's snap, is not measured), then `--seconds` are measured:
