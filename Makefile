@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy promtool bench bench-profile bench-instructions bench-opens bench-turns soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy promtool bench bench-profile bench-instructions bench-opens bench-turns bench-listen soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -121,6 +121,12 @@ bench-instructions: $(STAMP)
 # instrument, with where the bridge's tasks gave up the CPU; about 15 s, no load can move it.
 bench-turns: $(STAMP)
 	$(BIN)/python bench/turns.py
+
+# Live streams alone (bench/listen.py, docs/performance.md "Live streams"): 1,000
+# subscriptions/listen streams over 250 stub homes at 0.2 Hz against one bridge process;
+# about three minutes. BENCH_LISTEN_STREAMS=N runs another size (4 streams per home).
+bench-listen: $(STAMP)
+	$(BIN)/python bench/run.py --only listen
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -81,6 +81,7 @@ async def start(
     stub_cpu: int | None,
     state: Path,
     extra: dict[str, object] | None = None,
+    stub_args: tuple[str, ...] = (),
 ) -> tuple[Bridge, list[tuple[str, bytes, str]]]:
     config = Config(
         bind=f"127.0.0.1:{port}",
@@ -104,7 +105,9 @@ async def start(
     names = [row["home"] for row in rows]
     for row in rows:
         await bridge.store.enroll_home(row["home"], bytes.fromhex(row["homeKey"]))
-    _proc, line = await start_stub(nursery, door, *fleet, home="b", prefix=tuple(prefix))
+    _proc, line = await start_stub(
+        nursery, door, *fleet, *stub_args, home="b", prefix=tuple(prefix)
+    )
     with trio.fail_after(120):
         for name in names:
             await bridge.door.wait_roster(name, lambda r: True)

@@ -5,9 +5,11 @@ sdk-trio and sdk-uvicorn (the SDK's stateless JSON server, `bench/sdk_server.py`
 bridge-legacy (ftwbridge bridged for real to stub homes in another process), and ceiling (a
 bare quart-trio endpoint). The server runs on CPU 0, wrk and the stub homes on CPU 1. Each
 case gets a warm-up, then 1, 16 and 64 connections for BENCH_SECONDS (default 5) each. Then
-the sessions figures (`bench/sessions.py`) and the micro figures (`bench/micro.py`). Results go
-to `bench/results/<date>.json` and a Markdown table, which also replaces the table in
-`docs/performance.md`.
+the sessions figures (`bench/sessions.py`), the micro figures (`bench/micro.py`), the cluster
+case and the live streams (`bench/listen.py`: 1,000 `subscriptions/listen` streams over 250
+homes; BENCH_LISTEN_STREAMS sets how many). Results go to `bench/results/<date>.json` and a
+Markdown table, which also replaces the table in `docs/performance.md`. `--only listen` runs
+the live streams alone (`make bench-listen`) and writes `bench/results/<date>-listen-<streams>.json`.
 """
 
 from __future__ import annotations
@@ -295,6 +297,59 @@ def table(rows: list[dict[str, Any]], sessions: dict[str, Any], micro: dict[str,
     return "\n".join(out)
 
 
+LISTEN_STREAMS = int(os.environ.get("BENCH_LISTEN_STREAMS", "1000"))
+"""Streams of the live-streams case (4 per home)."""
+
+
+def listen_case() -> dict[str, Any]:
+    """The live-streams figures (`bench/listen.py`, the bridge on CPU 0): its JSON line."""
+    argv = [*pin(0), PY, str(BENCH / "listen.py"), "--streams", str(LISTEN_STREAMS)]
+    out = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True, cwd=ROOT).stdout
+    return dict(json.loads(out.splitlines()[-1]))
+
+
+def listen_table(r: dict[str, Any]) -> str:
+    """The live-streams figures as a Markdown table."""
+    lat = r["latency_ms"]
+    rows = [
+        ("streams (homes)", f"{r['streams']:,} ({r['homes']})"),
+        (
+            "feeds' rate; least interval between updates",
+            f"{r['hz']} Hz; {r['listen_min_interval_s']} s",
+        ),
+        ("homes' pulses spread over", f"{r.get('stagger_s', 0):g} s"),
+        ("measured window", f"{r['seconds']:g} s"),
+        ("updates delivered in it", f"{r['updates_delivered']:,}"),
+        ("bridge CPU ms per update delivered", f"{r['bridge_cpu_ms_per_update']:.2f}"),
+        ("bridge CPU ms per telemetry frame applied", f"{r['bridge_cpu_ms_per_frame']:.2f}"),
+        ("bridge CPU share of one core", f"{100 * r['bridge_cpu_share']:.1f} %"),
+        ("RSS per stream, its feed included (KiB)", f"{r['rss_kib_per_stream']:.1f}"),
+        ("of which its feed (KiB)", f"{r['rss_kib_per_feed']:.1f}"),
+        (
+            "latency frame applied to event read, p50 / p99 / max ms",
+            f"{lat['p50']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f}" if lat["n"] else "none",
+        ),
+        ("box reads per update", f"{r['box_reads_per_update']:g} ({r['box_reads']} reads)"),
+        ("load average (1, 5, 15 min) at the start", " ".join(f"{x:g}" for x in r["loadavg"][:3])),
+    ]
+    return "\n".join(["| live streams | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
+
+
+def listen_only() -> None:
+    """`make bench-listen`: the live-streams case alone."""
+    print("live streams (bench/listen.py):", flush=True)
+    listen = listen_case()
+    result = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "listen": listen,
+        "cpus": os.cpu_count(),
+    }
+    out = BENCH / "results" / f"{dt.date.today().isoformat()}-listen-{LISTEN_STREAMS}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print("\n" + listen_table(listen))
+    print(f"\nwritten {out.relative_to(ROOT)}")
+
+
 def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -323,6 +378,8 @@ def main() -> None:
             [PY, str(BENCH / "cluster_hop.py")], stdout=subprocess.PIPE, text=True, check=True
         ).stdout.splitlines()[-1]
     )
+    print("live streams (bench/listen.py):", flush=True)
+    listen = listen_case()
     result = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "seconds_per_run": SECONDS,
@@ -331,6 +388,7 @@ def main() -> None:
         "sessions": sessions,
         "micro": micro,
         "cluster": cluster,
+        "listen": listen,
         "cpus": os.cpu_count(),
     }
     out = BENCH / "results" / f"{dt.date.today().isoformat()}.json"
@@ -338,6 +396,7 @@ def main() -> None:
     from cluster_hop import table as cluster_table  # type: ignore[import-not-found]
 
     md = table(rows, sessions, micro) + "\n\n" + cluster_table(cluster)
+    md += "\n\n" + listen_table(listen)
     doc = ROOT / "docs" / "performance.md"
     if doc.exists():
         text = doc.read_text()
@@ -362,10 +421,15 @@ def _exit_on_sigterm(signum: int, _frame: Any) -> None:
 
 
 if __name__ == "__main__":
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="BENCH_SECONDS=N sets each load's length.",
-    ).parse_args()
+    )
+    parser.add_argument("--only", choices=["listen"], help="run one case alone")
+    args = parser.parse_args()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    main()
+    if args.only == "listen":
+        listen_only()
+    else:
+        main()

@@ -86,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-read-limit", action="store_true", help="benchmarks only: lift 60 reads/min"
     )
+    p.add_argument(
+        "--stagger-s",
+        type=float,
+        default=0.0,
+        help="benchmarks only: spread a fleet's uptimes over S seconds, so their pulses are spread",
+    )
     p.add_argument("--fleet", type=int, default=1, help="run N homes named HOME-0 .. HOME-(N-1)")
     p.add_argument("--print-key", action="store_true", help="print the home key line and exit")
     p.add_argument(
@@ -117,7 +123,7 @@ async def _stop(stubs: dict[str, StubHome], nursery: trio.Nursery) -> None:
 async def _main(args: argparse.Namespace) -> None:
     names = [args.home] if args.fleet <= 1 else [f"{args.home}-{i}" for i in range(args.fleet)]
     stubs: dict[str, StubHome] = {}
-    for name in names:
+    for i, name in enumerate(names):
         stub = StubHome(
             name,
             seed=args.seed if len(names) == 1 else name,
@@ -130,6 +136,7 @@ async def _main(args: argparse.Namespace) -> None:
             tz=args.tz,
         )
         stub.box.frozen_ms = args.frozen_ms
+        stub.started -= i * args.stagger_s / len(names)  # as if booted earlier: pulses spread
         stub.approve_all = args.approve_all
         stubs[name] = stub
     keys = [{"home": s.home, "homeKey": s.owner.home_public_key.hex()} for s in stubs.values()]
