@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
-from hypercorn.trio import serve as hypercorn_serve
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
 from ftwbridge.config import Config, keys_addresses, mesh_key_bytes, split_address
 from ftwbridge.door import Door
+from ftwbridge.door.events import DoorEvents
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import KeysError, forget_dropped
@@ -192,11 +192,16 @@ class Bridge:
         self.door = Door(
             config=config,
             store=self.store,
-            on_roster=self._on_roster,
-            on_persist=self._persist_roster,
+            events=DoorEvents(
+                roster_taken=self._on_roster,  # the pool, sign-ins and cached tokens
+                roster_persisted=self._persist_roster,  # sign-ins, the keys part, the store
+                fault=self.metrics.on_connection_fault,
+                uplink_up=self._uplink_up,  # the cluster directory (`mesh.holdings`)
+                uplink_down=self._uplink_down,
+                # agent_denied and claim_offered: `OAuthService` sets its own for now
+            ),
             wall_ms=clock,
         )
-        self.door.on_fault = self.metrics.on_connection_fault
         self.pool = Pool(
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
         )
@@ -244,6 +249,16 @@ class Bridge:
         await self.pool.on_roster(home, roster)
         await self.oauth.on_roster(home, roster)
         self.tokens.forget_unlisted(home, roster.agents())
+
+    async def _uplink_up(self, home: str) -> None:
+        """A home's uplink is this instance's: the cluster directory claims it (on PostgreSQL)."""
+        if self.node is not None:
+            await self.node.holdings.up(home)
+
+    async def _uplink_down(self, home: str) -> None:
+        """A home's uplink here has ended: the cluster directory releases it (on PostgreSQL)."""
+        if self.node is not None:
+            await self.node.holdings.down(home)
 
     async def _persist_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
         """In the roster applier, after the store has the roster: consent requests it approves
@@ -364,7 +379,7 @@ class Bridge:
         """hypercorn for the main listener, stopped gracefully by `drain` (its
         `graceful_timeout` lets responses under way end whole, issue 11 D3)."""
         try:
-            await hypercorn_serve(
+            await edge.serve(
                 app, config, shutdown_trigger=self._stop_http.wait, task_status=task_status
             )
         finally:
@@ -475,7 +490,6 @@ class Bridge:
             max_body_bytes=c.max_body_bytes,
             body_timeout_s=c.body_timeout_s,
         )
-        edge.install()  # one connection's fault ends that connection alone (ftwbridge/edge.py)
         hc = edge.EdgeConfig()
         hc.on_connection_fault = self.metrics.on_connection_fault
         hc.connections = self.metrics.listener("main")
@@ -526,7 +540,7 @@ class Bridge:
                 status = Status(self.metrics.registry)
                 await nursery.start(status.run)
                 admin = create_admin_app(self.metrics, self.readiness, status)
-                await nursery.start(hypercorn_serve, admin, ac)
+                await nursery.start(edge.serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)
             verdict = await self.readiness()
             if verdict.why is not None:  # serving anyway: the part may come up later
