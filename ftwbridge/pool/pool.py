@@ -171,6 +171,11 @@ class Pool:
         None when there is none (then read the box). No I/O (pool/feed.py)."""
         return self.feeds.live_view(home, agent_key)
 
+    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
+        """The agent's row in `home`'s newest roster (`Door.grant`), or None: what `/mcp`
+        checks a call's scopes against before it queues (`mcp.control.ControlPort`)."""
+        return await self._door.grant(home, agent_key)
+
     def warm_grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
         """The grant of a warm session, if any (for `homes_list`)."""
         s = self._sessions.get((home, agent_key))
