@@ -335,17 +335,10 @@ class Bridge:
                 with trio.CancelScope(shield=True):
                     await self.keys.aclose()
 
-    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
+    def _listen_at(self, host: str, port: int) -> None:
+        """The site's public URL (port 0 made the bound port), and the hosts, origins and
+        proxies it trusts, once the main listener is bound at `host`:`port`."""
         c = self.config
-        warning = c.url_warning()
-        if warning is not None:
-            log.warning("%s", warning)
-        consents, codes, claims = await self.oauth.restore()
-        if consents or codes or claims:
-            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
-        sock = bind(c.bind, "main", "bind", c.listen_backlog)
-        host, port = sock.getsockname()[:2]
-        fd = sock.detach()  # hypercorn owns the listening socket from here on
         if self.site.public_url.endswith(":0"):
             self.site.public_url = self.site.public_url[:-2] + f":{port}"
         self.site.allow_url(self.site.public_url)
@@ -354,11 +347,11 @@ class Bridge:
         self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
         self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
         self.site.trusted_proxies = trusted_networks(c.trusted_proxies)
-        if c.database_url is not None:
-            self.node = self._node(port, fd)
-            if self.node.relay is not None:  # agent.request reaches the holder of the home
-                self.oauth.send_to_box = self.node.relay.send
-        service = McpService(
+
+    def _mcp_service(self) -> McpService:
+        """`/mcp` (`mcp.server.McpService`): the pool is its homes port."""
+        c = self.config
+        return McpService(
             homes=self.pool,
             verify_token=self.tokens.verify,
             verify_digest=self.tokens.verify_digest,
@@ -380,6 +373,42 @@ class Bridge:
             listen=self.listens,
             live=self.pool.feeds,
         )
+
+    def _bind_admin(self, main_fd: int) -> int | None:
+        """The admin listener's bound socket (`admin_bind`), or None when it is not set.
+
+        Raises:
+            StartupError: it cannot bind; the main listener's socket `main_fd` is closed.
+        """
+        c = self.config
+        if c.admin_bind is None:
+            return None
+        try:
+            admin_sock = bind(c.admin_bind, "admin", "admin_bind", c.listen_backlog)
+        except StartupError:
+            socket.close(main_fd)  # the main listener's socket, not yet hypercorn's
+            raise
+        ahost, aport = admin_sock.getsockname()[:2]
+        self.admin_url = f"http://{ahost}:{aport}"
+        return admin_sock.detach()
+
+    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
+        c = self.config
+        warning = c.url_warning()
+        if warning is not None:
+            log.warning("%s", warning)
+        consents, codes, claims = await self.oauth.restore()
+        if consents or codes or claims:
+            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
+        sock = bind(c.bind, "main", "bind", c.listen_backlog)
+        host, port = sock.getsockname()[:2]
+        fd = sock.detach()  # hypercorn owns the listening socket from here on
+        self._listen_at(host, port)
+        if c.database_url is not None:
+            self.node = self._node(port, fd)
+            if self.node.relay is not None:  # agent.request reaches the holder of the home
+                self.oauth.send_to_box = self.node.relay.send
+        service = self._mcp_service()
         app = create_app(
             oauth=self.oauth,
             site=self.site,
@@ -395,16 +424,7 @@ class Bridge:
             connections=self.metrics.listener("main"),
             exempt=self.site.trusted_proxies,
         )
-        admin_fd = None
-        if c.admin_bind is not None:
-            try:
-                admin_sock = bind(c.admin_bind, "admin", "admin_bind", c.listen_backlog)
-            except StartupError:
-                socket.close(fd)  # the main listener's socket, not yet hypercorn's
-                raise
-            ahost, aport = admin_sock.getsockname()[:2]
-            self.admin_url = f"http://{ahost}:{aport}"
-            admin_fd = admin_sock.detach()
+        admin_fd = self._bind_admin(fd)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
