@@ -1,31 +1,19 @@
 """Fault isolation per connection, and the one module that knows hypercorn's insides.
 
-hypercorn 0.18 runs each TCP connection as a task in its server's nursery, and lets any error
-other than `OSError` escape that task: an h11 `LocalProtocolError` (one byte sent right after a
-WebSocket upgrade request), a `trio.BusyResourceError` (a malformed Close frame racing the
-server's ping), and their kin then cancel the nursery, and with it every connection of the
-process. `docs/upstream-hypercorn.md` has the report for its maintainers.
+hypercorn 0.18 lets any error but `OSError` escape a connection's task and cancel the server's
+nursery, every connection of the process with it (`docs/upstream-hypercorn.md`). `serve` is
+`hypercorn.trio.serve` with our own accept loop, which builds a `GuardedTCPServer` per
+connection; hypercorn's modules are never assigned to. The guard keeps hypercorn's behaviour
+for every well-formed connection, and an error out of one connection ends that connection
+alone: its last words (a `400` when nothing was sent yet, or a Close `1002` after the upgrade,
+RFC 6455 section 7.4.1), the socket closed, its tasks cancelled, one warning line and
+`EdgeConfig.on_connection_fault(kind)`. A `text/event-stream` response (a listen stream,
+docs/live.md) lifts the read timeout while it is under way, its writes bounded by
+`EdgeConfig.stream_write_s` instead (docs/operations.md, "One connection's fault ends only
+that connection", has the rest of the rules).
 
-`serve(app, config, ...)` is hypercorn's `hypercorn.trio.serve` with our own accept loop: it
-builds a `GuardedTCPServer` for each connection, so hypercorn's module is left as it is and
-any other hypercorn server of the process keeps hypercorn's own class. The guard keeps
-hypercorn's behaviour for every well-formed connection and changes one thing: an error out of
-one connection ends that connection alone. Its last words are a plain `400` when the
-connection has sent nothing yet, or a WebSocket Close with code `1002` (protocol error, RFC
-6455 section 7.4.1) after the upgrade when no Close went out; then the socket closes, every
-task of the connection is cancelled, one warning line names the peer and the kind, and
-`on_connection_fault(kind)` of the listener's `EdgeConfig` counts it.
-
-A second change: a response of type `text/event-stream` (a listen stream, docs/live.md) gets
-its own rule. hypercorn applies one `read_timeout` to every connection of a listener, which
-would cut a stream whose client has nothing more to say; the guard runs its own copy of
-hypercorn's read loop (`TCPServer._read_data`, with `MAX_RECV`) whose timeout lives in a
-scope it can lift while such a response is under way, and bounds each of that response's
-writes by `EdgeConfig.stream_write_s` instead.
-
-What of hypercorn (0.18, bounded so in pyproject.toml) this module relies on beyond its public
-`serve` and `Config`, and why; `tests/edge/test_hypercorn.py` pins every name below, so an
-upgrade that renames one fails there first:
+What of hypercorn (the 0.18 line, bounded so in pyproject.toml) this module uses beyond its
+public `serve` and `Config`, and why; `tests/edge/test_hypercorn.py` pins each name:
 
 - `hypercorn.trio.tcp_server.TCPServer`, subclassed: its `run`, `protocol_send`, `_read_data`
   (replaced by `_read_loop`, a copy, to lift the read timeout for a stream), `_close` (made to
@@ -38,12 +26,12 @@ upgrade that renames one fails there first:
   speaks) and `protocol.protocol.connection` (h11's connection, whose public `their_state`
   tells a peer's bad bytes from an app's failure);
 - `hypercorn.events` `Closed`, `Event`, `RawData`, `Updated`: what `protocol_send` is given;
-- for the accept loop, as `hypercorn.trio.run.worker_serve` builds it: `hypercorn.trio.lifespan.
-  Lifespan`, `hypercorn.trio.worker_context.WorkerContext`, `hypercorn.trio.statsd.StatsdLogger`,
-  `hypercorn.typing.ConnectionState`, and `hypercorn.utils` `wrap_app`, `raise_shutdown`,
-  `repr_socket_addr`, `ShutdownError`.
+- for the accept loop, a copy of `hypercorn.trio.run.worker_serve`: `trio.lifespan.Lifespan`,
+  `trio.worker_context.WorkerContext`, `trio.statsd.StatsdLogger`, `typing.ConnectionState`,
+  and `utils` `wrap_app`, `raise_shutdown`, `repr_socket_addr`, `ShutdownError`.
 
-Nothing else in ftwbridge imports these; nothing here assigns to hypercorn's modules.
+Elsewhere ftwbridge uses none of these: `edgerules.EdgeConfig` subclasses the public `Config`,
+and the door catches `hypercorn.utils.UnexpectedMessageError` (a send on a closed WebSocket).
 """
 
 from __future__ import annotations
