@@ -194,3 +194,56 @@ async def test_a_close_for_the_peers_fault_is_reported_once(
     assert faults == ["websocket"]
     warnings = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.edge"]
     assert len(warnings) == 1 and "Close 1009" in warnings[0], warnings
+
+
+def test_only_edge_knows_hypercorns_insides_and_nothing_assigns_to_them() -> None:
+    """`ftwbridge.edge` is the one module that imports hypercorn's insides (anything but its
+    public `hypercorn.config`, `hypercorn.trio.serve` and the door's `UnexpectedMessageError`),
+    and no module of ftwbridge or stubbox assigns to an attribute of an imported module of
+    hypercorn, h11 or wsproto."""
+    import ast
+    from pathlib import Path
+
+    root = Path(edge.__file__).parent.parent
+    public = {"hypercorn.config", "hypercorn.utils"}
+    insiders: dict[str, set[str]] = {}
+    assigned: list[str] = []
+    for path in [
+        *root.joinpath("ftwbridge").rglob("*.py"),
+        *root.joinpath("stubbox").rglob("*.py"),
+    ]:
+        tree = ast.parse(path.read_text())
+        aliases: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in ("hypercorn", "h11", "wsproto"):
+                        aliases.add((a.asname or a.name).split(".")[0])
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.level == 0
+                and node.module.startswith("hypercorn")
+                and node.module not in public
+            ):
+                insiders.setdefault(str(path.relative_to(root)), set()).add(node.module)
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in aliases
+                ):
+                    assigned.append(f"{path.name}: {target.value.id}.{target.attr}")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "setattr"
+                and node.args
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id in aliases
+            ):
+                assigned.append(f"{path.name}: setattr({node.args[0].id}, ...)")
+    assert set(insiders) == {"ftwbridge/edge.py"}, insiders
+    assert not assigned, assigned
