@@ -1,157 +1,78 @@
-"""Fault isolation per connection for hypercorn's trio worker.
+"""Fault isolation per connection, and the one module that knows hypercorn's insides.
 
-hypercorn 0.18 runs each TCP connection as a task in its server's nursery, and lets any error
-other than `OSError` escape that task: an h11 `LocalProtocolError` (one byte sent right after a
-WebSocket upgrade request), a `trio.BusyResourceError` (a malformed Close frame racing the
-server's ping), and their kin then cancel the nursery, and with it every connection of the
-process. `docs/upstream-hypercorn.md` has the report for its maintainers.
+hypercorn 0.18 lets any error but `OSError` escape a connection's task and cancel the server's
+nursery, every connection of the process with it (`docs/upstream-hypercorn.md`). `serve` is
+`hypercorn.trio.serve` with our own accept loop, which builds a `GuardedTCPServer` per
+connection; hypercorn's modules are never assigned to. The guard keeps hypercorn's behaviour
+for every well-formed connection, and an error out of one connection ends that connection
+alone: its last words (a `400` when nothing was sent yet, or a Close `1002` after the upgrade,
+RFC 6455 section 7.4.1), the socket closed, its tasks cancelled, one warning line and
+`EdgeConfig.on_connection_fault(kind)`. A `text/event-stream` response (a listen stream,
+docs/live.md) lifts the read timeout while it is under way, its writes bounded by
+`EdgeConfig.stream_write_s` instead (docs/operations.md, "One connection's fault ends only
+that connection", has the rest of the rules).
 
-`install()` puts `GuardedTCPServer` in the place where hypercorn's trio worker looks up its
-connection class. The guard keeps hypercorn's behaviour for every well-formed connection and
-changes one thing: an error out of one connection ends that connection alone. Its last words
-are a plain `400` when the connection has sent nothing yet, or a WebSocket Close with code
-`1002` (protocol error, RFC 6455 section 7.4.1) after the upgrade when no Close went out; then
-the socket closes, every task of the connection is cancelled, one warning line names the peer
-and the kind, and `on_connection_fault(kind)` of the listener's `EdgeConfig` counts it.
+What of hypercorn (the 0.18 line, bounded so in pyproject.toml) this module uses beyond its
+public `serve` and `Config`, and why; `tests/edge/test_hypercorn.py` pins each name:
 
-`tests/edge/test_hypercorn.py` runs hypercorn's own class against the inputs that take it
-down, so an upgrade that fixes them is noticed and this module can go.
+- `hypercorn.trio.tcp_server.TCPServer`, subclassed: its `run`, `protocol_send`, `_read_data`
+  (replaced by `_read_loop`, a copy, to lift the read timeout for a stream), `_close` (made to
+  close even from a cancelled task), `_initiate_server_close` (the keep-alive timer's action),
+  and its attributes `config`, `context`, `stream`, `protocol`, `send_lock`, `idle_task`
+  (replaced by `ftwbridge.idle.IdleTimer`) and `_task_group._nursery` (cancelled to end every
+  task of a faulted connection);
+- `hypercorn.trio.tcp_server.MAX_RECV`: the read size of the copied loop;
+- `hypercorn.protocol.h2.H2Protocol` and a connection's `protocol.protocol` (which protocol it
+  speaks) and `protocol.protocol.connection` (h11's connection, whose public `their_state`
+  tells a peer's bad bytes from an app's failure);
+- `hypercorn.events` `Closed`, `Event`, `RawData`, `Updated`: what `protocol_send` is given;
+- for the accept loop, a copy of `hypercorn.trio.run.worker_serve`: `trio.lifespan.Lifespan`,
+  `trio.worker_context.WorkerContext`, `trio.statsd.StatsdLogger`, `typing.ConnectionState`,
+  and `utils` `wrap_app`, `raise_shutdown`, `repr_socket_addr`, `ShutdownError`.
 
-A second change: a response of type `text/event-stream` (a listen stream, docs/live.md) gets
-its own rule. hypercorn applies one `read_timeout` to every connection of a listener, which
-would cut a stream whose client has nothing more to say; the guard runs its own copy of
-hypercorn's read loop (`TCPServer._read_data`, with `MAX_RECV`) whose timeout lives in a
-scope it can lift while such a response is under way, and bounds each of that response's
-writes by `EdgeConfig.stream_write_s` instead. `test_hypercorn.py` pins the loop copied.
+Elsewhere ftwbridge uses none of these: `edgerules.EdgeConfig` subclasses the public `Config`,
+and the door catches `hypercorn.utils.UnexpectedMessageError` (a send on a closed WebSocket).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from enum import StrEnum
-from typing import Any, Final
+import warnings
+from collections.abc import Awaitable, Callable
+from functools import partial
+from random import randint
+from typing import Any
 
 import h11
-import hypercorn.trio.run as hypercorn_run
 import trio
-from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
-from ftwbridge.fairshare import Network, SlotRefused, Slots, source_key
+from ftwbridge.edgerules import (
+    BAD_REQUEST,
+    CLOSE_PROTOCOL_ERROR,
+    CLOSE_REPLY_S,
+    FAILING_CODES,
+    LAST_WORDS_S,
+    PEER_FAULTS,
+    SERVER_ERROR,
+    ProtocolViolation,
+    announces_body,
+)
+from ftwbridge.edgerules import Connections as Connections  # ftwbridge.metrics counts them
+from ftwbridge.edgerules import EdgeConfig as EdgeConfig  # what `serve` is given
+from ftwbridge.edgerules import State as State
+from ftwbridge.fairshare import SlotRefused, Slots, source_key
 from ftwbridge.idle import IdleTimer
 
 log = logging.getLogger("ftwbridge.edge")
-
-BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-"""The last words to an HTTP peer that has been sent nothing yet (RFC 9112 section 9.6)."""
-SERVER_ERROR: Final = (
-    b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-)
-"""What replaces a held response head whose body will never come (its app failed before it)."""
-CLOSE_PROTOCOL_ERROR: Final = b"\x88\x02\x03\xea"
-"""An unmasked server Close frame with code 1002 (RFC 6455 sections 5.5.1 and 7.4.1)."""
-LAST_WORDS_S: Final = 1.0
-"""How long the guard tries to send its last words before it closes the socket (seconds)."""
-CLOSE_REPLY_S: Final = 2.0
-"""How long a peer has to answer our WebSocket Close before the socket is closed (seconds);
-hypercorn alone waits for the read timeout (45 s on the door), a socket held per stranger."""
-FAILING_CODES: Final = frozenset({1002, 1003, 1007, 1008, 1009, 1010, 1011, 4400, 4401, 4403})
-"""Close codes that fail the connection (RFC 6455 section 7.1.7; the door's refusals): from
-then on what the peer still sends (the rest of a message over the limit) is read and dropped
-unparsed, and the socket closes after `LAST_WORDS_S` at most; reading on meanwhile keeps the
-kernel from answering with a reset that would discard our Close."""
-PEER_FAULTS: Final = {
-    1002: "a frame that breaks RFC 6455 section 5",
-    1007: "text that is not UTF-8",
-    1009: "a message over the size limit",
-}
-"""Close codes that hypercorn's WebSocket layer (wsproto) sends for what the peer sent; our
-app never closes with them, so the guard reports such a Close as the connection's fault."""
-
-
-MAX_STRANGERS: Final = 1024
-"""Connections of one listener that have not sent a whole request head yet, all peers
-together; past it the peer address holding the most loses its oldest (`fairshare`)."""
-STRANGERS_PER_SOURCE: Final = 256
-"""Such connections one peer address may hold; one more is closed at once (a client opening
-many connections at once holds each for the moment its first request head takes)."""
-
-
-class ProtocolViolation(Exception):
-    """What the guard reports for a peer's bytes that hypercorn refused without raising."""
-
-
-class State(StrEnum):
-    """What one connection of a listener is doing (the `state` label of `ftwbridge_connections`)."""
-
-    IDLE = "idle"
-    """HTTP/1.1 with no request under way: nothing sent yet, or kept alive between requests
-    (hypercorn closes it after `keep_alive_timeout`, 5 s)."""
-    REQUEST = "request"
-    """HTTP/1.1 with a request under way (on `/mcp`, a tool call waiting for its home)."""
-    HTTP2 = "http2"
-    """HTTP/2, by prior knowledge or an h2c upgrade, whatever its streams do."""
-    WEBSOCKET = "websocket"
-    """Upgraded to a WebSocket: a box's uplink, or a connection still to authenticate at the door."""
-    CLOSING = "closing"
-    """Being closed: a Close sent and its answer awaited (at most `CLOSE_REPLY_S`), a fault's
-    last words, or the socket being shut."""
-
-
-class Connections:
-    """The open connections of one listener, counted by `State` only when asked (`/metrics`).
-
-    Each `GuardedTCPServer` adds itself as its connection starts and leaves as it ends; its
-    state is worked out from what it notes anyway, so nothing is counted per request.
-    """
-
-    def __init__(self) -> None:
-        self._open: set[GuardedTCPServer] = set()
-        self.turned_away = {"refused": 0, "shed": 0}
-        """Connections that sent no whole request and were closed by the listener's quota
-        of strangers (`EdgeConfig.strangers`): refused on arrival, or shed for a lighter
-        address's (they only grow)."""
-
-    def add(self, connection: GuardedTCPServer) -> None:
-        """A connection has started."""
-        self._open.add(connection)
-
-    def discard(self, connection: GuardedTCPServer) -> None:
-        """A connection has ended."""
-        self._open.discard(connection)
-
-    def by_state(self) -> dict[State, int]:
-        """How many connections are in each state now (every state present, zeros included)."""
-        counts = dict.fromkeys(State, 0)
-        for connection in self._open:
-            counts[connection.connection_state] += 1
-        return counts
-
-
-class EdgeConfig(HypercornConfig):
-    """hypercorn's `Config` with the guard's hooks: `on_connection_fault(kind)` is called once
-    per connection ended by a fault (kind `http`, `websocket` or `http2`); `connections`, if
-    set, holds the listener's open connections for the gauge; `strangers` is the listener's
-    quota of connections that have not sent a whole request yet (`MAX_STRANGERS`, per peer
-    address `STRANGERS_PER_SOURCE`, the heaviest address shed first: docs/operations.md,
-    "Limits that strangers cannot fill"); peers in `exempt` (trusted proxies, which bound
-    their own clients) are not counted there."""
-
-    on_connection_fault: Callable[[str], None] | None = None
-    connections: Connections | None = None
-    exempt: tuple[Network, ...] = ()
-    stream_write_s: float | None = None
-    """While a response of type `text/event-stream` is under way (a listen stream), the
-    read timeout does not apply to the connection (the client has nothing more to say) and
-    each write is bounded by this instead (None: the read timeout)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.strangers = Slots(MAX_STRANGERS, STRANGERS_PER_SOURCE)
 
 
 class GuardedTCPServer(TCPServer):
@@ -285,7 +206,7 @@ class GuardedTCPServer(TCPServer):
                 self._head_due = False
                 if b"\r\ncontent-type: text/event-stream" in head:
                     self._stream(True)
-                if _announces_body(head):
+                if announces_body(head):
                     self._held = data  # written with its body, or at the next event
                     return
         self._bytes_sent += len(data)
@@ -382,7 +303,7 @@ class GuardedTCPServer(TCPServer):
             await self._fault(exc)
         finally:
             self._close_timer.cancel()  # the connection has ended: no Close left to wait for
-            # and no keep-alive timer either: it would hold the socket 5 s more (issue 11)
+            # and no keep-alive timer either: it would hold the socket 5 s more
             self.idle_task.end()  # type: ignore[attr-defined]
             if self._upgraded:
                 # hypercorn's WebSocket ping task sleeps `websocket_ping_interval` (the door's
@@ -530,22 +451,93 @@ class GuardedTCPServer(TCPServer):
             nursery.cancel_scope.cancel()
 
 
-def _announces_body(head: bytes) -> bool:
-    """Whether `head`, one whole final HTTP/1.1 response head in lower case, announces a body
-    by its `Content-Length`. A chunked (streamed) answer and a head with no body to follow
-    (hypercorn's own 400 before it closes) are not held back."""
-    if not head.endswith(b"\r\n\r\n"):
-        return False
-    _, found, rest = head.partition(b"\r\ncontent-length:")
-    return bool(found) and rest.split(b"\r\n", 1)[0].strip() not in (b"0", b"")
+async def serve(
+    app: Any,
+    config: EdgeConfig,
+    *,
+    shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the ASGI `app` on `config`'s binds, each connection by a `GuardedTCPServer`:
+    `hypercorn.trio.serve` with our own accept loop (its `worker_serve`, less QUIC, which no
+    listener of ours binds). Reports the bound URLs (`http://host:port`) as started; returns
+    once `shutdown_trigger` returns and the responses under way have had `graceful_timeout`.
+
+    Raises:
+        ValueError: `config` binds QUIC (`quic_bind`), which this loop does not serve.
+    """
+    if config.debug:
+        warnings.warn("The config `debug` has no affect when using serve", Warning, stacklevel=2)
+    if config.workers != 1:
+        warnings.warn("The config `workers` has no affect when using serve", Warning, stacklevel=2)
+    wrapped = wrap_app(app, config.wsgi_max_body_size, None)
+    config.set_statsd_logger_class(StatsdLogger)
+    lifespan_state: dict[str, Any] = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    max_requests = None
+    if config.max_requests is not None:
+        max_requests = config.max_requests + randint(0, config.max_requests_jitter)
+    context = WorkerContext(max_requests)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        connection = partial(
+            GuardedTCPServer, wrapped, config, context, ConnectionState(lifespan_state.copy())
+        )
+        await _accept(connection, config, context, shutdown_trigger, task_status)
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
 
 
-def install() -> None:
-    """Make hypercorn's trio worker serve every connection through `GuardedTCPServer`
-    (idempotent; affects every hypercorn server this process starts afterwards)."""
-    hypercorn_run.TCPServer = GuardedTCPServer  # type: ignore[attr-defined]
-
-
-def installed() -> bool:
-    """Whether hypercorn's trio worker uses the guard now."""
-    return getattr(hypercorn_run, "TCPServer", None) is GuardedTCPServer
+async def _accept(
+    connection: Callable[[trio.abc.Stream], GuardedTCPServer],
+    config: EdgeConfig,
+    context: Any,
+    shutdown_trigger: Callable[..., Awaitable[None]] | None,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    """The accept loop of `serve`: one `GuardedTCPServer` per connection in a nursery that
+    outlives the listeners by `graceful_timeout` (hypercorn's `worker_serve`)."""
+    async with trio.open_nursery() as server_nursery:
+        sockets = config.create_sockets()
+        if sockets.quic_sockets:
+            raise ValueError("edge.serve serves TCP only; quic_bind is not supported")
+        listeners: list[trio.abc.Listener[Any]] = []
+        binds = []
+        ssl_context = config.create_ssl_context()
+        for sock in sockets.secure_sockets:
+            assert ssl_context is not None  # secure sockets come with a certificate
+            sock.listen(config.backlog)
+            listeners.append(
+                trio.SSLListener(
+                    trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
+                    ssl_context,
+                    https_compatible=True,
+                )
+            )
+            binds.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
+        for sock in sockets.insecure_sockets:
+            sock.listen(config.backlog)
+            listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+            binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+        for bind in binds:
+            await config.log.info(f"Running on {bind} (CTRL + C to quit)")
+        task_status.started(binds)
+        try:
+            async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                if shutdown_trigger is not None:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                nursery.start_soon(raise_shutdown, context.terminate.wait)
+                nursery.start_soon(
+                    partial(
+                        trio.serve_listeners, connection, listeners, handler_nursery=server_nursery
+                    )
+                )
+                await trio.sleep_forever()
+        except BaseExceptionGroup as error:
+            _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
+            if other_errors is not None:
+                raise other_errors from None
+        finally:
+            await context.terminated.set()
+            server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout

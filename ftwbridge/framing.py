@@ -9,15 +9,20 @@ import json
 from mcp_types import jsonrpc
 from quart import Response, request
 
-from ftwbridge.mcp import inbound
+
+def refusal_body(path: str, message: str) -> dict[str, object]:
+    """The body of a refusal before any route runs: on `/mcp` the JSON-RPC error object with
+    no id (as `mcp.inbound.Rejection.body` writes it; this module, below `mcp`, imports
+    nothing of it), elsewhere an OAuth-style error (RFC 6749 section 5.2)."""
+    if path == "/mcp":
+        error = {"code": jsonrpc.INVALID_REQUEST, "message": message}
+        return {"jsonrpc": "2.0", "id": None, "error": error}
+    return {"error": "invalid_request", "error_description": message}
 
 
 def _refusal(status: int, message: str, headers: dict[str, str]) -> Response:
-    """A refusal before any route runs: JSON-RPC on `/mcp`, an OAuth-style error elsewhere."""
-    if request.path == "/mcp":
-        body = inbound.Rejection(status, jsonrpc.INVALID_REQUEST, message).body()
-    else:
-        body = {"error": "invalid_request", "error_description": message}
+    """A refusal before any route runs (`refusal_body`)."""
+    body = refusal_body(request.path, message)
     return Response(json.dumps(body), status, {"content-type": "application/json", **headers})
 
 

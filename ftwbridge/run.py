@@ -7,44 +7,39 @@ is known), starts the pool, then hypercorn's trio worker, and reports the `Bridg
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
-from hypercorn.trio import serve as hypercorn_serve
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
-from ftwbridge.config import Config, keys_addresses, mesh_key_bytes, split_address
+from ftwbridge.config import Config
 from ftwbridge.door import Door
-from ftwbridge.keys import KeysClient, KeysPort, KeysService
+from ftwbridge.door.events import DoorEvents
+from ftwbridge.keys import KeysPort
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import KeysError, forget_dropped
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
 from ftwbridge.mcp.listen import ListenMetrics, Listens
 from ftwbridge.mcp.server import McpService
-from ftwbridge.mesh.tls import client_of
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
 from ftwbridge.oauth.limits import trusted_networks
 from ftwbridge.pool import Pool
-from ftwbridge.pool.command import CommandOutcome
-from ftwbridge.proto.door import MAX_MESSAGE_BYTES
-from ftwbridge.proto.roster import AgentGrant, Roster
-from ftwbridge.proto.session import Reply
+from ftwbridge.proto.roster import Roster
 from ftwbridge.readiness import CHECK_S, Readiness, Verdict
+from ftwbridge.startup import admin_listener, bind, keys_part, main_listener, serving_state
 from ftwbridge.statewatch import StateWatch, one_bridge
 from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
-from ftwbridge.store.inuse import StateInUse, serving_state
 
 if TYPE_CHECKING:
     from ftwbridge.mesh.node import Node
@@ -64,104 +59,12 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class _Homes:
-    """`HomePort` for `/mcp`: calls through the pool, grants from the door's rosters."""
-
-    def __init__(self, pool: Pool, door: Door) -> None:
-        self._pool = pool
-        self._door = door
-
-    async def call(self, home: str, agent_key: bytes, read: str, body: Any) -> Reply:
-        return await self._pool.call(home, agent_key, read, body)
-
-    async def command(
-        self, home: str, agent_key: bytes, op: str, args: dict[str, Any], cmd_id: str
-    ) -> CommandOutcome:
-        return await self._pool.command(home, agent_key, op, args, cmd_id)
-
-    def new_cmd_id(self) -> str:
-        return self._pool.new_cmd_id()
-
-    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        return await self._door.grant(home, agent_key)
-
-
-def _bind(address: str, listener: str, setting: str, backlog: int = 1024) -> socket.socket:
-    """A listening TCP socket on `address` (host:port, `config.split_address`) whose queue of
-    connections not yet accepted holds `backlog` (`listen_backlog`; the kernel caps it at
-    `net.core.somaxconn`).
-
-    Raises:
-        StartupError: the address cannot be bound (in use, not this machine's, not allowed);
-            the sentence names `listener` (main or admin) and its `setting`.
-    """
-    host, port = split_address(address)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError as exc:
-        sock.close()
-        why = {
-            errno.EADDRINUSE: "the port is in use (another bridge, or another program?)",
-            errno.EADDRNOTAVAIL: "that address is not one of this machine's",
-            errno.EACCES: "this user may not bind that port",
-        }.get(exc.errno or 0, exc.strerror or str(exc))
-        raise StartupError(
-            f"the {listener} listener cannot bind {address}: {why}", setting=setting
-        ) from None
-    sock.set_inheritable(True)
-    return sock
-
-
-def keys_part(config: Config) -> KeysPort:
-    """The keys part a bridge uses: keys services over TCP (`keys_url`, proving `mesh_key`),
-    a keys process on a Unix socket (`keys_socket`), or in this process on the key file in
-    `state_dir`. Issue 13 item 5: a bridge never holds the `kek`.
-
-    Raises:
-        StartupError: `kek` is set in the bridge's configuration.
-    """
-    if config.kek is not None:
-        raise StartupError(
-            "kek is set, but only keys services (`ftwbridge keys`) may hold it, never a bridge;"
-            " remove it from this bridge's configuration file and environment (FTWBRIDGE_KEK)"
-        )
-    if config.keys_url is not None and config.mesh_key is not None:
-        addresses = keys_addresses(config.keys_url)
-        tls = client_of(config.mesh_cafile)  # the keys channel over TLS too, when it is set
-        return RemoteKeys(addresses, mesh_key_bytes(config.mesh_key), tls=tls)
-    if config.keys_socket is not None:
-        return KeysClient(config.keys_socket)
-    return KeysService(Path(config.state_dir) / "agent-keys.json")
-
-
-@contextlib.contextmanager
-def _serving_state(state_dir: Path) -> Iterator[None]:
-    """`store.inuse.serving_state`, its refusal a `StartupError`.
-
-    Raises:
-        StartupError: an import holds `state_dir`, or its lock file cannot be made.
-    """
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(serving_state(state_dir))
-        except StateInUse as exc:
-            raise StartupError(str(exc)) from None
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            raise StartupError(
-                f"the state folder {state_dir} cannot be marked in use: {why}",
-                setting="state_dir",
-            ) from None
-        yield
-
-
 class Bridge:
     """One bridge process's parts. After `serve` reports started: `site`, `store`, `keys`,
     `door`, `pool` are live, and `issue_token` mints development tokens.
+
+    The door's listeners are given to it here (`door.events.DoorEvents`): who hears of
+    rosters, faults and uplinks is read in `__init__`.
 
     Args:
         config: the validated configuration.
@@ -192,11 +95,16 @@ class Bridge:
         self.door = Door(
             config=config,
             store=self.store,
-            on_roster=self._on_roster,
-            on_persist=self._persist_roster,
+            events=DoorEvents(
+                roster_taken=self._on_roster,  # the pool, sign-ins and cached tokens
+                roster_persisted=self._persist_roster,  # sign-ins, the keys part, the store
+                fault=self.metrics.on_connection_fault,
+                uplink_up=self._uplink_up,  # the cluster directory (`mesh.holdings`)
+                uplink_down=self._uplink_down,
+                # agent_denied and claim_offered: `OAuthService` sets its own for now
+            ),
             wall_ms=clock,
         )
-        self.door.on_fault = self.metrics.on_connection_fault
         self.pool = Pool(
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
         )
@@ -216,7 +124,7 @@ class Bridge:
             issuer=lambda: self.site.public_url.rstrip("/"),
             resource=lambda: self.site.resource,
             clock=clock,
-            issue_access=self._issue_for_oauth,
+            issue_access=self.minter.mint,
             on_revoke=self.tokens.clear,
             refresh_grace_ms=config.refresh_grace_ms,
             shared=config.database_url is not None,
@@ -233,17 +141,22 @@ class Bridge:
         self._stop_http = trio.Event()
         self._http_done = trio.Event()
 
-    async def _issue_for_oauth(
-        self, home: str, key: bytes, agent_id: str, scopes: tuple[str, ...], client: str
-    ) -> str:
-        return await self.issue_token(home, key, agent_id, scopes, client=client)
-
     async def _on_roster(self, home: str, roster: Roster) -> None:
         """In the uplink's reader, no I/O: sessions and cached tokens of dropped agents end now,
         and consent requests the roster approves get their code."""
         await self.pool.on_roster(home, roster)
         await self.oauth.on_roster(home, roster)
         self.tokens.forget_unlisted(home, roster.agents())
+
+    async def _uplink_up(self, home: str) -> None:
+        """A home's uplink is this instance's: the cluster directory claims it (on PostgreSQL)."""
+        if self.node is not None:
+            await self.node.holdings.up(home)
+
+    async def _uplink_down(self, home: str) -> None:
+        """A home's uplink here has ended: the cluster directory releases it (on PostgreSQL)."""
+        if self.node is not None:
+            await self.node.holdings.down(home)
 
     async def _persist_roster(self, home: str, roster: Roster, dropped: frozenset[bytes]) -> None:
         """In the roster applier, after the store has the roster: consent requests it approves
@@ -362,9 +275,9 @@ class Bridge:
         self, app: Any, config: edge.EdgeConfig, *, task_status: trio.TaskStatus[Any]
     ) -> None:
         """hypercorn for the main listener, stopped gracefully by `drain` (its
-        `graceful_timeout` lets responses under way end whole, issue 11 D3)."""
+        `graceful_timeout` lets responses under way end whole: docs/operations.md, "Signals")."""
         try:
-            await hypercorn_serve(
+            await edge.serve(
                 app, config, shutdown_trigger=self._stop_http.wait, task_status=task_status
             )
         finally:
@@ -384,7 +297,7 @@ class Bridge:
                 door=self.door,
                 wall_ms=self.clock,
                 port=port,
-                bind=lambda address: _bind(
+                bind=lambda address: bind(
                     address, "internal", "internal_bind", self.config.listen_backlog
                 ),
             )
@@ -407,7 +320,7 @@ class Bridge:
             with contextlib.ExitStack() as held:
                 if self.config.database_url is None:  # the embedded bridge marks its state
                     held.enter_context(one_bridge(Path(self.config.state_dir)))
-                    held.enter_context(_serving_state(Path(self.config.state_dir)))
+                    held.enter_context(serving_state(Path(self.config.state_dir)))
                 try:
                     for name in await self.store.start():
                         log.info("database migration applied: %s", name)
@@ -422,17 +335,10 @@ class Bridge:
                 with trio.CancelScope(shield=True):
                     await self.keys.aclose()
 
-    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
+    def _listen_at(self, host: str, port: int) -> None:
+        """The site's public URL (port 0 made the bound port), and the hosts, origins and
+        proxies it trusts, once the main listener is bound at `host`:`port`."""
         c = self.config
-        warning = c.url_warning()
-        if warning is not None:
-            log.warning("%s", warning)
-        consents, codes, claims = await self.oauth.restore()
-        if consents or codes or claims:
-            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
-        sock = _bind(c.bind, "main", "bind", c.listen_backlog)
-        host, port = sock.getsockname()[:2]
-        fd = sock.detach()  # hypercorn owns the listening socket from here on
         if self.site.public_url.endswith(":0"):
             self.site.public_url = self.site.public_url[:-2] + f":{port}"
         self.site.allow_url(self.site.public_url)
@@ -441,12 +347,12 @@ class Bridge:
         self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
         self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
         self.site.trusted_proxies = trusted_networks(c.trusted_proxies)
-        if c.database_url is not None:
-            self.node = self._node(port, fd)
-            if self.node.relay is not None:  # agent.request reaches the holder of the home
-                self.oauth.send_to_box = self.node.relay.send
-        service = McpService(
-            homes=_Homes(self.pool, self.door),
+
+    def _mcp_service(self) -> McpService:
+        """`/mcp` (`mcp.server.McpService`): the pool is its homes port."""
+        c = self.config
+        return McpService(
+            homes=self.pool,
             verify_token=self.tokens.verify,
             verify_digest=self.tokens.verify_digest,
             resource=self.site.resource,
@@ -467,6 +373,42 @@ class Bridge:
             listen=self.listens,
             live=self.pool.feeds,
         )
+
+    def _bind_admin(self, main_fd: int) -> int | None:
+        """The admin listener's bound socket (`admin_bind`), or None when it is not set.
+
+        Raises:
+            StartupError: it cannot bind; the main listener's socket `main_fd` is closed.
+        """
+        c = self.config
+        if c.admin_bind is None:
+            return None
+        try:
+            admin_sock = bind(c.admin_bind, "admin", "admin_bind", c.listen_backlog)
+        except StartupError:
+            socket.close(main_fd)  # the main listener's socket, not yet hypercorn's
+            raise
+        ahost, aport = admin_sock.getsockname()[:2]
+        self.admin_url = f"http://{ahost}:{aport}"
+        return admin_sock.detach()
+
+    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
+        c = self.config
+        warning = c.url_warning()
+        if warning is not None:
+            log.warning("%s", warning)
+        consents, codes, claims = await self.oauth.restore()
+        if consents or codes or claims:
+            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
+        sock = bind(c.bind, "main", "bind", c.listen_backlog)
+        host, port = sock.getsockname()[:2]
+        fd = sock.detach()  # hypercorn owns the listening socket from here on
+        self._listen_at(host, port)
+        if c.database_url is not None:
+            self.node = self._node(port, fd)
+            if self.node.relay is not None:  # agent.request reaches the holder of the home
+                self.oauth.send_to_box = self.node.relay.send
+        service = self._mcp_service()
         app = create_app(
             oauth=self.oauth,
             site=self.site,
@@ -475,31 +417,14 @@ class Bridge:
             max_body_bytes=c.max_body_bytes,
             body_timeout_s=c.body_timeout_s,
         )
-        edge.install()  # one connection's fault ends that connection alone (ftwbridge/edge.py)
-        hc = edge.EdgeConfig()
-        hc.on_connection_fault = self.metrics.on_connection_fault
-        hc.connections = self.metrics.listener("main")
-        hc.exempt = self.site.trusted_proxies  # they bound their own clients' idle connections
-        hc.bind = [f"fd://{fd}"]
-        hc.websocket_ping_interval = c.door_ping_s
-        hc.read_timeout = int(c.door_silence_s)
-        hc.stream_write_s = c.listen_stuck_s  # a listen stream's rule (docs/live.md)
-        hc.keep_alive_timeout = c.keep_alive_s  # idle.IdleTimer closes an idle connection then
-        hc.accesslog = None
-        hc.errorlog = logging.getLogger("hypercorn.error")
-        hc.websocket_max_message_size = MAX_MESSAGE_BYTES  # past it: close 1009 at once
-        hc.graceful_timeout = 1.0
-        hc.backlog = c.listen_backlog
-        admin_fd = None
-        if c.admin_bind is not None:
-            try:
-                admin_sock = _bind(c.admin_bind, "admin", "admin_bind", c.listen_backlog)
-            except StartupError:
-                socket.close(fd)  # the main listener's socket, not yet hypercorn's
-                raise
-            ahost, aport = admin_sock.getsockname()[:2]
-            self.admin_url = f"http://{ahost}:{aport}"
-            admin_fd = admin_sock.detach()
+        hc = main_listener(
+            c,
+            fd,
+            on_fault=self.metrics.on_connection_fault,
+            connections=self.metrics.listener("main"),
+            exempt=self.site.trusted_proxies,
+        )
+        admin_fd = self._bind_admin(fd)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
@@ -515,18 +440,16 @@ class Bridge:
                 await nursery.start(self.node.serve, service, self.metrics)
             await nursery.start(self._serve_http, app, hc)
             if admin_fd is not None:
-                ac = edge.EdgeConfig()
-                ac.on_connection_fault = self.metrics.on_connection_fault
-                ac.connections = self.metrics.listener("admin")
-                ac.bind = [f"fd://{admin_fd}"]
-                ac.accesslog = None
-                ac.errorlog = hc.errorlog
-                ac.graceful_timeout = 1.0
-                ac.backlog = c.listen_backlog  # hypercorn listens again with it (its own: 100)
+                ac = admin_listener(
+                    c,
+                    admin_fd,
+                    on_fault=self.metrics.on_connection_fault,
+                    connections=self.metrics.listener("admin"),
+                )
                 status = Status(self.metrics.registry)
                 await nursery.start(status.run)
                 admin = create_admin_app(self.metrics, self.readiness, status)
-                await nursery.start(hypercorn_serve, admin, ac)
+                await nursery.start(edge.serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)
             verdict = await self.readiness()
             if verdict.why is not None:  # serving anyway: the part may come up later

@@ -341,7 +341,7 @@ class StubHome:
         self.box.end_all()  # tunnels belong to one uplink; a new uplink starts afresh
         self.ws = ws
         if self.owner.signed != sent:  # the owner signed a newer one while we connected: its
-            # publish found no uplink, so this one carries it (issue 11, D6)
+            # publish found no uplink, so this one carries it
             await self.send(Envelope(Msg.ROSTER, None, {"roster": self.owner.signed}).encode())
         self.uplinks += 1
         self.connected.set()

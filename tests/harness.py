@@ -11,6 +11,7 @@ import trio
 
 from ftwbridge.config import Config
 from ftwbridge.door import Door
+from ftwbridge.door.events import DoorEvents
 from ftwbridge.keys import KeysService
 from ftwbridge.keys.service import forget_dropped
 from ftwbridge.pool import Pool
@@ -129,7 +130,10 @@ class Rig:
         self.keys = KeysService(None)
         self.skew = bridge_skew_ms
         self.door = door_cls(
-            config=self.config, store=self.store, on_roster=self._on_roster, wall_ms=self.bridge_ms
+            config=self.config,
+            store=self.store,
+            events=DoorEvents(roster_taken=self._on_roster, roster_persisted=self._persist),
+            wall_ms=self.bridge_ms,
         )
         self.pool = Pool(door=self.door, keys=self.keys, config=self.config, wall_ms=self.bridge_ms)
         self.links: list[Link] = []
@@ -144,7 +148,6 @@ class Rig:
         await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped)
 
     async def start(self) -> None:
-        self.door.rosters.on_persist = self._persist
         await self.nursery.start(self.pool.run)
         await self.nursery.start(self.door.apply_rosters)
 

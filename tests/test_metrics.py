@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hypercorn.trio.run as hypercorn_run
 import pytest
 import trio
 import trio.testing
-from hypercorn.trio import serve
 from quart import websocket
 from quart_trio import QuartTrio
 
@@ -141,9 +139,8 @@ async def _read_head(stream: trio.SocketStream) -> bytes:
 
 
 async def test_connections_by_state_up_and_back_to_zero(
-    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+    nursery: trio.Nursery,
 ) -> None:
-    monkeypatch.setattr(hypercorn_run, "TCPServer", edge.GuardedTCPServer)
     metrics = Metrics()
     config = edge.EdgeConfig()
     config.bind = ["127.0.0.1:0"]
@@ -151,7 +148,7 @@ async def test_connections_by_state_up_and_back_to_zero(
     config.connections = metrics.listener("main")
     config.websocket_max_message_size = 1024
     entered, release = trio.Event(), trio.Event()
-    binds = await nursery.start(serve, _probe_app(entered, release), config)
+    binds = await nursery.start(edge.serve, _probe_app(entered, release), config)
     port = int(binds[0].rsplit(":", 1)[1])
 
     async def states() -> dict[str, float | None]:

@@ -1,4 +1,4 @@
-"""The roster applier's queue (issue 12, item 4): which homes have an accepted roster that is
+"""The roster applier's queue (docs/architecture.md, "A pooled session's states"): which homes have an accepted roster that is
 not stored yet, in the order they first waited, and the agents dropped since each home's last
 save. The door takes a roster in the uplink's reader and hands it here; one task (`run`) saves
 each home's newest, so a slow disk never holds a home's traffic. No I/O of its own: `save` does

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from dataclasses import InitVar, dataclass, field
+from collections.abc import Callable
+from dataclasses import InitVar, dataclass, field, replace
 from typing import Any
 
 import trio
@@ -40,8 +40,9 @@ from ftwbridge.proto.registry import Msg, peer_reason
 from ftwbridge.proto.roster import AgentGrant, Roster, RosterProblem
 from ftwbridge.store import Store
 
+from .events import AgentDenied, ClaimOffered, DoorEvents
 from .refusals import RefusalLog, RosterBehind, peer_text
-from .rosters import PersistHook, RosterHook, Rosters
+from .rosters import Rosters
 from .stats import DoorStats
 from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSocketLike, close_ws
 
@@ -59,7 +60,7 @@ CLOSE_TRY_LATER = 1013
 
 
 HOOK_DOWN_S = 2.0
-"""The longest an ended uplink waits for `on_down` (the directory's release), seconds."""
+"""The longest an ended uplink waits for `events.uplink_down` (the directory's release), seconds."""
 
 
 @dataclass(slots=True)
@@ -70,10 +71,8 @@ class Door:
     Args:
         config: limits and timeouts (`door_*` settings).
         store: home keys and newest rosters; held by `rosters`.
-        on_roster: `Rosters.on_roster`: awaited in the uplink's reader once a newer roster is
-            accepted and held in memory; it must do no I/O.
-        on_persist: `Rosters.on_persist`: awaited by the roster applier (`apply_rosters`)
-            after the store has the roster, with the agents dropped since the last save.
+        events: who listens to the door (`events.DoorEvents`): rosters taken and persisted,
+            agents denied, claims offered, faults, uplinks up and down.
         wall_ms: the bridge's wall clock in ms since the epoch (injected for tests).
 
     The roster methods here (`roster`, `wait_roster`, `apply_rosters`, ...) hand over to
@@ -82,8 +81,7 @@ class Door:
 
     config: Config
     store: InitVar[Store]
-    on_roster: InitVar[RosterHook | None] = None
-    on_persist: InitVar[PersistHook | None] = None
+    events: DoorEvents = field(default_factory=DoorEvents)
     wall_ms: Callable[[], int] = field(default=lambda: 0)
     stats: DoorStats = field(default_factory=DoorStats)
     _uplinks: dict[str, Uplink] = field(default_factory=dict)
@@ -95,36 +93,34 @@ class Door:
     "Limits that strangers cannot fill")."""
     claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
     """Open home-claim offers: code hash -> (home, expiresAtMs), from `claim.offer` (one
-    process; with `on_claim` they go to the store instead)."""
-    on_denied: Callable[[str, str], Awaitable[None]] | None = None
-    """Awaited with (home, req) in the uplink's reader when a box answers `agent.denied
-    {req}` (it bounds any write it makes)."""
-    on_claim: Callable[[str, bytes, int], Awaitable[None]] | None = None
-    """When set (many instances), awaited in the uplink's reader with (home, code hash,
-    expiresAtMs) for each `claim.offer`, instead of keeping the offer in `claims`: the offer
-    goes to the shared store, where any instance can take it (it bounds its write)."""
-    on_fault: Callable[[str], None] | None = None
-    """Told `door` each time an uplink is closed 4400 for a message that breaks part C."""
-    on_up: Callable[[str], Awaitable[None]] | None = None
-    """Awaited with the home once its uplink has authenticated and is the home's (the
-    directory's claim, issue 13 item 2)."""
-    on_down: Callable[[str], Awaitable[None]] | None = None
-    """Awaited (shielded, at most `HOOK_DOWN_S`) with the home once its uplink ended while it
-    was still the home's (the directory's release)."""
+    process; with `events.claim_offered` they go to the store instead)."""
     _refusal_log: RefusalLog = field(default_factory=RefusalLog)
     rosters: Rosters = field(init=False)
     """The homes' keys and rosters (`rosters.py`), sharing `stats` and the refusal log."""
 
-    def __post_init__(
-        self, store: Store, on_roster: RosterHook | None, on_persist: PersistHook | None
-    ) -> None:
+    def __post_init__(self, store: Store) -> None:
         self.rosters = Rosters(
-            store,
-            stats=self.stats,
-            on_roster=on_roster,
-            on_persist=on_persist,
-            refusal_log=self._refusal_log,
+            store, stats=self.stats, events=self.events, refusal_log=self._refusal_log
         )
+
+    @property
+    def on_denied(self) -> AgentDenied | None:
+        """`events.agent_denied`. Transitional: `OAuthService` still sets its own listener
+        here; once it is handed to `DoorEvents` in `run.Bridge`, this property goes."""
+        return self.events.agent_denied
+
+    @on_denied.setter
+    def on_denied(self, listener: AgentDenied | None) -> None:
+        self.events = replace(self.events, agent_denied=listener)
+
+    @property
+    def on_claim(self) -> ClaimOffered | None:
+        """`events.claim_offered`; transitional like `on_denied`."""
+        return self.events.claim_offered
+
+    @on_claim.setter
+    def on_claim(self, listener: ClaimOffered | None) -> None:
+        self.events = replace(self.events, claim_offered=listener)
 
     # -- rosters and home keys: handed over to `self.rosters` (rosters.py) --
 
@@ -155,7 +151,8 @@ class Door:
     def forget_roster(self, home: str | None = None) -> None:
         """Drop the roster held in memory for `home` (None: for every home) unless its uplink
         is here: another instance took a newer one from the box, and the next look reads it
-        from the store (issue 13: a `roster` event, or events lost)."""
+        from the store (another instance's `roster` event, or events lost: docs/operations.md,
+        "Many instances")."""
         self.rosters.forget_roster(home, keep=self._uplinks)
 
     async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
@@ -175,7 +172,7 @@ class Door:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """`Rosters.watch_home_keys` until cancelled: when another process wrote the store
-        (e.g. `ftwbridge home enroll`), `check_home_keys` at once (issue 15 item 3)."""
+        (e.g. `ftwbridge home enroll`), `check_home_keys` at once (docs/operations.md, "A re-enrolled home key")."""
         await self.rosters.watch_home_keys(self.check_home_keys, task_status=task_status)
 
     async def check_home_keys(self) -> list[str]:
@@ -196,8 +193,8 @@ class Door:
             getattr(ws, "remote_addr", "?"),
             why,
         )
-        if self.on_fault is not None:
-            self.on_fault("door")
+        if self.events.fault is not None:
+            self.events.fault("door")
         await close_ws(ws, CLOSE_BAD_MESSAGE, "bad message")
 
     def _dropped_to_box(self) -> None:
@@ -268,7 +265,7 @@ class Door:
 
     async def supersede(self, home: str) -> None:
         """Close `home`'s uplink with 4409 (superseded): another instance took the home over
-        (issue 13 item 2). Nothing when it has none here."""
+        (docs/operations.md, "Many instances"). Nothing when it has none here."""
         uplink = self._uplinks.get(home)
         if uplink is not None:
             self.stats.takeovers += 1
@@ -291,17 +288,17 @@ class Door:
             await close_ws(older.ws, CLOSE_SUPERSEDED, "superseded")
         log.info("uplink up home=%s", home)
         try:
-            if self.on_up is not None:
-                await self.on_up(home)
+            if self.events.uplink_up is not None:
+                await self.events.uplink_up(home)
             await self._read(uplink)
         finally:
             uplink.end_all(LocalEnd.UPLINK_LOST.value)
             if self._uplinks.get(home) is uplink:
                 del self._uplinks[home]
                 self.rosters.forget_behind(home)  # its next uplink sends its roster again
-                if self.on_down is not None:
+                if self.events.uplink_down is not None:
                     with trio.CancelScope(shield=True), trio.move_on_after(HOOK_DOWN_S):
-                        await self.on_down(home)
+                        await self.events.uplink_down(home)
             log.info("uplink down home=%s", home)
 
     async def _authenticate_fairly(self, ws: WebSocketLike) -> str | None:
@@ -409,16 +406,16 @@ class Door:
             if isinstance(digest, bytes) and len(digest) == 32 and isinstance(expires, int):
                 now = self.wall_ms()
                 expires = min(expires, now + CLAIM_MAX_MS)
-                if self.on_claim is not None:
-                    await self.on_claim(uplink.home, digest, expires)
+                if self.events.claim_offered is not None:
+                    await self.events.claim_offered(uplink.home, digest, expires)
                     return
                 for old in [d for d, (h, e) in self.claims.items() if h == uplink.home or e <= now]:
                     del self.claims[old]  # one open offer per home; expired ones go
                 self.claims[digest] = (uplink.home, expires)
         elif env.t == Msg.AGENT_DENIED:
             b = env.b if isinstance(env.b, dict) else {}
-            if isinstance(b.get("req"), str) and self.on_denied is not None:
-                await self.on_denied(uplink.home, b["req"])
+            if isinstance(b.get("req"), str) and self.events.agent_denied is not None:
+                await self.events.agent_denied(uplink.home, b["req"])
         elif env.t == Msg.ROSTER:
             b = env.b if isinstance(env.b, dict) else {}
             signed = b.get("roster")

@@ -1,5 +1,5 @@
 """What the door tells an operator about peers it refuses: rate-limited warnings, and the
-record of a home whose box sent an older roster than the bridge holds (issue 15, items 7, 9)."""
+record of a home whose box sent an older roster than the bridge holds (docs/operations.md, "A box that lost its roster")."""
 
 from __future__ import annotations
 

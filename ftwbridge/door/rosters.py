@@ -1,4 +1,5 @@
-"""Rosters and home keys at the door (PROTOCOL.md part C, issue 12 item 4, issue 15).
+"""Rosters and home keys at the door (PROTOCOL.md part C; docs/operations.md, "A
+re-enrolled home key").
 
 One `Rosters` per `Door`, which holds it and delegates to it. It keeps each home's Ed25519
 key (read from the store once, then held), takes the signed rosters a box sends in its
@@ -30,6 +31,7 @@ from ftwbridge.proto.roster import (
 from ftwbridge.store import Store
 
 from .applier import RosterApplier
+from .events import DoorEvents
 from .refusals import RefusalLog, RosterBehind
 from .stats import DoorStats
 
@@ -42,10 +44,6 @@ REREAD_HOMES = 10_000
 HOME_KEY_CHECK_S = 1.0
 """How often `watch_home_keys` asks the store whether another process wrote it (seconds)."""
 
-RosterHook = Callable[[str, Roster], Awaitable[None]]
-"""(home, newest roster): awaited in the uplink's reader; it must do no I/O."""
-PersistHook = Callable[[str, Roster, frozenset[bytes]], Awaitable[None]]
-"""(home, newest roster, agent keys dropped by the rosters since the last save)."""
 KeyChanged = Callable[[str], Awaitable[None]]
 """(home): awaited once the held key of `home` has changed and been logged."""
 
@@ -58,23 +56,22 @@ class Rosters:
         store: home keys and newest rosters.
         stats: the door's counters; this counts rosters refused (by code) and home keys
             changed in them.
-        on_roster: awaited in the uplink's reader once a newer roster is accepted and held in
-            memory; it must do no I/O (the pool closes dropped agents' sessions at once).
-        on_persist: awaited by the roster applier (`apply_rosters`) after the store has the
-            roster: the slow effects (the keys part's sync, dropping tokens), in order per home,
-            with the agents dropped since the last save.
+        events: the door's listeners (`events.DoorEvents`); this tells `roster_taken` in the
+            uplink's reader once a newer roster is accepted and held in memory, and
+            `roster_persisted` from the roster applier (`apply_rosters`) after the store has
+            the roster: the slow effects (the keys part's sync, dropping tokens), in order per
+            home, with the agents dropped since the last save.
         refusal_log: the door's rate-limited warnings (one per home and kind a minute), shared
             with the uplinks' refusals.
 
     A roster takes effect for admission when its uplink's reader accepts it; the store write
-    and `on_persist` follow in `apply_rosters`, one task in the bridge's nursery, so a slow disk
-    or keys part never holds a home's traffic (issue 12, item 4).
+    and `roster_persisted` follow in `apply_rosters`, one task in the bridge's nursery, so a
+    slow disk or keys part never holds a home's traffic.
     """
 
     store: Store
     stats: DoorStats = field(default_factory=DoorStats)
-    on_roster: RosterHook | None = None
-    on_persist: PersistHook | None = None
+    events: DoorEvents = field(default_factory=DoorEvents)
     refusal_log: RefusalLog = field(default_factory=RefusalLog)
     _rosters: dict[str, Roster] = field(default_factory=dict)
     _home_keys: dict[str, bytes] = field(default_factory=dict)
@@ -103,8 +100,8 @@ class Rosters:
             )
             return
         await self.store.put_roster(home, roster.seq, roster.signed)
-        if self.on_persist is not None:
-            await self.on_persist(home, roster, dropped)
+        if self.events.roster_persisted is not None:
+            await self.events.roster_persisted(home, roster, dropped)
 
     async def _stored_newer(self, home: str, roster: Roster) -> Roster | None:
         """The store's roster of `home` when it verifies with the home's key and its signed
@@ -123,7 +120,7 @@ class Rosters:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The roster applier (`door.applier`), until cancelled: each home's newest accepted
-        roster is stored, then `on_persist` runs with the agents dropped since the last save."""
+        roster is stored, then `events.roster_persisted` runs with the agents dropped since the last save."""
         await self._applier.run(task_status=task_status)
 
     @property
@@ -226,8 +223,8 @@ class Rosters:
             return False, held.seq if held else 0, exc.problem.value
         self._behind.pop(home, None)
         self._rosters[home] = roster
-        if self.on_roster is not None:
-            await self.on_roster(home, roster)
+        if self.events.roster_taken is not None:
+            await self.events.roster_taken(home, roster)
         self._roster_changed.pop(home, trio.Event()).set()  # waiters see it in effect
         self._applier.add(home, roster, held)  # stored and synced by `apply_rosters`
         return True, roster.seq, ""
@@ -286,8 +283,7 @@ class Rosters:
         """Until cancelled: every `HOME_KEY_CHECK_S` seconds ask the store whether another
         process has written it (`Store.write_mark`, e.g. `ftwbridge home enroll`), and if so
         await `check` (the door's `check_home_keys`), which applies changed home keys at once.
-        This is how a key re-enrolled by the command line reaches the running bridge (issue 15
-        item 3)."""
+        This is how a key re-enrolled by the command line reaches the running bridge."""
         mark = await self.store.write_mark()
         task_status.started()
         while True:

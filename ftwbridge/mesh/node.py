@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from hypercorn.trio import serve as hypercorn_serve
 
 from ftwbridge import edge
 from ftwbridge.config import CALL_SLACK_S, Config
@@ -40,7 +39,7 @@ class Node:
     Args:
         config: the bridge's settings (`instance_id`, `internal_*`, `mesh_key`).
         store: the started PostgreSQL store.
-        door: this instance's door; its `on_up`/`on_down` are set here.
+        door: this instance's door (whose `events.uplink_up`/`uplink_down` reach `holdings`).
         wall_ms: the wall clock, ms since the Unix epoch.
         port: the main listener's bound port (the default instance id names it).
         internal: the internal listener's bound socket's fd and URL, or None when
@@ -68,8 +67,6 @@ class Node:
         )
         self._door = door
         self.holdings = Holdings(self.directory, door)
-        door.on_up = self.holdings.up
-        door.on_down = self.holdings.down
         verify = None if config.mesh_cafile is None else client_context(config.mesh_cafile)
         self._http = new_client(
             config.call_deadline_s + CALL_SLACK_S, keep_alive_s=config.keep_alive_s, verify=verify
@@ -214,4 +211,4 @@ class Node:
 async def _serve_internal(
     app: Any, config: edge.EdgeConfig, *, task_status: trio.TaskStatus[Any]
 ) -> None:
-    await hypercorn_serve(app, config, task_status=task_status)
+    await edge.serve(app, config, task_status=task_status)

@@ -1,4 +1,5 @@
-"""The pool's one timer: a heap of when to look at each session next (issue 12, item 6).
+"""The pool's one timer: a heap of when to look at each session next (the pool's
+idle and no-answer closes, `pool/eviction.py`).
 
 Each session has at most one live entry, at `PooledSession.check_at`; a later deadline never
 pushes (the look at the earlier one finds the session's real deadline and pushes that), and a

@@ -1,11 +1,11 @@
 """Opening one pooled session: the door tunnel, the Noise handshake through the keys part,
-`hello` and `hello_ok` (PROTOCOL.md parts A to C). No task of its own: `Pool` runs
-`open_session` in a short task per opening."""
+`hello` and `hello_ok` (PROTOCOL.md parts A to C). `Pool` runs `open_task` in a short task
+per opening."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -14,13 +14,13 @@ from ftwbridge.config import Config
 from ftwbridge.door import Door, HomeOffline, LocalEnd, TunEnded
 from ftwbridge.keys.service import KeysError, KeysPort
 from ftwbridge.proto.errors import ProtocolError
-from ftwbridge.proto.names import Code
+from ftwbridge.proto.names import Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import Msg, peer_code, peer_reason
 from ftwbridge.proto.roster import Roster
 from ftwbridge.proto.session import AgentSession, Push, Terminated
 
-from .session import PooledSession, refusal_for_end, session_clock_ms
+from .session import PooledSession, State, refusal_for_end, session_clock_ms
 
 HELLO_BODY = {
     "proto": {"min": 1, "max": 1},
@@ -146,7 +146,7 @@ async def _wait_hello_ok(s: PooledSession, now_ms: int, max_skew_ms: int) -> Non
         for ev in s.agent.receive(message, now_ms=session_clock_ms()):
             if isinstance(ev, Push) and ev.t == Msg.HELLO_OK and isinstance(ev.body, dict):
                 check_clock(ev.body, now_ms, max_skew_ms)
-                return  # nothing else of it is kept: 3 KiB a session (issue 12, item 6)
+                return  # nothing else of it is kept: 3 KiB a session
             if isinstance(ev, Push) and ev.t == Msg.ERROR and isinstance(ev.body, dict):
                 args = ev.body.get("args")
                 raise Refusal(
@@ -154,3 +154,40 @@ async def _wait_hello_ok(s: PooledSession, now_ms: int, max_skew_ms: int) -> Non
                 )
             if isinstance(ev, Terminated):
                 raise refusal_for_end(peer_reason(ev.reason))
+
+
+async def open_task(
+    s: PooledSession,
+    roster: Roster,
+    *,
+    door: Door,
+    keys: KeysPort,
+    config: Config,
+    wall_ms: Callable[[], int],
+    on_open: Callable[[str, float], None] | None,
+    finish: Callable[[PooledSession], Awaitable[None]],
+) -> None:
+    """The short task that opens `s` (`open_outcome`) in its `opening` scope, tells
+    `on_open(outcome, seconds)` (`ok`, a registry code, or `closed`), and when `s` was closed
+    while opening, ends it itself (`finish`, shielded)."""
+    started = trio.current_time()
+    outcome = "ok"
+    scope = s.opening
+    assert scope is not None
+    try:
+        with scope:
+            outcome = await open_outcome(
+                s, roster, door=door, keys=keys, config=config, wall_ms=wall_ms
+            )
+        if scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
+            outcome = "closed"
+    finally:
+        if s.state is State.OPENING:  # cancelled from outside (the pool is stopping)
+            outcome = "closed"
+            s.close(TunEndReason.RESTARTING.value)
+        if on_open is not None:
+            on_open(outcome, trio.current_time() - started)
+        if s.opening is not None:  # closed while opening: this task ends it
+            s.opening = None
+            with trio.CancelScope(shield=True):
+                await finish(s)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -28,27 +27,27 @@ from typing import Any
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.door import Door, LocalEnd, TunEnded, tun_end_reason
+from ftwbridge.door import Door
 from ftwbridge.keys.service import KeysPort
 from ftwbridge.proto.control import CmdAck, new_cmd_id
-from ftwbridge.proto.errors import LocalProtocolError
 from ftwbridge.proto.names import Cap, Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.proto.roster import AgentGrant, Roster, admit
+from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import AgentSession, Reply
 
+from .admission import admit_agent, full_queue, retry_hint_ms
+from .closing import Closings
 from .command import CommandBudget, CommandOutcome, Renames, send_command
 from .deadlines import DeadlineHeap
+from .eviction import evict_for_room, look
+from .exchange import AtBoxes
 from .feed import Feeds
 from .homes import HomeShare, PoolObserver, PoolStats
-from .opening import open_outcome
+from .opening import open_task
 from .pacing import HomePacer
-from .session import REPLACEABLE, PooledSession, State, Waiter, refusal_for_end
+from .session import REPLACEABLE, PooledSession, State, refusal_for_end
 
 log = logging.getLogger("ftwbridge.pool")
-
-ANSWER_EWMA = 0.3
-"""Weight of the newest answer time in a home's running estimate (for retry hints)."""
 
 
 class Pool:
@@ -79,8 +78,6 @@ class Pool:
         self._sessions: OrderedDict[tuple[str, bytes], PooledSession] = OrderedDict()
         """Open and opening sessions, least recently used first."""
         self._homes: dict[str, HomeShare] = {}
-        self._in_flight = 0
-        self._limiter = trio.CapacityLimiter(config.calls_in_flight)
         self._drops: dict[str, int] = {}
         self._draining = False
         self._observer = observer
@@ -88,10 +85,10 @@ class Pool:
         self.pacer = HomePacer(config)
         self._nursery: trio.Nursery | None = None
         self._deadlines = DeadlineHeap(self._due)
-        self._orphans: list[PooledSession] = []
-        """Closed sessions whose tunnels are still to be ended (by `_finish_orphans`)."""
-        self._closing = 0
-        """Sessions CLOSING: their box is still to hear `tun.end`."""
+        self._at_boxes = AtBoxes(config, self._homes, self._notify, self._deadlines.schedule)
+        """The requests at the boxes, `calls_in_flight` at most (pool/exchange.py)."""
+        self._closings = Closings(self._notify)
+        """Sessions closed whose box is still to hear `tun.end` (pool/closing.py)."""
         self._budget = CommandBudget()
         """`cmds_per_hour` at the bridge (pool/command.py)."""
         self._renames = Renames()
@@ -111,11 +108,7 @@ class Pool:
             self._nursery = None
             for s in list(self._sessions.values()):
                 s.close(TunEndReason.RESTARTING.value)
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + 2):
-                async with trio.open_nursery() as closing:
-                    for s in self._orphans:
-                        closing.start_soon(self._finish, s)
-                    self._orphans.clear()
+            await self._closings.end_all()
 
     def statistics(self) -> PoolStats:
         """Counts at this moment (see `PoolStats`)."""
@@ -125,7 +118,7 @@ class Pool:
             sessions=states.count(State.READY) + busy,
             opening=states.count(State.OPENING),
             busy=busy,
-            calls_in_flight=self._in_flight,
+            calls_in_flight=self._at_boxes.count,
             queued=sum(h.queued + h.commands for h in self._homes.values()),
             drops=dict(self._drops),
         )
@@ -153,14 +146,14 @@ class Pool:
         with trio.move_on_after(grace_s):
             await self._wait_until(
                 lambda: (
-                    self._in_flight == 0
+                    self._at_boxes.count == 0
                     and not any(h.queued or h.commands for h in self._homes.values())
                 )
             )
         for s in list(self._sessions.values()):
             s.close(TunEndReason.RESTARTING.value)
         with trio.move_on_after(1):
-            await self._wait_until(lambda: not self._sessions and not self._closing)
+            await self._wait_until(lambda: not self._sessions and not self._closings.count)
 
     def spawn(self, fn: Callable[..., Any], *args: Any) -> bool:
         """Run `fn(*args)` in the pool's nursery (a live feed's task); False when the pool is
@@ -177,6 +170,11 @@ class Pool:
         """A fresh `live` answer (PROTOCOL.md part B) from the agent's running live feed, or
         None when there is none (then read the box). No I/O (pool/feed.py)."""
         return self.feeds.live_view(home, agent_key)
+
+    async def grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
+        """The agent's row in `home`'s newest roster (`Door.grant`), or None: what `/mcp`
+        checks a call's scopes against before it queues (`mcp.control.ControlPort`)."""
+        return await self._door.grant(home, agent_key)
 
     def warm_grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
         """The grant of a warm session, if any (for `homes_list`)."""
@@ -209,26 +207,23 @@ class Pool:
             del self._homes[home]
 
     def retry_hint_ms(self, home: str) -> int:
-        """What a call refused for a full queue at `home` should wait (ms): the longest of its
-        pacing wait, one pacing interval, the box's recent answer time, and how long the oldest
-        request now at the box has waited (a stalled box shows there), at most the call deadline.
-        """
-        now = trio.current_time()
-        h = self._homes.get(home)
-        oldest = 0.0
-        answer_s = 0.0
-        if h is not None:
-            answer_s = h.answer_s
-            oldest = max((now - s.sent_at for s in h.sessions.values() if s.at_box), default=0.0)
-        wait = max(self.pacer.wait_s(home), 1 / self._config.pace_calls_per_s, answer_s, oldest)
-        return math.ceil(1000 * min(wait, self._config.call_deadline_s))
+        """What a call refused for a full queue at `home` should wait (ms; see
+        `admission.retry_hint_ms`)."""
+        return retry_hint_ms(
+            self._homes.get(home),
+            trio.current_time(),
+            pacing_wait_s=self.pacer.wait_s(home),
+            pace_calls_per_s=self._config.pace_calls_per_s,
+            call_deadline_s=self._config.call_deadline_s,
+        )
 
     async def call(self, home: str, agent_key: bytes, read: str, body: Any = None) -> Reply:
         """Ask `home`'s box one read (or `goal.request`) as agent `agent_key` (32 bytes);
         returns its `Reply`.
 
         The caller owns the deadline (a cancel scope); a cancelled call frees its place, and a
-        request it leaves at the box keeps the session until the box answers (issue 11, D2).
+        request it leaves at the box keeps the session until the box answers or
+        `call_deadline_s` passes (pool/session.py, "given up").
 
         Raises:
             Refusal: admission, the queue, the box, or the session ending refused it.
@@ -274,7 +269,7 @@ class Pool:
 
         A `command` has its own places in the queue (`queue_per_home` of them besides the
         reads') and waits its pacing turn up to the call deadline instead of `pace_wait_s`, so
-        a command waiting behind reads is never dropped for a read (issue 16, item 6).
+        a command waiting behind reads is never dropped for a read (docs/control.md).
 
         Raises:
             Refusal: draining, a full queue, admission, pacing, or the session's end.
@@ -284,8 +279,7 @@ class Pool:
         h = self._home(home)
         waiting = h.commands if command else h.queued
         if waiting >= self._config.queue_per_home:
-            retry_ms = self.retry_hint_ms(home)
-            raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
+            raise full_queue(self.retry_hint_ms(home))
         h.count(command, 1)
         queued = True
         arrived = trio.current_time()
@@ -335,20 +329,8 @@ class Pool:
             raise refusal_for_end(reason)
 
     async def _admit(self, home: str, agent_key: bytes) -> tuple[Roster, AgentGrant]:
-        roster = await self._door.rosters.roster(home)
-        if roster is None:
-            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "home"})
-        decision = admit(roster, agent_key, self._wall_ms())
-        if isinstance(decision, Refusal):
-            s = self._sessions.get((home, agent_key))
-            if s is not None:
-                s.close(
-                    TunEndReason.EXPIRED.value
-                    if decision.code is Code.E_GRANT_EXPIRED
-                    else TunEndReason.REVOKED.value
-                )
-            raise decision
-        return roster, decision.grant
+        warm = self._sessions.get((home, agent_key))
+        return await admit_agent(self._door.rosters, warm, home, agent_key, self._wall_ms())
 
     def _start(
         self, home: str, agent_key: bytes, roster: Roster, grant: AgentGrant
@@ -375,13 +357,12 @@ class Pool:
         return s
 
     def _evict_for_room(self) -> None:
-        while len(self._sessions) >= self._config.warm_sessions:
-            for s in self._sessions.values():  # least recently used first
-                if s.is_available and not s.waiting and not self.feeds.referenced(s):
-                    s.close(TunEndReason.IDLE.value)
-                    break
-            else:
-                return
+        evict_for_room(
+            self._sessions.values(),
+            lambda: len(self._sessions),
+            self._config.warm_sessions,
+            self.feeds.referenced,
+        )
 
     async def exchange(
         self,
@@ -390,56 +371,12 @@ class Pool:
         *,
         acks: list[CmdAck] | None = None,
     ) -> Reply:
-        """Send one request on `s` (held by this task, from `hold`) and wait for its answer:
-        `start(agent)` makes it (`AgentSession.request` or `.command`) and returns (id,
-        message). The session stays held for a next request; `hold` releases it. A command's
-        `cmd.ack`, if one came, is appended to `acks`, also when the wait is cancelled.
+        """`AtBoxes.exchange`: one request on `s`, held by this task (pool/exchange.py).
 
         Raises:
             Refusal: the box refused, the door dropped the message, or the session ended.
         """
-        await self._limiter.acquire_on_behalf_of(s)
-        self._in_flight += 1
-        s.at_box = True
-        s.sent_at = trio.current_time()
-        self._notify()
-        if s.is_closed:  # ended while we waited for a slot
-            self.box_done(s, answered=False)
-            raise refusal_for_end(s.end_reason or TunEndReason.CLOSED.value)
-        assert s.agent is not None and s.tun is not None
-        try:
-            rid, message = start(s.agent)
-        except LocalProtocolError:  # the box ended the session while we waited
-            s.close(s.end_reason or TunEndReason.CLOSED.value)
-            raise refusal_for_end(s.end_reason or TunEndReason.CLOSED.value) from None
-        waiter = s.waiter = Waiter(rid)
-        sent = False
-        try:
-            try:
-                sent = await s.tun.send(message)  # cancelled here: nothing was sent
-            except TunEnded as exc:
-                s.close(exc.reason)
-                raise refusal_for_end(s.end_reason or exc.reason) from None
-            if not sent:  # the door dropped it past the home's limit: say so now
-                retry_ms = math.ceil(1000 / self._config.door_msgs_per_s)
-                raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": retry_ms}, retry_ms)
-            await waiter.done.wait()
-        finally:
-            if acks is not None and waiter.ack is not None:
-                acks.append(waiter.ack)
-            if not sent and not s.is_closed:  # the box never got it: nothing to wait for
-                s.agent.abandon(sent=False)
-                self.box_done(s, answered=False)
-            if not s.is_closed and s.holder is trio.lowlevel.current_task():
-                if s.at_box and not waiter.done.is_set():
-                    s.give_up()  # the box still works on it: the session waits for that
-                    self._deadlines.schedule(s, s.sent_at + self._config.call_deadline_s)
-                else:
-                    s.waiter = None
-        if waiter.refusal is not None:
-            raise waiter.refusal
-        assert waiter.reply is not None
-        return waiter.reply
+        return await self._at_boxes.exchange(s, start, acks=acks)
 
     # -- what sessions tell the pool --------------------------------------------------------
 
@@ -456,14 +393,8 @@ class Pool:
         reason = s.end_reason or TunEndReason.CLOSED.value
         self.feeds.session_closed(s)
         self._drops[reason] = self._drops.get(reason, 0) + 1
-        self._closing += 1
-        self._notify()
         log.info("session end home=%s reason=%s", s.home, reason)
-        if s.opening is None:
-            self._orphans.append(s)
-            if self._nursery is not None:
-                with contextlib.suppress(RuntimeError):  # closed to new arrivals: run's finally
-                    self._nursery.start_soon(self._finish_orphans)
+        self._closings.closed(s, self._nursery)
 
     def session_released(self, s: PooledSession) -> None:
         """`s` is READY with nobody waiting: it closes after `idle_close_s` unless taken."""
@@ -472,78 +403,28 @@ class Pool:
 
     def box_done(self, s: PooledSession, answered: bool) -> None:
         """The box finished `s`'s request (`answered`) or never will: its slot is free."""
-        s.at_box = False
-        self._limiter.release_on_behalf_of(s)
-        self._in_flight -= 1
-        if answered:
-            h = self._homes.get(s.home)
-            if h is not None:
-                took = trio.current_time() - s.sent_at
-                h.answer_s += ANSWER_EWMA * (took - h.answer_s)
-        self._notify()
-
-    async def _finish_orphans(self) -> None:
-        while self._orphans:
-            s = self._orphans.pop()
-            await self._finish(s)
-
-    async def _finish(self, s: PooledSession) -> None:
-        reason = s.end_reason or TunEndReason.CLOSED.value
-        if s.tun is not None:  # the box hears tun.end (bounded, shielded)
-            await s.tun.aclose(tun_end_reason(reason))
-        self._ended(s)
-
-    def _ended(self, s: PooledSession) -> None:
-        s.ended()
-        self._closing -= 1
-        self._notify()
+        self._at_boxes.box_done(s, answered)
 
     # -- the deadline heap ------------------------------------------------------------------
 
     def _due(self, s: PooledSession, now: float) -> None:
-        """The deadline heap's look at `s`: close it when idle past `idle_close_s`, or when its
-        box has not answered, within `call_deadline_s`, a request whose caller gave up."""
-        if s.state is State.READY:
-            if s.has_expired(now) and self.feeds.referenced(s):  # a live feed holds it
-                s.idle_at = now + self._config.idle_close_s
-                self._deadlines.schedule(s, s.idle_at)
-            elif s.has_expired(now):
-                s.close(TunEndReason.IDLE.value)
-            else:
-                self._deadlines.schedule(s, s.idle_at)
-        elif s.is_abandoned:
-            due = s.sent_at + self._config.call_deadline_s
-            if now >= due:
-                s.close(LocalEnd.NO_ANSWER.value)
-            else:
-                self._deadlines.schedule(s, due)
-
-    # -- opening ----------------------------------------------------------------------------
+        look(
+            s,
+            now,
+            idle_close_s=self._config.idle_close_s,
+            call_deadline_s=self._config.call_deadline_s,
+            referenced=self.feeds.referenced,
+            schedule=self._deadlines.schedule,
+        )
 
     async def _open_task(self, s: PooledSession, roster: Roster) -> None:
-        started = trio.current_time()
-        outcome = "ok"
-        scope = s.opening
-        assert scope is not None
-        try:
-            with scope:
-                outcome = await open_outcome(
-                    s,
-                    roster,
-                    door=self._door,
-                    keys=self._keys,
-                    config=self._config,
-                    wall_ms=self._wall_ms,
-                )
-            if scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
-                outcome = "closed"
-        finally:
-            if s.state is State.OPENING:  # cancelled from outside (the pool is stopping)
-                outcome = "closed"
-                s.close(TunEndReason.RESTARTING.value)
-            if self._observer is not None:
-                self._observer.on_open(outcome, trio.current_time() - started)
-            if s.opening is not None:  # closed while opening: this task ends it
-                s.opening = None
-                with trio.CancelScope(shield=True):
-                    await self._finish(s)
+        await open_task(
+            s,
+            roster,
+            door=self._door,
+            keys=self._keys,
+            config=self._config,
+            wall_ms=self._wall_ms,
+            on_open=None if self._observer is None else self._observer.on_open,
+            finish=self._closings.finish,
+        )

@@ -1,4 +1,5 @@
-"""One pooled agent session and its states, in one table (issue 12; modelled on h11's and
+"""One pooled agent session and its states, in one table (docs/architecture.md, "A
+pooled session's states"; modelled on h11's and
 httpcore's connection states).
 
     OPENING --opened--> READY --take--> BUSY --release--> READY
@@ -8,7 +9,7 @@ httpcore's connection states).
 BUSY means the box has, or is about to get, this session's one request (PROTOCOL.md part B:
 one request in flight per session). A call owns a BUSY session from `take` until its answer;
 a call that gives up leaves the session BUSY with no owner until the box's answer arrives (and
-is dropped) or the session is closed for not answering (issue 11, D2), so the next call is
+is dropped) or the session is closed for not answering (`call_deadline_s`), so the next call is
 never sent behind work the box has not finished. Waiting calls park in FIFO order; a release
 hands the session straight to the first of them.
 
@@ -74,7 +75,7 @@ TRANSITIONS: dict[tuple[State, Move], State] = {
 
 REPLACEABLE = frozenset({TunEndReason.IDLE.value, LocalEnd.NO_ANSWER.value})
 """End reasons the bridge chose without any caller asking: a call that meets one takes a new
-session instead of a refusal (issue 11, D5)."""
+session instead of a refusal."""
 
 
 @dataclass(slots=True, eq=False)
@@ -248,7 +249,8 @@ class PooledSession:
 
     def give_up(self) -> None:
         """The holder stopped waiting while its request is at the box: the session stays BUSY,
-        with no holder, until that answer arrives or the pool closes it (issue 11, D2)."""
+        with no holder, until that answer arrives or the pool closes it (`call_deadline_s`
+        after it was sent)."""
         self.holder = None
         self.waiter = None
         if self.agent is not None:

@@ -1,7 +1,7 @@
 """One Noise session's messages after the handshake, for either side (PROTOCOL.md part A).
 
-`Channel` turns envelopes into transport messages and back (frame, pad, seal / open, unpad,
-decode). `AgentSession` is the initiator's state machine on top of it: it numbers requests,
+`channel.Channel` turns envelopes into transport messages and back (frame, pad, seal / open,
+unpad, decode). `AgentSession` is the initiator's state machine on top of it: it numbers requests,
 allows one in flight, gathers `hist.chunk`s until `hist.end`, matches answers to requests by
 their own `id` only, and answers an unknown `t` that carries an id with `E_UNKNOWN_OP {t}`.
 An authentication failure or replay moves it to ERROR for good (STYLE habit 2); an
@@ -36,72 +36,23 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from .channel import Channel as Channel  # where it lived first: callers import it here
 from .control import BadBody, Cmd, CmdAck, CmdResult, Decided, GoalQueued, RequestList
 from .control import not_valid_after_ms as _nva
-from .envelope import MAX_ID, Envelope, decode_envelope
+from .envelope import MAX_ID, Envelope
 from .errors import LocalProtocolError, RemoteProtocolError
 from .frame import (
     DEFAULT_CONTROL_BUCKET,
     FLAG_TRUNCATED,
-    LANE_BULK,
-    decode_frame,
-    encode_frame,
-    lane_for,
 )
 from .names import Answer, Code, GoalMsg, Read
-from .noise import Transport, TransportKeys
+from .noise import TransportKeys
 from .refusal import Refusal
 from .registry import Msg, peer_code, peer_retry_ms
 from .telemetry import TelemetryMsg
 
 SUB = TelemetryMsg.SUB.value
 SNAP = TelemetryMsg.SNAP.value
-
-
-class Channel:
-    """Envelope <-> transport message for one side of one session.
-
-    Args:
-        keys: the handshake's transport keys, from this side's point of view.
-        control_bucket: lane 0's bucket for the session, 256 or 512 bytes.
-    """
-
-    def __init__(self, keys: TransportKeys, *, control_bucket: int = DEFAULT_CONTROL_BUCKET):
-        self._transport = Transport(keys)
-        self.control_bucket = control_bucket
-        self.session_id = keys.handshake_hash
-
-    def wrap(self, env: Envelope, *, bulk: bool = False, flags: int = 0) -> bytes:
-        """One transport message carrying `env`; lane 1 when `bulk` or when lane 0 is too small.
-
-        Raises:
-            LocalProtocolError: an envelope over 16,378 bytes, or a spent `seq` space.
-        """
-        payload = env.encode()
-        lane = LANE_BULK if bulk else lane_for(len(payload), self.control_bucket)
-        frame = encode_frame(payload, lane=lane, flags=flags, control_bucket=self.control_bucket)
-        return self._transport.seal(frame)
-
-    def unwrap(self, message: bytes) -> Envelope | None:
-        """The envelope in one transport message, or None when its frame or CBOR is undecodable.
-
-        Raises:
-            RemoteProtocolError: authentication failure, replay, or a message older than the window.
-        """
-        return self.unwrap_flagged(message)[0]
-
-    def unwrap_flagged(self, message: bytes) -> tuple[Envelope | None, int]:
-        """As `unwrap`, with the frame's flags (0x02: truncated, PROTOCOL.md parts A and F).
-
-        Raises:
-            RemoteProtocolError: as `unwrap`.
-        """
-        frame_bytes = self._transport.open(message)
-        try:
-            frame = decode_frame(frame_bytes)
-            return decode_envelope(frame.payload), frame.flags
-        except RemoteProtocolError:
-            return None, 0
 
 
 class State(Enum):

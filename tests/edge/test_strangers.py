@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from ftwbridge.door.door import DOOR_STRANGERS_PER_SOURCE
-from ftwbridge.edge import MAX_STRANGERS, STRANGERS_PER_SOURCE
+from ftwbridge.edgerules import MAX_STRANGERS, STRANGERS_PER_SOURCE
 from ftwbridge.fairshare import Slots
 from tests.e2e.env import REAL_WAIT_S, Env
 

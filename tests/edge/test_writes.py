@@ -1,7 +1,7 @@
 """How `GuardedTCPServer` writes responses: one write for a response with a length, streams
 as they come, hypercorn's refusals unchanged.
 
-Each test serves a small ASGI app through hypercorn's trio worker with the guard installed, on
+Each test serves a small ASGI app through `edge.serve` (hypercorn's trio worker with the guard), on
 a real socket, and records every `send_all` of the server's side of the connection.
 """
 
@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import trio
-from hypercorn.trio import serve
 
 from ftwbridge import edge
 from ftwbridge.edge import EdgeConfig
@@ -43,7 +42,6 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
         await original(self, data)
 
     monkeypatch.setattr(trio.SocketStream, "send_all", send_all)
-    edge.install()
     return seen
 
 
@@ -64,7 +62,7 @@ async def _serve(nursery: trio.Nursery, app: App, *, read_timeout: int | None = 
     config.accesslog = None
     config.errorlog = None
     config.read_timeout = read_timeout
-    nursery.start_soon(serve, asgi, config)
+    nursery.start_soon(edge.serve, asgi, config)
     with trio.fail_after(WAIT_S):
         while True:
             try:
@@ -203,7 +201,6 @@ async def test_an_app_that_fails_after_its_head_gets_words_not_a_head_without_a_
 async def test_a_body_the_peer_breaks_after_a_held_head_gets_a_400() -> None:
     """An app that answers before it reads the body (a refusal, say) has its head held; a
     chunked body that then breaks RFC 9112 ends the connection with a 400, not that head."""
-    edge.install()
     head_held = trio.Event()
 
     async def app(scope: Scope, receive: Any, send: Any) -> None:
@@ -262,7 +259,6 @@ async def test_body_bytes_that_look_like_a_head_go_out_as_they_come(writes: Writ
 async def test_body_bytes_that_look_like_a_websocket_101_leave_the_connection_http() -> None:
     """A body chunk that reads like hypercorn's 101 to a WebSocket does not make the guard
     take the connection for a WebSocket (it used to end it with a Close frame)."""
-    edge.install()
     like_101 = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"
 
     async def app(scope: Scope, receive: Any, send: Any) -> None:
@@ -289,7 +285,6 @@ async def test_a_peer_that_reads_nothing_is_let_go_after_the_read_timeout(length
     and the shielded write waited for it for ever: its connection, socket and tasks stayed
     as long as the peer kept it open. A write that takes none of its bytes for the read
     timeout ends the connection, on the one-write path (a length) and on hypercorn's (a stream)."""
-    edge.install()
     ended = trio.Event()
     big = b"x" * (64 * 1024 * 1024)  # past what the kernel buffers on both ends
 

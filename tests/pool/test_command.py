@@ -160,7 +160,7 @@ async def test_a_revoked_agent_is_refused_at_the_box_while_the_bridge_lags(
     rig = Rig(nursery)
     r = rig.door.rosters
     rosters = rig.door.rosters = _LaggingRosters(
-        r.store, stats=r.stats, on_roster=r.on_roster, refusal_log=r.refusal_log
+        r.store, stats=r.stats, events=r.events, refusal_log=r.refusal_log
     )
     await rig.start()
     stub = await rig.add_home()
