@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"ftwbridge: {missing}", file=sys.stderr)
         sys.exit(2)
     if args.command == "demo":
-        from ftwbridge.demo import run_demo
+        from devtools.demo import run_demo
 
         port = args.port if args.port is not None else (0 if args.once else 8780)
         jobs[("demo", None)] = lambda: run_demo(once=args.once, port=port, state_dir=args.state_dir)

@@ -2,7 +2,7 @@
 
 `load_config` turns every way a configuration can be wrong (a missing file, TOML that does
 not parse, an unknown key, a value of the wrong type or out of range) into one `ConfigError`
-whose message is one sentence for the operator (issue 15).
+whose message is one sentence for the operator (docs/operations.md, "Configuration").
 """
 
 from __future__ import annotations
@@ -394,7 +394,7 @@ class Config(BaseModel):
         """`door_silence_s` is the HTTP server's read timeout on the main listener, so it bounds
         how long any connection there may send nothing, and a `/mcp` call waiting for its box
         sends nothing. Below `call_deadline_s` plus `CALL_SLACK_S` it would cut such calls
-        with no answer at all (issue 11's soak), so it is refused at start."""
+        with no answer at all (the soak run saw exactly that), so it is refused at start."""
         least = self.call_deadline_s + CALL_SLACK_S
         if self.door_silence_s < least:
             raise ValueError(

@@ -23,7 +23,7 @@ from typing import Any
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from ftwbridge.demo import console
+from devtools.rig import console
 
 PY = sys.executable
 WAIT_S = 30.0

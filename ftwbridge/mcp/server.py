@@ -8,7 +8,7 @@ POST`), `Content-Type` (415), `Accept` (406), the declared body size (413), the 
 method. Tool failures are `isError` results in words; protocol faults are JSON-RPC errors.
 
 Every request that reaches `handle` leaves one audit line (logger `ftwbridge.audit`) and one
-`on_request(method, outcome)` sample, refusals included (issue 15 item 7): a tool call's line
+`on_request(method, outcome)` sample, refusals included (docs/operations.md, "Logs"): a tool call's line
 starts `tool=`, any other request's `method=`; `status` is `ok`, the refusal's word
 (`audit.OUTCOMES`), or a box's registry code.
 """
@@ -72,11 +72,12 @@ commands (`mcp/control.py`)."""
 
 MESH_MOVED = "ftw-mesh-moved"
 """The header of the 421 a holder answers a forwarding instance when it no longer holds the
-home at the epoch named (issue 13 item 4); a client never sees it."""
+home at the epoch named (docs/architecture.md, "When the home's uplink is at another
+instance"); a client never sees it."""
 
 
 class MeshPort(Protocol):
-    """What `/mcp` needs of the mesh between instances (`ftwbridge.mesh`, issue 13 item 4)."""
+    """What `/mcp` needs of the mesh between instances (`ftwbridge.mesh`; docs/operations.md, "Many instances")."""
 
     async def holds(self, home: str, epoch: int) -> bool:
         """Whether this instance holds `home`'s uplink at the claim `epoch` now (a claim

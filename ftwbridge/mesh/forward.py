@@ -1,8 +1,9 @@
-"""The sending side of forwarding (issue 13 item 4): a `/mcp` request whose token's home is
+"""The sending side of forwarding (docs/architecture.md, "When the home's uplink is at
+another instance"): a `/mcp` request whose token's home is
 held by another instance goes there whole, signed, and its answer comes back as it was.
 
 `Forwarder.forward` decides with the directory, sends with one shared `httpx2.AsyncClient`
-(bounded pool and timeouts), and keeps to the issue's rules: at most one hop; after a 421
+(bounded pool and timeouts), and keeps to these rules: at most one hop; after a 421
 from the holder (it lost the home) or a holder that cannot be reached, one fresh lookup and
 one more try within the call's deadline; a holder that fails after the request went out ends
 the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice. The whole forward

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from ftwbridge.demo import console, start_stub
+from devtools.rig import console, start_stub
 from ftwbridge.keys.mesh import WRONG_KEY
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.proto.noise import generate_static

@@ -21,8 +21,8 @@ import httpx2
 import pytest
 import trio
 
+from devtools.rig import console, start_stub
 from ftwbridge.backup import backup_state, restore_state
-from ftwbridge.demo import console, start_stub
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.store.inuse import serving_state
 from tests.e2e.env import REAL_WAIT_S

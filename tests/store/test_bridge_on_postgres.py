@@ -15,7 +15,7 @@ from typing import Any, Literal, overload
 
 import trio
 
-from ftwbridge.demo import console, start_stub
+from devtools.rig import console, start_stub
 from ftwbridge.store.migrate import bundled
 from ftwbridge.store.postgres import PgStore
 from tests.store.conftest import first_line
