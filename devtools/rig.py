@@ -8,8 +8,10 @@ until the signed roster naming it reached the bridge.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import socket
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,22 @@ DEMO_HOME = "demo-home"
 WAIT_S = 60.0
 """The most the demo waits for its stub home's roster to reach the bridge, seconds: about a
 second on an idle machine, but the demo must not fail on a loaded one."""
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now."""
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` different ports on 127.0.0.1 that nothing listens on now: all held open at once
+    while they are chosen, so two of them are never the same port (picked one at a time, the
+    kernel may hand out a port just closed again: an instance then found its port taken)."""
+    with contextlib.ExitStack() as stack:
+        held = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in held:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in held]
 
 
 async def console(port: int, command: dict[str, Any]) -> Any:

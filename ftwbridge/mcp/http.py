@@ -20,6 +20,9 @@ from mcp_types import jsonrpc
 from . import inbound
 from .audit import Seen
 
+RATE_LIMITED_JSONRPC = -32029
+"""JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
+
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:

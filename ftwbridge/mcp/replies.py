@@ -3,6 +3,7 @@ the HTTP status the JSON-RPC code maps to (`inbound.HTTP_STATUS`, MCP 2026-07-28
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mcp_types import jsonrpc
@@ -29,3 +30,26 @@ def error_response(route: inbound.Route, code: int, message: str, data: Any = No
     rej = inbound.Rejection(inbound.HTTP_STATUS.get(code, 200), code, message, route.id, data)
     status = rej.status if route.era == "modern" or code != jsonrpc.METHOD_NOT_FOUND else 200
     return json_response(status, rej.body())
+
+
+def insufficient_scope(
+    route: inbound.Route,
+    name: str,
+    missing: list[str],
+    challenge: Callable[[str, str, str], str],
+) -> HttpResponse:
+    """403 `insufficient_scope` naming the scopes the tool `name` (or `name` itself when it
+    says what, "resource live" or "prompt troubleshoot") needs, for step-up (RFC 6750 section
+    3.1; MCP authorization, "Scope Challenge Handling"); `challenge(error, words, scope)` is
+    the `WWW-Authenticate` value (`auth.BearerAuth.challenge`)."""
+    scope = " ".join(missing)
+    what = name if " " in name else f"tool {name}"
+    rej = inbound.Rejection(
+        403,
+        jsonrpc.INVALID_REQUEST,
+        f"insufficient_scope: the {what} needs {scope}",
+        route.id,
+        {"requiredScopes": missing},
+    )
+    words = challenge("insufficient_scope", f"The {what} needs {scope}", scope)
+    return json_response(403, rej.body(), {"www-authenticate": words})

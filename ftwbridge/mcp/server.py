@@ -31,14 +31,16 @@ from ftwbridge.store import TokenRecord
 from . import apps, deadline, inbound
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
-from .capabilities import capabilities
 from .catalog import METHODS, Catalog
 from .confirm import StateRefused
 from .consent import ConfirmMode
 from .control import ArgumentsRefused, Control, ControlPort, InputRequired
 from .control_tools import CONTROL_BY_NAME, CONTROL_TOOLS, ControlTool
 from .forwarding import MESH_MOVED, MeshPort, forward, is_listen, not_held
+from .hello import INSTRUCTIONS as INSTRUCTIONS
+from .hello import hello, tools_list
 from .http import (
+    RATE_LIMITED_JSONRPC,
     BodyGone,
     BodyTooLarge,
     BodyTooSlow,
@@ -50,9 +52,8 @@ from .http import (
     late,
     read_body,
 )
-from .identity import SERVER_INFO
 from .limits import AgentRequests
-from .replies import error_response, result_response
+from .replies import error_response, insufficient_scope, result_response
 from .results import (
     invalid_arguments,
     log_safe,
@@ -65,6 +66,7 @@ from .tools import TOOLS, TOOLS_BY_NAME, ToolSpec
 
 __all__ = [
     "MESH_MOVED",
+    "RATE_LIMITED_JSONRPC",
     "BodyGone",
     "BodyTooLarge",
     "BodyTooSlow",
@@ -79,13 +81,6 @@ __all__ = [
 ]
 """The request and response types, the 421's header and the ports stay importable from here
 (`mcp/http.py`, `mcp/forwarding.py`, `mcp/runner.py` hold them)."""
-
-RATE_LIMITED_JSONRPC = -32029
-"""JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
-INSTRUCTIONS = (
-    "Access to one home's energy box: live power, plan, prices, history, health; within the"
-    " owner's grant, start and stop a charge, and ask the owner for lasting changes."
-)
 
 
 HomePort = ControlPort
@@ -293,40 +288,11 @@ class McpService:
         seen: Seen,
     ) -> HttpResponse:
         m = route.method
-        if route.era == "modern" and m == "server/discover":
-            result = {
-                "supportedVersions": list(inbound.MODERN),
-                "capabilities": capabilities("modern", listen=self._listen is not None),
-                "instructions": INSTRUCTIONS,
-                "_meta": {"io.modelcontextprotocol/serverInfo": SERVER_INFO},
-            }
-            return result_response(route, result, cacheable=True)
-        if route.era == "legacy" and m == "initialize":
-            asked = route.params.get("protocolVersion")
-            version = asked if asked in inbound.LEGACY else inbound.LEGACY[-1]
-            result = {
-                "protocolVersion": version,
-                "capabilities": capabilities("legacy", listen=self._listen is not None),
-                "serverInfo": SERVER_INFO,
-                "instructions": INSTRUCTIONS,
-            }
-            return result_response(route, result)
-        if route.era == "legacy" and m == "ping":
-            return result_response(route, {})
+        answer = hello(route, listen=self._listen is not None)
+        if answer is not None:
+            return answer
         if m == "tools/list":
-            cursor = route.params.get("cursor")
-            if cursor is not None:  # one page holds every tool: no cursor was ever issued
-                seen.outcome = "invalid_params"
-                return error_response(
-                    route,
-                    jsonrpc.INVALID_PARAMS,
-                    "Invalid params: unknown cursor",
-                    {"cursor": "unknown"},
-                )
-            listed = self._tool_list
-            if apps.wants_view(route.params):  # MCP Apps negotiated (mcp/apps.py)
-                listed = apps.tool_list(listed)
-            return result_response(route, {"tools": listed}, cacheable=True)
+            return tools_list(route, self._tool_list, seen)
         if m == "tools/call":
             return await self._call(route, token, ends, seen)
         if m in METHODS:  # resources and prompts (mcp/catalog.py)
@@ -447,20 +413,8 @@ class McpService:
     def _insufficient_scope(
         self, route: inbound.Route, name: str, missing: list[str]
     ) -> HttpResponse:
-        """403 `insufficient_scope` naming the scopes the tool `name` (or `name` itself when it
-        says what, "resource live" or "prompt troubleshoot") needs, for step-up (RFC 6750 section 3.1; MCP authorization, "Scope
-        Challenge Handling")."""
-        scope = " ".join(missing)
-        what = name if " " in name else f"tool {name}"
-        rej = inbound.Rejection(
-            403,
-            jsonrpc.INVALID_REQUEST,
-            f"insufficient_scope: the {what} needs {scope}",
-            route.id,
-            {"requiredScopes": missing},
-        )
-        challenge = self._auth.challenge("insufficient_scope", f"The {what} needs {scope}", scope)
-        return json_response(403, rej.body(), {"www-authenticate": challenge})
+        """403 `insufficient_scope` for step-up (`replies.insufficient_scope`)."""
+        return insufficient_scope(route, name, missing, self._auth.challenge)
 
     def _behind(self, token: TokenRecord) -> Any:
         if self._roster_behind is None:

@@ -11,7 +11,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import httpx2
 import pytest
 import trio
 
-from devtools.rig import console, start_stub
+from devtools.rig import console, free_port, start_stub
 from ftwbridge.backup import backup_state, restore_state
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.store.inuse import serving_state
@@ -29,12 +28,6 @@ from tests.e2e.env import REAL_WAIT_S
 from tests.e2e.test_access import MODERN, call_body
 
 CLI = [sys.executable, "-m", "ftwbridge"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def cli(env: dict[str, str], *argv: str) -> str:
