@@ -34,6 +34,22 @@ night charge (01:00-05:00) does not hold the charger, so the demo's charge means
 any hour it runs."""
 
 
+def _print_connect(
+    url: str, code: str, token: str, console_port: int, admin_url: str | None
+) -> None:
+    """How another MCP client connects to the demo that keeps serving: the URL, the home's
+    claim `code` for OAuth or the bearer `token`, the home's console and the metrics."""
+    print("\nConnect another MCP client (Streamable HTTP):")
+    print(f"  URL:    {url}")
+    print(f"  with OAuth: sign in and type the home's claim code {code} (one use, 10 minutes;")
+    print("    the demo home approves every assistant at once; its console's")
+    print('    {"op": "claim"} shows a new code)')
+    print(f"  or a header: Authorization: Bearer {token}")
+    print(f"  owner console of the home: 127.0.0.1:{console_port} (JSON lines)")
+    print(f"  metrics: {admin_url}/metrics")
+    print("Ctrl-C stops the demo.", flush=True)
+
+
 async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
     """The demo (see the module docstring); returns the exit status."""
     started = time.monotonic()
@@ -82,17 +98,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             if once:
                 return  # cancelling the nursery stops the bridge and the stub home's process
             code = (await console(line["console"], {"op": "claim", "home": DEMO_HOME}))["code"]
-            print("\nConnect another MCP client (Streamable HTTP):")
-            print(f"  URL:    {url}")
-            print(
-                f"  with OAuth: sign in and type the home's claim code {code} (one use, 10 minutes;"
-            )
-            print("    the demo home approves every assistant at once; its console's")
-            print('    {"op": "claim"} shows a new code)')
-            print(f"  or a header: Authorization: Bearer {token}")
-            print(f"  owner console of the home: 127.0.0.1:{line['console']} (JSON lines)")
-            print(f"  metrics: {bridge.admin_url}/metrics")
-            print("Ctrl-C stops the demo.", flush=True)
+            _print_connect(url, code, token, line["console"], bridge.admin_url)
             await trio.sleep_forever()
 
         await until_signalled(run)

@@ -35,6 +35,7 @@ from ftwbridge.store import StoreError
 
 from .answers import OwnerAnswers
 from .audit import SignInAudit
+from .authorize import checked_request, redirect_of
 from .cimd import MetadataDocuments
 from .grace import Rotations
 from .limits import OAuthLimits
@@ -42,7 +43,6 @@ from .model import (
     CODE_TTL_MS,
     MAX_CLAIM_TRIES,
     MAX_PENDING,
-    MAX_STATE_CHARS,
     REQUEST_TTL_MS,
     CodeGrant,
     IssueAccess,
@@ -51,12 +51,9 @@ from .model import (
     Pending,
     present,
     token_hash,
-    valid_challenge,
 )
 from .persist import CLAIM, CODE, CONSENT, pending_from
 from .redirects import (
-    matching_redirect,
-    redirect_kind,
     redirect_label,
 )
 from .registration import ClientRegistration
@@ -148,8 +145,8 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
         client_id = params.get("client_id", "")
         client = await self._client(client_id, now, address)
         asked = params.get("redirect_uri")
-        redirect_uri = _redirect_of(client["redirect_uris"], asked)
-        state, challenge = _checked(params, self._resource())
+        redirect_uri = redirect_of(client["redirect_uris"], asked)
+        state, challenge = checked_request(params, self._resource())
         asked_scopes = granted_scopes(params.get("scope", ""))
         name = str(client.get("client_name") or client_id)
         pending = Pending(
@@ -378,42 +375,3 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
             await self._keys.drop(key)
         except KeysError as exc:
             log.warning("an unused agent key of home %s was not dropped: %s", home, exc)
-
-
-def _redirect_of(registered: list[str], asked: str | None) -> str:
-    """The redirect URI of an authorization request: the one asked, if it matches one the
-    client registered (`redirects.matching_redirect`), or the client's only one when none is
-    asked and it is not a loopback one (OAuth 2.1 section 4.1.1).
-
-    Raises:
-        OAuthError: none asked where one is needed, or one the client did not register.
-    """
-    if asked is None and len(registered) == 1 and redirect_kind(registered[0]) != "loopback":
-        return registered[0]  # OAuth 2.1 section 4.1.1: optional with one URI
-    if asked is None:
-        raise OAuthError("invalid_request", "redirect_uri is required for this client")
-    found = matching_redirect(registered, asked)
-    if found is None:
-        raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
-    return found
-
-
-def _checked(params: dict[str, str], resource: str) -> tuple[str | None, str]:
-    """The request's `state` and PKCE `code_challenge`, once the rest checks out: a state
-    within `MAX_STATE_CHARS`, `response_type=code`, PKCE S256 (RFC 7636), and our `/mcp` as
-    `resource` when given (RFC 8707).
-
-    Raises:
-        OAuthError: the first of these the request breaks.
-    """
-    state = params.get("state")
-    if state is not None and len(state) > MAX_STATE_CHARS:
-        raise OAuthError("invalid_request", "state is too long")
-    if params.get("response_type") != "code":
-        raise OAuthError("unsupported_response_type", "response_type must be code")
-    challenge = params.get("code_challenge", "")
-    if params.get("code_challenge_method") != "S256" or not valid_challenge(challenge):
-        raise OAuthError("invalid_request", "PKCE with code_challenge_method S256 is required")
-    if params.get("resource", resource) != resource:
-        raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
-    return state, challenge
