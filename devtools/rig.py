@@ -66,6 +66,19 @@ async def console(port: int, command: dict[str, Any]) -> Any:
     return answer["ok"]
 
 
+async def home_key(home: str) -> dict[str, Any]:
+    """What `python -m stubbox --print-key` prints for `home` (its key seeded by its name, as
+    `start_stub` seeds it): `homeKey`, the home's Ed25519 public key in hex, to enroll.
+
+    Raises:
+        subprocess.CalledProcessError: the stub exited with an error.
+    """
+    argv = [sys.executable, "-m", "stubbox", "--home", home, "--seed", home, "--print-key"]
+    done = await trio.run_process(argv, capture_stdout=True)
+    answer: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return answer
+
+
 async def start_stub(
     nursery: trio.Nursery,
     door_url: str,
