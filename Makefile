@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict ftwbridge stubbox cluster
+	$(BIN)/mypy --strict ftwbridge stubbox devtools cluster
 
 # Real MCP peers for the tests (TypeScript SDKs, MCP Inspector, the conformance suite, Node 22),
 # pinned in peers/package-lock.json and installed from the npm registry. `npm ci` installs

@@ -20,8 +20,8 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from devtools.rig import console, start_stub  # noqa: E402
 from ftwbridge.config import Config  # noqa: E402
-from ftwbridge.demo import console, start_stub  # noqa: E402
 from ftwbridge.keys import KeysService  # noqa: E402
 from ftwbridge.lifecycle import until_stdin_closes  # noqa: E402
 from ftwbridge.proto.names import Read  # noqa: E402

@@ -19,7 +19,7 @@ import time
 
 import trio
 
-from ftwbridge.demo import assistant_session
+from devtools.sessions import assistant_session
 
 from .procs import CannotStart
 from .rig import Cluster, Options, open_cluster

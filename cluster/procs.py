@@ -24,6 +24,8 @@ from pathlib import Path
 
 import trio
 
+from devtools.rig import free_port as free_port
+
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[1]
 """The project's folder: every child runs there, so `python -m cluster.lifeline` is found."""
@@ -55,14 +57,6 @@ class CannotStart(Exception):
     def __init__(self, message: str, *, port_taken: bool = False) -> None:
         super().__init__(message)
         self.port_taken = port_taken
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def check_port_free(port: int, what: str) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 import trio
 
-from ftwbridge.demo import console
+from devtools.rig import console
 from ftwbridge.oauth.model import token_hash
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.registry import READ_SCOPES

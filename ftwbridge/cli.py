@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import functools
 import os
 import sqlite3
 import sys
@@ -43,239 +42,23 @@ from typing import Any
 
 import trio
 
-from ftwbridge import __version__
-from ftwbridge.cli_help import EXAMPLES, config_epilog
+from ftwbridge import cli_serve
+from ftwbridge.cli_parser import build_parser
 from ftwbridge.config import (
     ENV_PREFIX,
     Config,
     ConfigError,
-    kek_bytes,
     load_config,
-    mesh_key_bytes,
-    split_address,
 )
 from ftwbridge.extras import missing_extra
-from ftwbridge.keys import KeysPort, KeysService, serve_keys
 from ftwbridge.keys.keyfile import StateFileError
-from ftwbridge.keys.remote import url_of
-from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
+from ftwbridge.lifecycle import StartupError
 from ftwbridge.logs import configure_logging
 from ftwbridge.statewords import FULL_ERRNOS, state_sentence, trouble_of
-from ftwbridge.store import BridgeStore, StoreError, sqlite_path
+from ftwbridge.store import StoreError, sqlite_path
 
-
-def _wait_seconds(text: str) -> float:
-    """`--wait`: a number of seconds, 0 or more (argparse says so in words otherwise)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < 366 * 86_400:
-        raise argparse.ArgumentTypeError("give 0 or more seconds, at most a year")
-    return value
-
-
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file")
-    raw = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(
-        prog="ftwbridge", description=__doc__, epilog=EXAMPLES, formatter_class=raw
-    )
-    p.add_argument("--config", type=Path, default=None, help="TOML config file")
-    p.add_argument("--version", action="version", version=f"ftwbridge {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the bridge", parents=[common])
-    serve.add_argument(
-        "--exit-with-parent",
-        action="store_true",
-        help="drain and exit when standard input closes (a parent passes a pipe it never writes)",
-    )
-    keys = sub.add_parser(
-        "keys", help="run the keys part on a Unix socket or on TCP", parents=[common]
-    )
-    where = keys.add_mutually_exclusive_group(required=True)
-    where.add_argument("--socket", type=Path, help="serve on this Unix socket (mode 0600)")
-    where.add_argument(
-        "--listen", metavar="HOST:PORT", help="serve bridge instances on TCP (needs mesh_key)"
-    )
-    home = sub.add_parser("home", help="homes").add_subparsers(dest="action", required=True)
-    enroll = home.add_parser("enroll", help="enroll a home's Ed25519 public key", parents=[common])
-    enroll.add_argument("--home", required=True)
-    enroll.add_argument("--key", required=True, help="32-byte public key, hex")
-    home.add_parser("list", help="the enrolled homes and their rosters", parents=[common])
-    agent = sub.add_parser("agent", help="agents").add_subparsers(dest="action", required=True)
-    create = agent.add_parser(
-        "create", help="make a new agent key (prints it, hex)", parents=[common]
-    )
-    create.add_argument("--home", required=True)
-    agents = agent.add_parser("list", help="the agents a home's roster lists", parents=[common])
-    agents.add_argument("--home", required=True)
-    config = sub.add_parser(
-        "config", help="the configuration", epilog=config_epilog(), formatter_class=raw
-    ).add_subparsers(dest="action", required=True)
-    config.add_parser(
-        "check",
-        help="validate it and print the settings in effect (secrets masked)",
-        parents=[common],
-    )
-    config.add_parser("sample", help="print a bridge.toml with every setting, commented")
-    token = sub.add_parser("token", help="tokens").add_subparsers(dest="action", required=True)
-    issue = token.add_parser(
-        "issue", help="mint a token for an agent the roster lists", parents=[common]
-    )
-    issue.add_argument("--home", required=True)
-    issue.add_argument("--agent", required=True, help="the agent's id in the home's roster")
-    issue.add_argument(
-        "--wait",
-        type=_wait_seconds,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait up to SECONDS for the owner to approve the agent at home (its roster to"
-        " reach the bridge) instead of refusing at once",
-    )
-    db = sub.add_parser("db", help="the store: migrate, import, back up, restore").add_subparsers(
-        dest="action", required=True
-    )
-    db.add_parser(
-        "migrate", help="apply the schema migrations database_url lacks", parents=[common]
-    )
-    backup = db.add_parser(
-        "backup", help="copy the embedded state (online) into a new folder", parents=[common]
-    )
-    backup.add_argument("--to", type=Path, required=True, metavar="DIR", help="a new, empty folder")
-    restore = db.add_parser(
-        "restore", help="put a backup in place (the bridge stopped)", parents=[common]
-    )
-    restore.add_argument("--from", dest="source", type=Path, required=True, metavar="DIR")
-    imp = db.add_parser(
-        "import",
-        help="copy a stopped embedded bridge's state into database_url (keys sealed under kek)",
-        description=(
-            "Copy the homes, rosters, access and refresh token hashes, OAuth clients and"
-            " agents' keys of an embedded bridge (SQLite and agent-keys.json in its state"
-            " folder) into the migrated PostgreSQL of database_url, sealing the keys under kek"
-            " as keys services keep them. Run it with the keys service's configuration, the"
-            " embedded bridge stopped. A second run copies nothing new; a roster already newer"
-            " on PostgreSQL is kept. docs/operations.md, 'Moving from one process'."
-        ),
-        parents=[common],
-    )
-    imp.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="the embedded bridge's state folder (default: state_dir of the configuration)",
-    )
-    imp.add_argument(
-        "--keys-file",
-        type=Path,
-        default=None,
-        help="its agent keys file (default: agent-keys.json in that folder)",
-    )
-    imp.add_argument(
-        "--dry-run", action="store_true", help="count what would be copied; change nothing"
-    )
-    demo = sub.add_parser(
-        "demo", help="a home, the bridge and an assistant reading it", parents=[common]
-    )
-    demo.add_argument("--once", action="store_true", help="stop after the scripted session")
-    demo.add_argument(
-        "--port", type=int, default=None, help="HTTP port (default 8780, 0 with --once)"
-    )
-    demo.add_argument(
-        "--state-dir", type=Path, default=None, help="keep state here (default: a temporary folder)"
-    )
-    return p
-
-
-async def _serve(config: Config, *, exit_with_parent: bool = False) -> int:
-    """`ftwbridge serve`. With `exit_with_parent`, standard input reaching end-of-file drains
-    and stops the bridge as SIGTERM does, so a parent that dies (SIGKILL included) takes it
-    along (docs/operations.md, "Child processes")."""
-    from ftwbridge.run import Bridge  # the HTTP stack loads only for commands that serve
-
-    bridge = Bridge(config)
-
-    async def run(nursery: trio.Nursery) -> None:
-        await nursery.start(bridge.serve)
-        print(f"ftwbridge serving {bridge.site.resource}", flush=True)
-        if bridge.admin_url is not None:
-            print(f"admin on {bridge.admin_url}", flush=True)
-        if not exit_with_parent:
-            await trio.sleep_forever()
-        await until_stdin_closes()
-        await bridge.drain()
-
-    return await until_signalled(run, drain=bridge.drain)
-
-
-async def _keys(config: Config, socket: Path | None, listen: str | None) -> int:
-    """`ftwbridge keys`: serve the keys part on the Unix `socket`, or on TCP at `listen` to
-    bridge instances that prove `mesh_key`, until signalled. With `kek` the agents' keys are
-    kept sealed in the store (PostgreSQL with `database_url`, else SQLite in `state_dir`),
-    else in the key file in `state_dir`. A socket another keys part serves, or an address
-    that cannot be bound, is refused in one sentence with status 2."""
-    from ftwbridge.keys.listen import KeysListenError, serve_keys_tcp
-    from ftwbridge.keys.wire import KeysSocketError
-    from ftwbridge.mesh.tls import server_of
-
-    mesh_key = mesh_key_bytes(config.mesh_key) if config.mesh_key is not None else None
-    if listen is not None:
-        if mesh_key is None:
-            raise StartupError(
-                "keys --listen serves bridge instances over TCP, which prove the cluster's"
-                " mesh_key, and mesh_key is not set",
-                setting="mesh_key",
-            )
-        try:
-            split_address(listen)
-        except ValueError as exc:
-            raise StartupError(f"--listen {exc}") from None
-    store: BridgeStore | None = None
-    try:
-        service: KeysPort
-        if config.kek is not None:
-            from ftwbridge import admin  # the one-shot commands' module: loaded when used
-
-            store = await admin.started_store(config)
-            service = await admin.sealed_keys_service(store, kek_bytes(config.kek))
-        elif config.database_url is not None:
-            raise StartupError(
-                "a keys service on database_url keeps agents' keys in the database, sealed"
-                " under kek, and kek is not set (`openssl rand -hex 32` makes one; give every"
-                " keys service the same)",
-                setting="kek",
-            )
-        else:
-            service = KeysService(Path(config.state_dir) / "agent-keys.json")
-        refused: list[Exception] = []
-
-        async def run(nursery: trio.Nursery) -> None:
-            try:
-                if listen is not None and mesh_key is not None:
-                    tls = server_of(config.internal_certfile, config.internal_keyfile)
-                    host, port = await nursery.start(
-                        functools.partial(serve_keys_tcp, tls=tls), listen, service, mesh_key
-                    )
-                    print(f"keys service on {url_of((host, port))}", flush=True)
-                elif socket is not None:
-                    await nursery.start(serve_keys, socket, service)
-                    print(f"keys part on {socket}", flush=True)
-            except (KeysSocketError, KeysListenError) as exc:  # raised before it serves
-                refused.append(exc)
-                return
-            await trio.sleep_forever()
-
-        status = await until_signalled(run)
-    finally:
-        if store is not None:
-            store.close()
-    if refused:
-        print(f"ftwbridge: {refused[0]}", file=sys.stderr)
-        return 2
-    return status
-
+Job = Callable[[], Any]
+"""One command's work: called inside `trio.run` (a coroutine function, or a plain one)."""
 
 WRITES_STATE = {("serve", None), ("keys", None), ("home", "enroll"), ("agent", "create")}
 """Commands that write `state_dir` (made if missing, mode 0700); `token issue` only reads it.
@@ -355,25 +138,13 @@ def _only_interrupts(exc: BaseException) -> bool:
     return isinstance(exc, BaseExceptionGroup) and all(_only_interrupts(e) for e in exc.exceptions)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the `ftwbridge` command."""
-    args = _parser().parse_args(argv)
-    action = getattr(args, "action", None)
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"ftwbridge: {exc}", file=sys.stderr)
-        sys.exit(2)
-    if "log_level" in config.model_fields_set:
-        level = config.log_level
-    else:  # the commands that print a result keep stderr for what went wrong
-        level = "info" if args.command == "serve" else "warning"
-    configure_logging(level, config.log_format)
+def _jobs(args: argparse.Namespace, config: Config) -> dict[tuple[str, str | None], Job]:
+    """(command, action) -> what runs it, with the parsed `args` and the loaded `config`."""
     from ftwbridge import admin, backup, inventory, settings  # loaded here: `--help` stays quick
 
-    jobs: dict[tuple[str, str | None], Callable[[], Any]] = {
-        ("serve", None): lambda: _serve(config, exit_with_parent=args.exit_with_parent),
-        ("keys", None): lambda: _keys(config, args.socket, args.listen),
+    jobs: dict[tuple[str, str | None], Job] = {
+        ("serve", None): lambda: cli_serve.serve(config, exit_with_parent=args.exit_with_parent),
+        ("keys", None): lambda: cli_serve.keys(config, args.socket, args.listen),
         ("home", "enroll"): lambda: admin.enroll(config, args.home, args.key),
         ("agent", "create"): lambda: admin.agent_create(config, args.home),
         ("home", "list"): lambda: inventory.home_list(config),
@@ -388,14 +159,32 @@ def main(argv: list[str] | None = None) -> None:
             config, args.state_dir, args.keys_file, args.dry_run
         ),
     }
-    if (missing := missing_extra(args.command)) is not None:
-        print(f"ftwbridge: {missing}", file=sys.stderr)
-        sys.exit(2)
     if args.command == "demo":
-        from ftwbridge.demo import run_demo
+        from devtools.demo import run_demo  # the developer's rig: loaded only for the demo
 
         port = args.port if args.port is not None else (0 if args.once else 8780)
         jobs[("demo", None)] = lambda: run_demo(once=args.once, port=port, state_dir=args.state_dir)
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `ftwbridge` command."""
+    args = build_parser(__doc__ or "").parse_args(argv)
+    action = getattr(args, "action", None)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"ftwbridge: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if "log_level" in config.model_fields_set:
+        level = config.log_level
+    else:  # the commands that print a result keep stderr for what went wrong
+        level = "info" if args.command == "serve" else "warning"
+    configure_logging(level, config.log_format)
+    if (missing := missing_extra(args.command)) is not None:
+        print(f"ftwbridge: {missing}", file=sys.stderr)
+        sys.exit(2)
+    jobs = _jobs(args, config)
     job = jobs[(args.command, action)]
     try:
         if (args.command, action) in WRITES_STATE and not (

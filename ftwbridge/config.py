@@ -2,31 +2,32 @@
 
 `load_config` turns every way a configuration can be wrong (a missing file, TOML that does
 not parse, an unknown key, a value of the wrong type or out of range) into one `ConfigError`
-whose message is one sentence for the operator (issue 15).
+whose message is one sentence for the operator (docs/operations.md, "Configuration").
 """
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
 import os
 import re
 import socket
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ftwbridge import config_rules as rules
+from ftwbridge.addresses import is_loopback
+from ftwbridge.addresses import keys_addresses as keys_addresses
+from ftwbridge.addresses import split_address as split_address
+from ftwbridge.addresses import url_of_bind as url_of_bind
+from ftwbridge.config_rules import CALL_SLACK_S as CALL_SLACK_S
+from ftwbridge.configfile import ENV_PREFIX as ENV_PREFIX
+from ftwbridge.configfile import SECRET_SETTINGS as SECRET_SETTINGS
+from ftwbridge.configfile import ConfigError as ConfigError
+from ftwbridge.configfile import nearest, one_sentence, read_toml
 from ftwbridge.mesh.signing import mesh_key_bytes as mesh_key_bytes
 from ftwbridge.secretfiles import read_secret_files
-
-ENV_PREFIX = "FTWBRIDGE_"
-CALL_SLACK_S = 2.0
-"""Seconds the bounds that only back `call_deadline_s` up keep above it (a call ends by its
-deadline, `ftwbridge/mcp/deadline.py`): `door_silence_s` must leave at least this much, and
-the forwarding client's read timeout has it on top."""
 
 Seconds = Annotated[float, Field(gt=0)]
 """A duration in seconds that must be positive (a deadline, a timeout, an interval)."""
@@ -41,13 +42,6 @@ ByteBurst = Annotated[int, Field(ge=1)]
 Count = Annotated[int, Field(ge=1)]
 """A number of things allowed at once (calls, sessions), at least 1."""
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used; the message is one sentence naming where the
-    setting came from (the file, or the `FTWBRIDGE_*` variable) and what to change."""
-
 
 def kek_bytes(text: str) -> bytes:
     """The 32 bytes of a `kek`, written as `mesh_key` is (`mesh_key_bytes`).
@@ -56,72 +50,6 @@ def kek_bytes(text: str) -> bytes:
         ValueError: not 32 bytes as hex or base64; the message never repeats the value.
     """
     return mesh_key_bytes(text)
-
-
-def url_of_bind(address: str) -> str:
-    """`http://host:port` for a listener bound at `address` (host:port), a wildcard host
-    (0.0.0.0, ::) read as this machine's loopback, since no client can dial a wildcard.
-
-    Raises:
-        ValueError: `address` is not host:port (`split_address`).
-    """
-    host, port = split_address(address)
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://{_url_host(host)}:{port}"
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """Split `host:port` (IPv6 in brackets: `[::1]:8780`) into host and port.
-
-    An empty host means 127.0.0.1, as the listener has always taken it.
-
-    Raises:
-        ValueError: no port, a port that is not a number, or one outside 0 to 65535.
-    """
-    host, colon, port = address.strip().rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"must be host:port, such as 127.0.0.1:8780 (got {address!r})")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def keys_addresses(url: str) -> list[tuple[str, int]]:
-    """The (host, port) of each `tcp://host:port` in `keys_url` (comma-separated, in order).
-
-    Raises:
-        ValueError: an entry that is not `tcp://host:port`, or a port of 0.
-    """
-    found = []
-    for entry in url.split(","):
-        entry = entry.strip()
-        rest = entry.removeprefix("tcp://")
-        try:
-            if rest == entry or not rest:
-                raise ValueError
-            host, port = split_address(rest)
-        except ValueError:
-            raise ValueError(
-                f"must be tcp://host:port, several separated by commas (got {entry!r})"
-            ) from None
-        if port == 0:
-            raise ValueError(f"must name a port other than 0 (got {entry!r})")
-        found.append((host, port))
-    return found
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 class Config(BaseModel):
@@ -270,26 +198,9 @@ class Config(BaseModel):
     listen_stuck_s: Seconds = 30.0
     """A listen stream whose write does not finish in this many seconds is closed."""
 
-    @field_validator("confirm_commands", mode="before")
-    @classmethod
-    def _confirm_spelling(cls, value: Any) -> Any:
-        """true and false (TOML, or the words in the environment) read as elicit and off."""
-        word = value.strip().lower() if isinstance(value, str) else value
-        if word in (True, "true"):
-            return "elicit"
-        if word in (False, "false"):
-            return "off"
-        return word
+    _confirm_spelling = field_validator("confirm_commands", mode="before")(rules.confirm_spelling)
 
-    @field_validator("trusted_proxies")
-    @classmethod
-    def _proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        try:
-            for entry in value:
-                ipaddress.ip_network(entry.strip(), strict=False)
-        except ValueError:
-            raise ValueError("each entry must be an IP address or a CIDR block") from None
-        return value
+    _proxies = field_validator("trusted_proxies")(rules.proxies)
 
     @property
     def site_url(self) -> str:
@@ -306,7 +217,7 @@ class Config(BaseModel):
         URL that differs from `bind` otherwise is right (a proxy in front) cannot be told."""
         bind_host = split_address(self.bind)[0]
         url_host = (pydantic.AnyUrl(self.site_url).host or "").strip("[]")
-        if _is_loopback(bind_host) or not _is_loopback(url_host):
+        if is_loopback(bind_host) or not is_loopback(url_host):
             return None
         how = (
             "public_url"
@@ -319,92 +230,25 @@ class Config(BaseModel):
             " OAuth metadata, the 401 challenge); set public_url to the address they use"
         )
 
-    @field_validator("bind", "admin_bind", "internal_bind")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        """host:port that `split_address` reads, checked at load rather than at bind."""
-        if value is not None:
-            split_address(value)
-        return value
+    _address = field_validator("bind", "admin_bind", "internal_bind")(rules.address)
 
-    @field_validator("public_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"https?://[^/\s]+", value):
-            raise ValueError(f"must be an http:// or https:// URL (got {value!r})")
-        return value
+    _http_url = field_validator("public_url")(rules.http_url)
 
-    @field_validator("database_url")
-    @classmethod
-    def _postgres_url(cls, value: str | None) -> str | None:
-        """A URL libpq reads as PostgreSQL's, checked at load rather than at connect; the
-        message never repeats the value, which may hold a password."""
-        if value is not None and not re.match(r"postgres(ql)?://", value.strip()):
-            raise ValueError(
-                "must be a PostgreSQL URL such as postgresql://user:password@host:5432/ftwbridge"
-            )
-        return None if value is None else value.strip()
+    _postgres_url = field_validator("database_url")(rules.postgres_url)
 
-    @field_validator("mesh_key", "kek")
-    @classmethod
-    def _secret_32(cls, value: str | None) -> str | None:
-        if value is not None:
-            mesh_key_bytes(value)  # raises ValueError in words that never repeat the key
-        return value
+    _secret_32 = field_validator("mesh_key", "kek")(rules.secret_32)
 
-    @field_validator("keys_url")
-    @classmethod
-    def _tcp_urls(cls, value: str | None) -> str | None:
-        if value is not None:
-            keys_addresses(value)
-        return value
+    _tcp_urls = field_validator("keys_url")(rules.tcp_urls)
 
-    @model_validator(mode="after")
-    def _keys_settings(self) -> Config:
-        """One way to the keys part, and the channel's secret where it goes over TCP."""
-        if self.keys_url is not None and self.keys_socket is not None:
-            raise ValueError("keys_url and keys_socket are both set; set only one of them")
-        if self.keys_url is not None and self.mesh_key is None:
-            raise ValueError(
-                "keys_url is set but mesh_key is not: the keys channel is authenticated with"
-                " the cluster's mesh key"
-            )
-        return self
+    _keys_settings = model_validator(mode="after")(rules.keys_settings)
 
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _level(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = value.strip().lower()
-            if value not in LOG_LEVELS:
-                raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} (got {value!r})")
-        return value
+    _level = field_validator("log_level", mode="before")(rules.level)
 
-    @field_validator("live_feed_hz")
-    @classmethod
-    def _feed_hz(cls, value: float) -> float:
-        from ftwbridge.proto.telemetry import TELEMETRY_HZ  # the contract's rates
+    _feed_hz = field_validator("live_feed_hz")(rules.feed_hz)
 
-        if value not in TELEMETRY_HZ:
-            raise ValueError(f"must be one of {', '.join(f'{h:g}' for h in TELEMETRY_HZ)}")
-        return value
+    _silence_outlasts_a_call = model_validator(mode="after")(rules.silence_outlasts_a_call)
 
-    @model_validator(mode="after")
-    def _silence_outlasts_a_call(self) -> Config:
-        """`door_silence_s` is the HTTP server's read timeout on the main listener, so it bounds
-        how long any connection there may send nothing, and a `/mcp` call waiting for its box
-        sends nothing. Below `call_deadline_s` plus `CALL_SLACK_S` it would cut such calls
-        with no answer at all (issue 11's soak), so it is refused at start."""
-        least = self.call_deadline_s + CALL_SLACK_S
-        if self.door_silence_s < least:
-            raise ValueError(
-                f"door_silence_s ({self.door_silence_s:g} s) must be at least call_deadline_s"
-                f" + {CALL_SLACK_S:g} s ({least:g} s): it also bounds how long an HTTP"
-                " connection may stay silent, and a tool call waiting for its home is silent"
-            )
-        return self
-
-    @field_validator(
+    _none_words = field_validator(
         "admin_bind",
         "keys_socket",
         "keys_url",
@@ -423,11 +267,7 @@ class Config(BaseModel):
         "database_url_file",
         "secrets_dir",
         mode="before",
-    )
-    @classmethod
-    def _none_words(cls, value: Any) -> Any:
-        """TOML has no null and the environment only text: "" or "none" turns a setting off."""
-        return None if isinstance(value, str) and value.strip().lower() in ("", "none") else value
+    )(rules.none_words)
 
     test_anonymous_token: str | None = None
     """TEST PROFILE ONLY (never set in production): a request with no Authorization header is
@@ -471,36 +311,11 @@ class Config(BaseModel):
     forwarded only over `https://`, each holder's certificate verified against this file
     alone. None forwards to what `internal_url` says (plain HTTP included)."""
 
-    @field_validator("instance_id")
-    @classmethod
-    def _instance_name(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
-            raise ValueError(
-                "must be 1 to 64 letters, digits, '.', '_' or '-' (such as bridge-1)"
-                f" (got {value!r})"
-            )
-        return value
+    _instance_name = field_validator("instance_id")(rules.instance_name)
 
-    @field_validator("internal_url")
-    @classmethod
-    def _internal_http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"https?://[^/\s]+/?$", value):
-            raise ValueError(f"must be http://host:port or https://host:port (got {value!r})")
-        return None if value is None else value.rstrip("/")
+    _internal_http_url = field_validator("internal_url")(rules.internal_http_url)
 
-    @model_validator(mode="after")
-    def _forwarding_needs(self) -> Config:
-        """Forwarding (`internal_bind`) works only on a shared database with a shared key."""
-        if (self.internal_certfile is None) != (self.internal_keyfile is None):
-            raise ValueError("internal_certfile and internal_keyfile go together: set both")
-        if self.internal_bind is not None:
-            missing = [name for name in ("database_url", "mesh_key") if getattr(self, name) is None]
-            if missing:
-                raise ValueError(
-                    f"internal_bind needs {' and '.join(missing)}: instances forward calls to"
-                    " each other only on one shared database, signed with one shared key"
-                )
-        return self
+    _forwarding_needs = model_validator(mode="after")(rules.forwarding_needs)
 
     def instance_name(self, port: int) -> str:
         """`instance_id`, or the machine's host name and `port` (the main listener's) when
@@ -520,8 +335,6 @@ class Config(BaseModel):
         return "https://" + url.removeprefix("http://") if self.internal_certfile else url
 
 
-SECRET_SETTINGS = ("database_url", "mesh_key", "kek")
-"""Settings whose value may hold a password: an error about one never repeats it."""
 PATH_KEYS = (
     "state_dir",
     "keys_socket",
@@ -547,9 +360,11 @@ def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> 
     data: dict[str, Any] = {}
     origin: dict[str, str] = {}
     if path is not None:
-        for key, value in _read_toml(path).items():
+        for key, value in read_toml(path).items():
             if key not in Config.model_fields:
-                raise ConfigError(f"{path}: unknown key {key!r}{_nearest(key)}")
+                raise ConfigError(
+                    f"{path}: unknown key {key!r}{nearest(key, list(Config.model_fields))}"
+                )
             if (
                 key in PATH_KEYS
                 and isinstance(value, str)
@@ -564,7 +379,7 @@ def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> 
         name = variable[len(ENV_PREFIX) :].lower()
         if name not in Config.model_fields:
             raise ConfigError(
-                f"the environment variable {variable} names no setting{_nearest(name, env=True)}"
+                f"the environment variable {variable} names no setting{nearest(name, list(Config.model_fields), env=True)}"
             )
         data[name] = raw.split(",") if name.startswith("allowed_") else raw
         origin[name] = f"the environment variable {variable}"
@@ -575,53 +390,4 @@ def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> 
     try:
         return Config.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise ConfigError(_one_sentence(exc, origin, path)) from None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"the config file {path} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"the config file {path} is a folder, not a file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"the config file {path} cannot be read: {why}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        # Python 3.11's message ends "(at line L, column C)" (or "(at end of document)").
-        where = re.search(r"\(at (line \d+, column \d+|end of document)\)", str(exc))
-        what = re.sub(r"\s*\(at [^)]*\)$", "", str(exc))
-        at = f" at {where.group(1)}" if where else ""
-        raise ConfigError(f"{path} is not valid TOML{at}: {what[:1].lower()}{what[1:]}") from None
-
-
-def _nearest(key: str, *, env: bool = False) -> str:
-    """ "; did you mean ...?" naming the closest known setting (as a variable when `env`)."""
-    close = difflib.get_close_matches(key.lower(), list(Config.model_fields), n=1, cutoff=0.6)
-    if not close:
-        return "; see the configuration keys in docs/operations.md"
-    return (
-        f"; did you mean {ENV_PREFIX + close[0].upper()}?"
-        if env
-        else f"; did you mean {close[0]!r}?"
-    )
-
-
-def _one_sentence(exc: pydantic.ValidationError, origin: dict[str, str], path: Path | None) -> str:
-    """pydantic's errors as one sentence: each setting, its source, what it must be."""
-    parts = []
-    for error in exc.errors():
-        key = str(error["loc"][0]) if error["loc"] else ""
-        msg = str(error["msg"]).removeprefix("Value error, ")
-        msg = re.sub(r"^Input should be", "must be", msg)
-        shown = "(got " in msg or not key or key in SECRET_SETTINGS
-        got = "" if shown else f" (got {error['input']!r})"
-        if key:
-            source = origin.get(key) or (str(path) if path else "the defaults")
-            parts.append(f"{key} {msg}{got} in {source}")
-        else:  # a rule across settings: the message names them
-            parts.append(msg)
-    return "; ".join(parts)
+        raise ConfigError(one_sentence(exc, origin, path)) from None

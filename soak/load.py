@@ -19,7 +19,7 @@ from typing import Any
 import httpx2
 import trio
 
-from ftwbridge.demo import DEMO_CALLS
+from devtools.sessions import DEMO_CALLS
 
 from .fleet import Agent, Fleet
 
@@ -31,7 +31,7 @@ KEEP_ALIVE_S = 2.0
 PATIENCE_S = 10.0
 """How much longer than deadline plus slack the client waits before it calls a call `late`."""
 WEIGHTS = {"status": 4, "homes_list": 1, "history_query": 2, "plan_get": 2}
-"""The tool mix: these weights, 1 for every other tool of `ftwbridge.demo.DEMO_CALLS`."""
+"""The tool mix: these weights, 1 for every other tool of `devtools.sessions.DEMO_CALLS`."""
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},

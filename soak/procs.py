@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from ftwbridge.demo import console
+from devtools.rig import console, free_port
 
 PY = sys.executable
 WAIT_S = 30.0
@@ -31,14 +30,6 @@ WAIT_S = 30.0
 2-core machine, and a bound, never a measurement."""
 STOP_S = 10.0
 """How long a child may take to stop after SIGTERM before it is killed (seconds)."""
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Children:

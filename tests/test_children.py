@@ -152,10 +152,10 @@ def test_stub_second_signal_exits_at_once(silent_listener: str) -> None:
 
 
 def test_stub_exits_when_its_parent_is_killed(silent_listener: str) -> None:
-    """The parent starts the stub as `ftwbridge.demo.start_stub` does, then dies by SIGKILL."""
+    """The parent starts the stub as `devtools.rig.start_stub` does, then dies by SIGKILL."""
     code = (
         "import sys, trio\n"
-        "from ftwbridge.demo import start_stub\n"
+        "from devtools.rig import start_stub\n"
         "async def main():\n"
         "    async with trio.open_nursery() as n:\n"
         "        proc, _ = await start_stub(n, sys.argv[1], home='p')\n"

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.rig import free_port as _free_port
+
 BOUND_S = 30.0
 """Bound on one command's run or on a server's first line, seconds (a loaded CI machine)."""
 DEMO_BOUND_S = 150.0
@@ -61,12 +63,6 @@ def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

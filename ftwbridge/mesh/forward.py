@@ -1,8 +1,9 @@
-"""The sending side of forwarding (issue 13 item 4): a `/mcp` request whose token's home is
-held by another instance goes there whole, signed, and its answer comes back as it was.
+"""The sending side of forwarding (docs/architecture.md, "When the home's uplink is at
+another instance"): a `/mcp` request whose token's home is held by another instance goes
+there whole, signed, and its answer comes back as it was (the hop's HTTP: `mesh/hop.py`).
 
 `Forwarder.forward` decides with the directory, sends with one shared `httpx2.AsyncClient`
-(bounded pool and timeouts), and keeps to the issue's rules: at most one hop; after a 421
+(bounded pool and timeouts), and keeps to these rules: at most one hop; after a 421
 from the holder (it lost the home) or a holder that cannot be reached, one fresh lookup and
 one more try within the call's deadline; a holder that fails after the request went out ends
 the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice. The whole forward
@@ -15,10 +16,8 @@ relayed as it comes (docs/live.md, "Many instances").
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -26,20 +25,17 @@ import httpx2
 import trio
 
 from ftwbridge.mcp import deadline, inbound
-from ftwbridge.mcp.server import (
-    MESH_MOVED,
-    RATE_LIMITED_JSONRPC,
-    HttpRequest,
-    HttpResponse,
-    Write,
-)
+from ftwbridge.mcp.forwarding import MESH_MOVED
+from ftwbridge.mcp.http import RATE_LIMITED_JSONRPC, HttpRequest, HttpResponse, Write
 from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
-from ftwbridge.store import StoreError, hash_token
+from ftwbridge.store import StoreError
 from ftwbridge.store.directory import Directory, Holder
 
 from . import signing
+from .hop import STREAM_TIMEOUT, dumps, end_to_end, passed_on, token_digest
+from .hop import new_client as new_client
 
 log = logging.getLogger("ftwbridge.mesh")
 
@@ -47,29 +43,11 @@ PATH = "/mcp"
 """The internal listener's one route."""
 MOVED = MESH_MOVED
 """The header of a holder's 421: it no longer holds the home at the epoch the sender named."""
-CONNECT_S = 2.0
-"""The longest a forward waits to connect to the holder (or for a pooled connection), s."""
-POOL_CONNECTIONS = 64
-"""Connections to other instances at most, all holders together (keep-alive ones included)."""
 GUARD_FACTOR = 4
 """The entry's coarse guard per agent (the authenticated principal, never the address, which
 behind a balancer is the balancer's): this many times the per-agent bucket."""
 GUARD_ADDRESSES = 10_000
 """Agents the guard remembers at most (full buckets are forgotten first)."""
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "upgrade",
-        "host",
-        "content-length",
-        "proxy-connection",
-        "trailer",
-    }
-)
-"""Headers of one connection (RFC 9110 section 7.6.1), never passed on either way."""
 
 
 @dataclass(slots=True)
@@ -84,32 +62,6 @@ class ForwardStats:
     holder_lost: int = 0
     guarded: int = 0
     late: int = 0
-
-
-def new_client(
-    deadline_s: float, *, keep_alive_s: float, verify: ssl.SSLContext | None = None
-) -> httpx2.AsyncClient:
-    """The HTTP client forwards go through: `CONNECT_S` to connect or get a pooled
-    connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
-    redirects, no environment proxies; `https://` holders verified with `verify` (the
-    cluster's CA, `mesh.tls.client_context`; None: the system's CAs).
-
-    `keep_alive_s` is the other instances' `keep_alive_s` (the same setting on every
-    instance): a pooled connection idle for half of it is dropped, never reused. A request
-    sent on a connection the holder is closing for idleness gets no answer, and a forward
-    that went out is never sent twice (`holder_lost`); httpx's own expiry (5 s) equals
-    hypercorn's keep-alive (5 s), so without the margin a forward could cross the close."""
-    return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(deadline_s, connect=CONNECT_S, pool=CONNECT_S),
-        limits=httpx2.Limits(
-            max_connections=POOL_CONNECTIONS,
-            max_keepalive_connections=POOL_CONNECTIONS // 2,
-            keepalive_expiry=keep_alive_s / 2,
-        ),
-        follow_redirects=False,
-        trust_env=False,
-        verify=verify if verify is not None else True,
-    )
 
 
 class Forwarder:
@@ -182,7 +134,7 @@ class Forwarder:
         return HttpResponse(
             429,
             {"content-type": "application/json", "retry-after": str(wait_s)},
-            _dumps(rej.body()),
+            dumps(rej.body()),
             outcome="guarded",
         )
 
@@ -245,45 +197,63 @@ class Forwarder:
                 guarded = self._guard(req.remote, rid)
                 if guarded is not None:
                     return guarded
-            budget = deadline.hop_budget_ms(req.work_ends, trio.current_time())
-            headers = self._signed_headers(req, body, holder, budget)
-            sent[0] = True
-            try:
-                resp = await self._http.request(
-                    req.method, holder.url + PATH, headers=headers, content=body
-                )
-            except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
-                self.stats.unreachable += 1
-                log.warning(
-                    "forward of home %s: instance %s at %s not reached (%s)%s",
-                    home,
-                    holder.instance,
-                    holder.url,
-                    type(exc).__name__,
-                    "; looking it up again" if tries else "",
-                )
-                continue
-            except httpx2.TransportError as exc:  # sent, then the holder failed: never again
-                self.stats.holder_lost += 1
-                log.warning(
-                    "forward of home %s: instance %s failed while answering (%s); call ended",
-                    home,
-                    holder.instance,
-                    type(exc).__name__,
-                )
-                return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_lost"})
-            if resp.status_code == 421 and resp.headers.get(MOVED):
-                self.stats.moved += 1
-                log.info(
-                    "forward of home %s: %s no longer holds it at epoch %d",
-                    home,
-                    holder.instance,
-                    holder.epoch,
-                )
-                continue
-            self.stats.forwarded += 1
-            return HttpResponse(resp.status_code, _end_to_end(resp.headers), resp.content)
+            answer = await self._send_once(home, holder, req, body, sent, again=tries > 0)
+            if answer is not None:
+                return answer
         return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_unreachable"})
+
+    async def _send_once(
+        self,
+        home: str,
+        holder: Holder,
+        req: HttpRequest,
+        body: bytes,
+        sent: list[bool],
+        *,
+        again: bool,
+    ) -> HttpResponse | Refusal | None:
+        """Send `req` to `holder` once, signed, with what is left of the call's time: the
+        holder's answer, `holder_lost` when it failed after the request went out, or None
+        when it was not reached or no longer holds the home (`again`: one more lookup follows).
+        """
+        budget = deadline.hop_budget_ms(req.work_ends, trio.current_time())
+        headers = self._signed_headers(req, body, holder, budget)
+        sent[0] = True
+        try:
+            resp = await self._http.request(
+                req.method, holder.url + PATH, headers=headers, content=body
+            )
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            self.stats.unreachable += 1
+            log.warning(
+                "forward of home %s: instance %s at %s not reached (%s)%s",
+                home,
+                holder.instance,
+                holder.url,
+                type(exc).__name__,
+                "; looking it up again" if again else "",
+            )
+            return None
+        except httpx2.TransportError as exc:  # sent, then the holder failed: never again
+            self.stats.holder_lost += 1
+            log.warning(
+                "forward of home %s: instance %s failed while answering (%s); call ended",
+                home,
+                holder.instance,
+                type(exc).__name__,
+            )
+            return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_lost"})
+        if resp.status_code == 421 and resp.headers.get(MOVED):
+            self.stats.moved += 1
+            log.info(
+                "forward of home %s: %s no longer holds it at epoch %d",
+                home,
+                holder.instance,
+                holder.epoch,
+            )
+            return None
+        self.stats.forwarded += 1
+        return HttpResponse(resp.status_code, end_to_end(resp.headers), resp.content)
 
     def _signed_headers(
         self, req: HttpRequest, body: bytes, holder: Holder, budget_ms: int | None = None
@@ -291,8 +261,8 @@ class Forwarder:
         """`req`'s end-to-end headers (`_passed_on`: the bearer token's SHA-256 in its place)
         and the mesh signature for `holder` at its epoch, which covers every header the holder
         reads (`mesh/signing.py`)."""
-        digest = _token_digest(req.headers.get("authorization", []))
-        headers = _passed_on(req.headers, drop_authorization=digest is not None)
+        digest = token_digest(req.headers.get("authorization", []))
+        headers = passed_on(req.headers, drop_authorization=digest is not None)
         if budget_ms is not None:  # the holder's time, covered like every header it reads
             headers.append((deadline.BUDGET, str(budget_ms)))
         signed = signing.sign(
@@ -344,7 +314,7 @@ class Forwarder:
                     if r.status_code == 421 and r.headers.get(MOVED):
                         raise httpx2.ConnectError("the holder no longer holds the home")
                     resp.status = r.status_code
-                    resp.headers = _end_to_end(r.headers)
+                    resp.headers = end_to_end(r.headers)
                     async for chunk in r.aiter_raw():
                         await write(chunk)
                 self.stats.forwarded += 1
@@ -359,48 +329,7 @@ class Forwarder:
                 words = "the instance that holds this home did not answer; listen again"
                 rej = inbound.Rejection(503, -32603, words, rid)
                 resp.headers["retry-after"] = "2"
-                await write(_dumps(rej.body()))
+                await write(dumps(rej.body()))
 
         resp.stream = relay
         return resp
-
-
-STREAM_TIMEOUT = httpx2.Timeout(60.0, connect=CONNECT_S, pool=CONNECT_S)
-"""A forwarded listen stream's bounds: `CONNECT_S` to connect, and 60 s for each read (four
-of the holder's keep-alive comments at their 15 s default)."""
-
-
-def _end_to_end(headers: httpx2.Headers) -> dict[str, str]:
-    return {
-        k: v
-        for k, v in headers.items()
-        if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")
-    }
-
-
-def _passed_on(headers: dict[str, list[str]], *, drop_authorization: bool) -> list[tuple[str, str]]:
-    """The client's headers sent on: all but the connection's own (`HOP_BY_HOP`), the mesh's
-    (a client's `ftw-mesh-*` never pass), and `Authorization` when its digest goes instead."""
-    return [
-        (k, v)
-        for k, vs in headers.items()
-        for v in vs
-        if k not in HOP_BY_HOP
-        and not k.startswith("ftw-mesh-")
-        and k != deadline.BUDGET  # a client's own never passes: the entry sends the budget
-        and not (k == "authorization" and drop_authorization)
-    ]
-
-
-def _token_digest(values: list[str]) -> bytes | None:
-    """The SHA-256 of the request's one bearer token (which the entry has verified), or None
-    when it has not exactly one (then its `Authorization` goes as it came, and the holder
-    refuses it as the entry would have)."""
-    scheme, _, token = (values[0] if len(values) == 1 else "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return hash_token(token.strip())
-
-
-def _dumps(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()

@@ -25,18 +25,17 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 
-import trio
-
 from ftwbridge.door import Door, HomeOffline
 from ftwbridge.keys import KeysPort
 from ftwbridge.keys.service import KeysError
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.registry import Msg
-from ftwbridge.proto.roster import Roster
 from ftwbridge.store import StoreError
 
-from .audit import SignInAudit, Step
+from .answers import OwnerAnswers
+from .audit import SignInAudit
+from .authorize import checked_request, redirect_of
 from .cimd import MetadataDocuments
 from .grace import Rotations
 from .limits import OAuthLimits
@@ -44,7 +43,6 @@ from .model import (
     CODE_TTL_MS,
     MAX_CLAIM_TRIES,
     MAX_PENDING,
-    MAX_STATE_CHARS,
     REQUEST_TTL_MS,
     CodeGrant,
     IssueAccess,
@@ -53,12 +51,9 @@ from .model import (
     Pending,
     present,
     token_hash,
-    valid_challenge,
 )
 from .persist import CLAIM, CODE, CONSENT, pending_from
 from .redirects import (
-    matching_redirect,
-    redirect_kind,
     redirect_label,
 )
 from .registration import ClientRegistration
@@ -70,12 +65,9 @@ log = logging.getLogger("ftwbridge.oauth")
 
 SendToBox = Callable[[str, Envelope], Awaitable[None]]
 """(home, door message) -> sent to the home's box; raises `HomeOffline` when it cannot be."""
-READER_WRITE_S = 2.0
-"""The longest a store write made in an uplink's reader (a claim offer, a denial) may hold
-that home's traffic, seconds; past it the write is given up and logged."""
 
 
-class OAuthService(ClientRegistration, TokenGrants):
+class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
     """The bridge's authorization server.
 
     Args:
@@ -152,27 +144,9 @@ class OAuthService(ClientRegistration, TokenGrants):
         params = present(params)
         client_id = params.get("client_id", "")
         client = await self._client(client_id, now, address)
-        registered: list[str] = client["redirect_uris"]
         asked = params.get("redirect_uri")
-        if asked is None and len(registered) == 1 and redirect_kind(registered[0]) != "loopback":
-            redirect_uri = registered[0]  # OAuth 2.1 section 4.1.1: optional with one URI
-        elif asked is None:
-            raise OAuthError("invalid_request", "redirect_uri is required for this client")
-        else:
-            found = matching_redirect(registered, asked)
-            if found is None:
-                raise OAuthError("invalid_request", "redirect_uri is not one the client registered")
-            redirect_uri = found
-        state = params.get("state")
-        if state is not None and len(state) > MAX_STATE_CHARS:
-            raise OAuthError("invalid_request", "state is too long")
-        if params.get("response_type") != "code":
-            raise OAuthError("unsupported_response_type", "response_type must be code")
-        challenge = params.get("code_challenge", "")
-        if params.get("code_challenge_method") != "S256" or not valid_challenge(challenge):
-            raise OAuthError("invalid_request", "PKCE with code_challenge_method S256 is required")
-        if params.get("resource", self._resource()) != self._resource():
-            raise OAuthError("invalid_target", "resource must be this bridge's /mcp URL")
+        redirect_uri = redirect_of(client["redirect_uris"], asked)
+        state, challenge = checked_request(params, self._resource())
         asked_scopes = granted_scopes(params.get("scope", ""))
         name = str(client.get("client_name") or client_id)
         pending = Pending(
@@ -306,6 +280,16 @@ class OAuthService(ClientRegistration, TokenGrants):
                     "invalid_request", "this consent request is unknown or has expired"
                 )
             return now
+        await self._ask_owner(pending, home, key)
+        return pending
+
+    async def _ask_owner(self, pending: Pending, home: str, key: bytes) -> None:
+        """Send the home's box `agent.request` for `pending`'s new agent `key` (PROTOCOL.md
+        part C); the owner answers at home.
+
+        Raises:
+            OAuthError: the home is offline (503); the key is dropped, the request failed.
+        """
         body = {
             "req": pending.id,
             "client": pending.client_id,
@@ -324,7 +308,6 @@ class OAuthService(ClientRegistration, TokenGrants):
             await self._drop_key(key, home)
             await self._change(pending, {"status": "asked"}, status="failed")
             raise OAuthError("temporarily_unavailable", "the home is offline", 503) from None
-        return pending
 
     async def _take_claim(self, digest: bytes) -> str | None:
         """The home whose open claim offer has this code hash, used once, or None."""
@@ -333,103 +316,6 @@ class OAuthService(ClientRegistration, TokenGrants):
             return self._door.take_claim(digest, now)
         record = await self._store.take_oauth_state(CLAIM, digest.hex(), now)
         return None if record is None else str(record["home"])
-
-    async def _offered(self, home: str, digest: bytes, expires_at_ms: int) -> None:
-        """The door's `on_claim` when shared: the box offers a claim code; it replaces the
-        home's open offer in the store (one per home), so any instance can take it. In the
-        uplink's reader: bounded by `READER_WRITE_S`; a store that fails is logged."""
-        try:
-            with trio.move_on_after(READER_WRITE_S):
-                await self._store.drop_oauth_states(CLAIM, {"home": home})
-                await self._store.put_oauth_state(
-                    CLAIM, digest.hex(), {"home": home}, expires_at_ms
-                )
-                return
-            why = f"the store took more than {READER_WRITE_S:g} s"
-        except StoreError as exc:
-            why = str(exc)
-        log.warning(
-            "claim offer of home %s not kept (%s): the code the home shows will not work; the"
-            " owner asks the box for a new one",
-            home,
-            why,
-        )
-
-    async def on_roster(self, home: str, roster: Roster) -> None:
-        """A new roster, in the uplink's reader (one process): requests whose agent it lists
-        are approved; their code is made when delivered. Shared: nothing here, see
-        `on_roster_saved`."""
-        if self._shared:
-            return
-        listed = roster.agents()
-        for pending in list(self._pending.values()):
-            if pending.status == "asked" and pending.home == home and pending.agent_key in listed:
-                pending.status = "approved"
-                self._answered(pending, "approved")
-                await self._save(pending)
-
-    async def on_roster_saved(self, home: str, roster: Roster) -> None:
-        """A new roster of a home held here is in the store (the roster applier, shared only):
-        the requests of that home asked of its owner whose agent it lists are approved in the
-        store, wherever they were opened; the instance the browser polls delivers the code.
-        After the store has the roster, so the instance that exchanges the code finds the
-        agent listed. A store that fails is logged (the next roster approves them)."""
-        if not self._shared:
-            return
-        listed = roster.agents()
-        now = self._clock()
-        try:
-            asked = await self._store.find_oauth_states(
-                CONSENT, now, {"home": home, "status": "asked"}
-            )
-            for req, record, _ in asked:
-                key = record.get("agent_key")
-                if not isinstance(key, str) or bytes.fromhex(key) not in listed:
-                    continue
-                if await self._store.change_oauth_state(
-                    CONSENT, req, {"status": "approved"}, now, where={"status": "asked"}
-                ):
-                    self._answered(pending_from(record), "approved")
-        except StoreError as exc:
-            log.warning(
-                "consents of home %s listed by roster seq %d not approved: %s",
-                home,
-                roster.seq,
-                exc,
-            )
-
-    async def _denied(self, home: str, req: str) -> None:
-        """The door's `on_denied` (in the uplink's reader): the owner denied `req`. One
-        process: in memory, written on the next read. Shared: in the store at once, bounded
-        by `READER_WRITE_S`, so the browser polling another instance sees it."""
-        if not self._shared:
-            pending = self._pending.get(req)
-            if pending is not None and pending.home == home and pending.status == "asked":
-                pending.status = "denied"
-                self._answered(pending, "denied")
-            return
-        try:
-            with trio.move_on_after(READER_WRITE_S):
-                record = await self._store.change_oauth_state(
-                    CONSENT,
-                    req,
-                    {"status": "denied"},
-                    self._clock(),
-                    where={"home": home, "status": "asked"},
-                )
-                if record:
-                    self._answered(pending_from(record), "denied")
-                return
-            why = f"the store took more than {READER_WRITE_S:g} s"
-        except StoreError as exc:
-            why = str(exc)
-        log.warning("denial of consent request of home %s not kept (%s)", home, why)
-
-    def _answered(self, pending: Pending, outcome: str) -> None:
-        """The home's owner answered `pending` (`approved` or `denied`): the `home` step."""
-        self.audit.record(
-            Step("home", outcome, pending.client_id, pending.home or "-", pending.source or "-")
-        )
 
     async def _expire(self, now: int) -> None:
         """End what expired: consent requests (their unlisted keys dropped; shared: each by

@@ -26,28 +26,14 @@ from typing import IO, Any
 import pytest
 
 from cluster.ca import ClusterCA
+from devtools.rig import free_port as free_port
+from devtools.rig import free_ports as free_ports
 from tests.store.pgserver import PgServer
 
 BOUND_S = 60.0
 """Bound on each process's start and each setup step, seconds (a loaded 2-core machine)."""
 FROZEN_MS = 1_800_000_000_000
 """The stub homes' frozen clock: the same reads give the same answers, whichever way."""
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 nothing listens on now."""
-    return free_ports(1)[0]
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` different ports on 127.0.0.1 that nothing listens on now: all held open at once
-    while they are chosen, so two of them are never the same port (picked one at a time, the
-    kernel may hand out a port just closed again: an instance then found its port taken)."""
-    with contextlib.ExitStack() as stack:
-        held = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in held:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in held]
 
 
 @dataclass

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 import trio
 
-from ftwbridge.demo import console
+from devtools.rig import console
 from ftwbridge.mesh import signing
 from ftwbridge.proto.claim import code_hash
 from tests.oauth.helpers import authorize_params, form_fields, pkce

@@ -12,8 +12,8 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from devtools.rig import console, grant_agent, start_stub
 from ftwbridge.config import Config
-from ftwbridge.demo import console, grant_agent, start_stub
 from ftwbridge.run import Bridge
 
 TOOL_NAMES = (

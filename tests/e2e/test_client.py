@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import trio
 
-from ftwbridge.demo import DEMO_CALLS, energy_calls
+from devtools.sessions import DEMO_CALLS, energy_calls
 from ftwbridge.proto.clean import clean, to_json
 from stubbox.home import HOSTILE_FRAGMENTS, Home
 

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitResult
 
-from ftwbridge.demo import oauth_sign_in
+from devtools.signin import oauth_sign_in
 
 from .env import REAL_WAIT_S, Env, Home, now_ms
 

@@ -23,8 +23,8 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio_websocket import ConnectionClosed, open_websocket_url
 
+from devtools.rig import console, start_stub
 from ftwbridge.admin import enroll
-from ftwbridge.demo import console, start_stub
 from ftwbridge.proto.door import CLOSE_BAD_SIGNATURE, CLOSE_UNKNOWN_HOME
 from ftwbridge.proto.envelope import decode_envelope
 from ftwbridge.proto.roster import verify_roster

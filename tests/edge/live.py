@@ -22,6 +22,7 @@ from typing import Any
 
 import cbor2
 
+from devtools.rig import free_port as free_port
 from ftwbridge.proto.registry import READ_SCOPES
 
 HOME = "edge-home"
@@ -34,14 +35,6 @@ WS_UPGRADE = (
     "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def read_close_code(

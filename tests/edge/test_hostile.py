@@ -22,7 +22,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ftwbridge.demo import assistant_session
+from devtools.sessions import assistant_session
 from ftwbridge.proto.door import MAX_MESSAGE_BYTES
 from soak.strangers import frame
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import trio
 
-from ftwbridge.demo import console, start_stub
+from devtools.rig import console, start_stub
+from devtools.rig import home_key as stub_key
 from ftwbridge.keys.mesh import WRONG_KEY
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.proto.noise import generate_static
@@ -73,11 +74,7 @@ async def test_bridges_reach_sealed_keys_through_keys_services(pg_url: str, tmp_
         database_url=pg_url, kek=KEK.hex(), mesh_key=MESH.hex(), state_dir=str(tmp_path / "k")
     )
     with trio.fail_after(BOUND_S):
-        key_line = await trio.run_process(
-            [sys.executable, "-m", "stubbox", "--home", HOME, "--seed", HOME, "--print-key"],
-            capture_stdout=True,
-        )
-        home_key = json.loads(key_line.stdout)["homeKey"]
+        home_key = (await stub_key(HOME))["homeKey"]
         async with trio.open_nursery() as nursery:
             first, at_first = await _keys_service(nursery, keys_env)
             _second, at_second = await _keys_service(nursery, keys_env)

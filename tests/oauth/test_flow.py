@@ -16,7 +16,7 @@ from mcp.shared.auth import (
     OAuthClientMetadata,
 )
 
-from ftwbridge.demo import MemoryTokenStorage, consent_as_person
+from devtools.signin import MemoryTokenStorage, consent_as_person
 from tests.e2e.env import REAL_WAIT_S, Env, Home
 from tests.oauth.helpers import authorize_params, form_fields, pkce
 
@@ -26,7 +26,7 @@ REDIRECT = "http://127.0.0.1:9/callback"
 async def person_consents(
     env: Env, home: Home, authorize_url: str
 ) -> tuple[dict[str, list[str]], str]:
-    """What a person does in the browser (`ftwbridge.demo.consent_as_person`, which checks each
+    """What a person does in the browser (`devtools.signin.consent_as_person`, which checks each
     step), plus the page's headers. Returns (the redirect's query, the consent page's HTML)."""
     seen = await consent_as_person(
         env.bridge.site.public_url, authorize_url, home.console_port, home.name

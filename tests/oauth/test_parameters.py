@@ -9,7 +9,7 @@ import base64
 
 import httpx2
 
-from ftwbridge.demo import consent_as_person
+from devtools.signin import consent_as_person
 from ftwbridge.proto.registry import READ_SCOPES
 from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.helpers import authorize_params, pkce

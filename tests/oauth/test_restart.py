@@ -7,7 +7,6 @@ it. And expiry on load, on the real SQLite store."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import httpx2
 import trio
 
+from devtools.rig import free_port
 from ftwbridge.store.sqlite import SqliteStore
 from tests.e2e.env import REAL_WAIT_S, Env, start_env
 from tests.oauth.helpers import authorize_params, form_fields, pkce
@@ -28,12 +28,6 @@ async def until(condition: Callable[[], bool]) -> None:
             return
         await trio.sleep(0.05)
     raise AssertionError("the condition did not come true in time")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def consent_page(http: httpx2.AsyncClient, base: str, client_id: str) -> dict[str, str]:

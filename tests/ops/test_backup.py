@@ -11,7 +11,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,20 +20,14 @@ import httpx2
 import pytest
 import trio
 
+from devtools.rig import console, free_port, home_key, start_stub
 from ftwbridge.backup import backup_state, restore_state
-from ftwbridge.demo import console, start_stub
 from ftwbridge.lifecycle import StartupError
 from ftwbridge.store.inuse import serving_state
 from tests.e2e.env import REAL_WAIT_S
 from tests.e2e.test_access import MODERN, call_body
 
 CLI = [sys.executable, "-m", "ftwbridge"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def cli(env: dict[str, str], *argv: str) -> str:
@@ -92,12 +85,7 @@ async def test_a_restored_state_serves_the_old_token_and_agent(
         "FTWBRIDGE_PUBLIC_URL": url,
     }
     env = base | {"FTWBRIDGE_STATE_DIR": str(state)}
-    done = await trio.run_process(
-        [sys.executable, "-m", "stubbox", "--home", "h1", "--seed", "h1", "--print-key"],
-        capture_stdout=True,
-        check=True,
-    )
-    key_line = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    key_line = await home_key("h1")
     await cli(env, "home", "enroll", "--home", "h1", "--key", key_line["homeKey"])
     first = await serve(nursery, env)
     stub, line = await start_stub(nursery, f"ws://127.0.0.1:{port}/v1/box", home="h1")

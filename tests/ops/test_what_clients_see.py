@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import trio
 
-from ftwbridge.demo import DEMO_CALLS
+from devtools.sessions import DEMO_CALLS
 from ftwbridge.mcp.schemas import OUTPUT_SCHEMAS
 from tests.e2e.env import REAL_WAIT_S, Env
 

@@ -12,13 +12,14 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from devtools.rig import free_port as _free_port
 
 START_S = 60.0
 """Bound on `initdb` and on the server's start (`pg_ctl -w`), seconds (a loaded CI machine)."""
@@ -64,12 +65,6 @@ class PgServer:
 def _as_postgres(argv: list[str]) -> list[str]:
     """`argv` run as the `postgres` user when this process is root (PostgreSQL refuses root)."""
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

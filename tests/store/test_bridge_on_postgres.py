@@ -15,7 +15,8 @@ from typing import Any, Literal, overload
 
 import trio
 
-from ftwbridge.demo import console, start_stub
+from devtools.rig import console, start_stub
+from devtools.rig import home_key as stub_key
 from ftwbridge.store.migrate import bundled
 from ftwbridge.store.postgres import PgStore
 from tests.store.conftest import first_line
@@ -72,11 +73,7 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
         admin_bind="none",
     )
     with trio.fail_after(BOUND_S):
-        key_line = await trio.run_process(
-            [sys.executable, "-m", "stubbox", "--home", HOME, "--seed", HOME, "--print-key"],
-            capture_stdout=True,
-        )
-        home_key = json.loads(key_line.stdout)["homeKey"]
+        home_key = (await stub_key(HOME))["homeKey"]
         migrated = await _command("db", "migrate", env=env)
         names = [m.name for m in bundled()]
         assert migrated.stdout.decode().splitlines() == [f"applied {n}" for n in names], migrated

@@ -22,8 +22,8 @@ import pytest
 import trio
 from nacl.signing import SigningKey
 
+from devtools.rig import grant_agent, start_stub
 from ftwbridge.config import Config
-from ftwbridge.demo import grant_agent, start_stub
 from ftwbridge.keys import KeysService
 from ftwbridge.keys.sealed import SealedKeysService, seal_key
 from ftwbridge.lifecycle import StartupError

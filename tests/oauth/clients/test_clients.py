@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
 
-from ftwbridge.demo import MemoryTokenStorage, consent_as_person
+from devtools.signin import MemoryTokenStorage, consent_as_person
 from tests.e2e.env import REAL_WAIT_S, Env, Home
 from tests.oauth.clients.table import ROWS, ClientRow
 from tests.oauth.helpers import authorize_params, pkce
