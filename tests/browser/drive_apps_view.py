@@ -1,9 +1,11 @@
 """Drive the MCP Apps test host (peers/apps_host) in headless Chromium with Playwright's sync API.
 
 Usage: python drive_apps_view.py CONFIG_JSON
-CONFIG: {host, mcp, token, console, home, first, second, secondMs, shots}: the host page's and the
-bridge's URLs, a bearer token, the stub home's console port and name, the `status` fields the
-stub answers at its frozen time and at `secondMs`, and a folder for screenshots.
+CONFIG: {host, mcp, token, console, home, first, second, secondMs, energy, shots}: the host page's
+and the bridge's URLs, a bearer token, the stub home's console port and name, the `status` fields
+the stub answers at its frozen time and at `secondMs`, the last period of `energy_report {period:
+day, count: 1}` at the frozen time (or null: the driver does not wait for it), and a folder for
+screenshots.
 Prints one JSON line of what it saw; test_apps_view.py asserts on it. Run as its own process.
 """
 
@@ -43,10 +45,16 @@ def open_view(page: Page, cfg: dict[str, Any], **query: str) -> Frame:
     if errors:
         raise RuntimeError(f"host: {errors}")
     frame = next(f for f in page.frames if f is not page.main_frame)
-    poll(
-        frame,
-        "!!(window.__view && window.__view.liveOk && window.__view.plan && window.__view.chargers)",
-    )
+    try:
+        poll(
+            frame,
+            "!!(window.__view && window.__view.liveOk && window.__view.plan"
+            " && window.__view.chargers && window.__view.energy)",
+        )
+    except TimeoutError:
+        got = "['liveOk', 'plan', 'chargers', 'energy'].filter(k => !window.__view[k])"
+        say = "[note, energy].map(e => e.textContent)"
+        raise TimeoutError(f"missing {frame.evaluate(got)}: {frame.evaluate(say)}") from None
     return frame
 
 
@@ -57,6 +65,16 @@ def poll(frame: Frame, expression: str) -> None:
     while not frame.evaluate(expression):
         if time.monotonic() > end:
             raise TimeoutError(expression)
+        time.sleep(0.2)
+
+
+def settled(page: Page, frame: Frame) -> None:
+    """Wait until the host has sized the iframe to the view (`ui/notifications/size-changed`
+    of its last render), so a screenshot shows all of it."""
+    end = time.monotonic() + WAIT_MS / 1000
+    inner = "Math.ceil(document.documentElement.getBoundingClientRect().height)"
+    outer = "Math.ceil(document.querySelector('iframe').getBoundingClientRect().height)"
+    while page.evaluate(outer) < frame.evaluate(inner) and time.monotonic() < end:
         time.sleep(0.2)
 
 
@@ -72,6 +90,21 @@ def expected(frame: Frame, fields: dict[str, int]) -> dict[str, str]:
     out = {f: frame.evaluate(f"kw({fields[f]})") for f in FIELDS if f != "load_w"}
     out["load_w"] = "uses " + frame.evaluate(f"kw({fields['load_w']})")
     return out
+
+
+def energy_expected(frame: Frame, period: dict[str, Any]) -> dict[str, str]:
+    """The texts the view's own formatter gives the report's figures (kWh, %, money)."""
+    f = period["figures"]
+    keys = ("importKWh", "exportKWh", "pvKWh", "selfSufficiencyPercent", "importCost")
+    args = {k: json.dumps([k, f.get(k), f.get("currency")]) for k in keys}
+    return {k: frame.evaluate(f"energyText(...{a})") for k, a in args.items()}
+
+
+def energy_shown(frame: Frame) -> dict[str, str]:
+    return frame.evaluate(  # type: ignore[no-any-return]
+        "Object.fromEntries([...document.querySelectorAll('[data-energy]')]"
+        ".map(e => [e.dataset.energy, e.textContent]))"
+    )
 
 
 def wait_shown(frame: Frame, want: dict[str, str]) -> bool:
@@ -94,6 +127,11 @@ def run(page: Page, cfg: dict[str, Any], seen: dict[str, Any], calls: list[str])
     first = expected(frame, cfg["first"])
     seen["first_ok"] = wait_shown(frame, first)
     seen["first"] = {"want": first, "shown": shown(frame)}
+    time.sleep(12)  # past the sources' staleAfterMs (10 s) with no state moving: still live
+    seen["still_live"] = {"want": first, "shown": shown(frame)}
+    want = energy_expected(frame, cfg["energy"])
+    seen["energy"] = {"want": want, "shown": energy_shown(frame)}
+    seen["energy_head"] = frame.inner_text("#energyhead")
     seen["soc"] = frame.inner_text("#soc")
     seen["reasons"] = frame.evaluate(
         "[...document.querySelectorAll('#reasons li')].map(l => l.textContent)"
@@ -101,11 +139,13 @@ def run(page: Page, cfg: dict[str, Any], seen: dict[str, Any], calls: list[str])
     seen["bars"] = frame.evaluate("document.querySelectorAll('#plan rect').length")
     seen["chargers"] = frame.inner_text("#chargers")
     seen["read"] = frame.inner_text("#read")
-    page.screenshot(path=str(shots / "apps-light.png"), full_page=True)
+    settled(page, frame)
+    page.locator("iframe").screenshot(path=str(shots / "apps-light.png"))
     console(cfg["console"], {"home": cfg["home"], "op": "clock", "frozenMs": cfg["secondMs"]})
     second = expected(frame, cfg["second"])
     seen["second_ok"] = wait_shown(frame, second)
-    seen["second"] = {"want": second, "shown": shown(frame)}
+    seen["second"] = {"want": second, "shown": shown(frame), "note": frame.inner_text("#note")}
+    seen["second"]["sources"] = frame.inner_text("#sources")
     console(
         cfg["console"],
         {"home": cfg["home"], "op": "source", "id": "inverter.sungrow", "lagMs": 600_000},
@@ -114,7 +154,8 @@ def run(page: Page, cfg: dict[str, Any], seen: dict[str, Any], calls: list[str])
     seen["stale_row"] = frame.evaluate(
         "document.querySelector('tr[data-source=\"inverter.sungrow\"]').textContent"
     )
-    page.screenshot(path=str(shots / "apps-stale.png"), full_page=True)
+    settled(page, frame)
+    page.locator("iframe").screenshot(path=str(shots / "apps-stale.png"))
     console(
         cfg["console"],
         {"home": cfg["home"], "op": "source", "id": "inverter.sungrow", "lagMs": None},
@@ -147,7 +188,8 @@ def run_dark(page: Page, cfg: dict[str, Any], seen: dict[str, Any]) -> None:
         "scrollWidth": frame.evaluate("document.documentElement.scrollWidth"),
         "theme": frame.evaluate("document.documentElement.dataset.theme"),
     }
-    page.screenshot(path=str(Path(cfg["shots"]) / "apps-dark-360.png"), full_page=True)
+    settled(page, frame)
+    page.locator("iframe").screenshot(path=str(Path(cfg["shots"]) / "apps-dark-360.png"))
 
 
 def main() -> None:
@@ -167,7 +209,7 @@ def main() -> None:
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=ARGS)
-        for shape, fn in (((560, 900), run), ((400, 900), run_dark)):
+        for shape, fn in (((560, 1400), run), ((400, 1300), run_dark)):  # tall: no stitching
             page = browser.new_page(viewport={"width": shape[0], "height": shape[1]})
             page.on("request", on_request)
             page.on("console", lambda m: seen["console"].append(f"{m.type}: {m.text}"))
