@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Frame, Page, sync_playwright
 
 from tests.browser.drive_consent import ARGS
@@ -62,7 +63,7 @@ def poll(frame: Frame, expression: str) -> None:
     """Wait until `expression` is true in `frame` (Playwright's own wait_for_function would
     evaluate a string inside the view, which its CSP refuses: no 'unsafe-eval')."""
     end = time.monotonic() + WAIT_MS / 1000
-    while not frame.evaluate(expression):
+    while not _true(frame, expression):
         if time.monotonic() > end:
             raise TimeoutError(expression)
         time.sleep(0.2)
@@ -76,6 +77,17 @@ def settled(page: Page, frame: Frame) -> None:
     outer = "Math.ceil(document.querySelector('iframe').getBoundingClientRect().height)"
     while page.evaluate(outer) < frame.evaluate(inner) and time.monotonic() < end:
         time.sleep(0.2)
+
+
+def _true(frame: Frame, expression: str) -> bool:
+    """`expression` in `frame`, False while the frame is still navigating to the view's srcdoc
+    (the host sets it once its bridge is connected)."""
+    try:
+        return bool(frame.evaluate(expression))
+    except PlaywrightError as exc:
+        if "Execution context was destroyed" in str(exc):
+            return False
+        raise
 
 
 def shown(frame: Frame) -> dict[str, str]:
