@@ -73,6 +73,8 @@ class BoxStats:
 
     handshakes_refused: int = 0
     reads: int = 0
+    by_read: dict[str, int] = field(default_factory=dict)
+    """Reads served by type (`live.get`, ...): what a measurement of a client's cost reads."""
     refusals: dict[str, int] = field(default_factory=dict)
 
 
@@ -280,6 +282,7 @@ class Box:
         self.last_delay_ms = self.answer_delay_ms
         answers = reads.answer(self, g, Read(env.t), env.b, home_ms, uptime_ms)
         self.stats.reads += 1
+        self.stats.by_read[env.t] = self.stats.by_read.get(env.t, 0) + 1
         out = []
         for t, body in answers:
             out.append(sess.channel.wrap(Envelope(t, env.id, body), bulk=True))

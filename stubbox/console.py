@@ -155,6 +155,7 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
             "seq": stub.owner.roster.seq,
             "sessions": stub.box.session_count,
             "reads": stub.box.stats.reads,
+            "readsBy": dict(stub.box.stats.by_read),
             "commands": stub.box.commands.stats.acted,
             "goalsWaiting": len(stub.box.goals.waiting(stub.wall_ms())),
             "refusals": stub.box.stats.refusals,

@@ -57,6 +57,14 @@ async def status_at(env: Env, home: Any, token: str, frozen_ms: int) -> dict[str
     return dict(result.structured_content["fields"])
 
 
+async def energy_at(env: Env, token: str) -> dict[str, Any]:
+    """The last period of today's `energy_report`, as the view asks for it."""
+    async with env.http(token) as http, env.client(http, "2026-07-28") as client:
+        result = await client.call_tool("energy_report", {"period": "day", "count": 1})
+    assert result.structured_content is not None, result
+    return dict(result.structured_content["periods"][-1])
+
+
 async def test_the_view_renders_the_stub_home_live(
     env: Env, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
@@ -78,6 +86,7 @@ async def test_the_view_renders_the_stub_home_live(
     second_ms = minute_ok(first_ms + 6 * HOUR_MS)
     second = await status_at(env, home, token, second_ms)
     first = await status_at(env, home, token, first_ms)
+    energy = await energy_at(env, token)
     shots = Path(os.environ.get("FTW_APPS_SHOTS") or tmp_path)
     cfg = {
         "host": host,
@@ -88,6 +97,7 @@ async def test_the_view_renders_the_stub_home_live(
         "first": first,
         "second": second,
         "secondMs": second_ms,
+        "energy": energy,
         "shots": str(shots),
     }
     seen = await run_driver("drive_apps_view.py", json.dumps(cfg))
@@ -98,6 +108,13 @@ async def test_the_view_renders_the_stub_home_live(
     assert "connect-src 'none'" in seen["host"]["csp"]
     assert seen["host"]["bytes"] == len(apps.view_html().encode())
     assert seen["first_ok"], seen["first"]
+    still = seen["still_live"]
+    assert still["shown"] == still["want"], still  # a fed answer's lastOkMs is not a stale source
+    want = seen["energy"]["want"]
+    assert seen["energy"]["shown"] == want, seen["energy"]
+    assert want["importKWh"].endswith(" kWh") and want["selfSufficiencyPercent"].endswith(" %")
+    assert want["importCost"].endswith(" " + energy["figures"]["currency"]), want
+    assert seen["energy_head"].startswith("Today") and energy["label"] in seen["energy_head"]
     assert seen["soc"] == f"{first['battery_soc'] / 10:.1f} %"
     assert seen["bars"] >= 40 and seen["reasons"], seen  # 48 quarter hours of prices
     assert any(words in " ".join(seen["reasons"]) for words in apps.REASON_WORDS.values())

@@ -114,6 +114,7 @@ def test_each_read_answers_on_its_own_id(read: Read, body: Any, answer: str) -> 
     ev = p.ask(read, body)
     assert isinstance(ev, Reply) and ev.t == answer and ev.id == 1
     assert isinstance(ev.body, dict)
+    assert p.box.stats.by_read == {read.value: 1}  # what bench/apps_view_cost.py reads
 
 
 def test_history_arrives_as_chunks_then_end() -> None:
