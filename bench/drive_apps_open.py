@@ -9,6 +9,7 @@ Run as its own process by `bench/apps_view_cost.py` (Playwright's sync API is no
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -25,7 +26,12 @@ from tests.browser.drive_consent import ARGS
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="Run by bench/apps_view_cost.py; not on its own.",
+    )
+    parser.add_argument("config", help="JSON: {host, mcp, token, seconds}")
+    cfg = json.loads(parser.parse_args().config)
     calls: Counter[str] = Counter()
 
     def on_request(req: Any) -> None:
