@@ -251,7 +251,7 @@ class Metrics:
         every call (about 7 us of a call's CPU for the two per call)."""
 
     def on_mesh_refused(self, reason: str) -> None:
-        """Count one request the internal listener refused (`ftwbridge.mesh.listener`)."""
+        """Count one request the internal listener refused (`ftwbridge.mesh.streams`)."""
         self.mesh_refused.labels(reason).inc()
 
     def on_signin(self, step: str, outcome: str) -> None:

@@ -163,12 +163,7 @@ class Node:
                     fd, url = self._internal
                     checker = Checker(mesh_key_bytes(c.mesh_key), self.instance_id)
                     app = create_internal_app(
-                        service=service,
-                        checker=checker,
-                        wall_ms=self._wall_ms,
-                        max_body_bytes=c.max_body_bytes,
-                        body_timeout_s=c.body_timeout_s,
-                        on_refused=metrics.on_mesh_refused,
+                        max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s
                     )
                     add_relay_route(
                         app,

@@ -1,14 +1,17 @@
-"""Forwarded `/mcp` POSTs on plain ASGI at the internal listener, so that a forwarded
-`subscriptions/listen` can stream (docs/live.md, "Many instances").
+"""Forwarded `/mcp` requests on plain ASGI at the internal listener: the one route that
+answers them, so that a forwarded `subscriptions/listen` can stream (docs/live.md, "Many
+instances"): a listen's answer is a `text/event-stream` that lives while the client keeps it,
+which a Quart response cannot carry from our push-style writer.
 
-The internal listener's Quart route answers one whole body; a listen's answer is a
-`text/event-stream` that lives while the client keeps it, which a Quart response cannot carry
-from our push-style writer without a background task of Quart's. `StreamingRoute` takes every
-`POST /mcp` ahead of the Quart app and does what its route does, in the same order: the body
-within its bounds (413, 408), the mesh headers (`signing.Checker`: 403 in words, one log line,
-one count), then `McpService.handle` marked with the sender's epoch; the answer goes out whole
+`StreamingRoute` takes every request for `/mcp`, in this order: the body within its bounds
+(413, 408), the mesh headers (`signing.Checker`: anything unsigned, forged, misaddressed,
+stale or replayed is 403 in words, one log line, one count), then `McpService.handle` with only
+the headers the signature covers, marked with the sender's epoch (so the token is checked again
+in full, the per-agent limits and the home's pacing apply here, and a home no longer held at
+that epoch is answered 421, which only the sender sees). The answer goes out whole
 (`mcp.asgi.respond`) or as a stream (`mcp.asgi.respond_stream`, cancelled when the sending
-instance hangs up, which it does when its client does). Every other request goes to the app.
+instance hangs up, which it does when its client does). Every other path goes to the app
+(`mesh/listener.py`: the relayed door messages, and 404).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def _refusal(status: int, words: str) -> HttpResponse:
 
 
 class StreamingRoute:
-    """An ASGI app: `POST /mcp` forwarded by another instance, answered here (see the module);
+    """An ASGI app: `/mcp` forwarded by another instance, answered here (see the module);
     everything else to `app`.
 
     Args:
@@ -87,7 +90,7 @@ class StreamingRoute:
         self._on_refused = on_refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") != PATH or scope.get("method") != "POST":
+        if scope["type"] != "http" or scope.get("path") != PATH:
             await self.app(scope, receive, send)
             return
         resp = await self._answer(scope, receive)
@@ -108,8 +111,9 @@ class StreamingRoute:
             return _refusal(408, "Request body not received in time")
         except BodyGone:
             return None
+        method = str(scope.get("method", "POST"))
         try:
-            signed = self._checker.check("POST", PATH, headers, body, self._wall_ms())
+            signed = self._checker.check(method, PATH, headers, body, self._wall_ms())
         except signing.MeshRefused as exc:
             client = scope.get("client") or ("", 0)
             log.warning(
@@ -128,7 +132,7 @@ class StreamingRoute:
             return body
 
         req = HttpRequest(
-            "POST",
+            method,
             covered,
             read,
             len(body),
