@@ -5,7 +5,8 @@ answer's header naming the instance that holds the home, which the balancer lear
 A box's uplink cannot be placed by its home: its upgrade request to `/v1/box` carries nothing
 of the home (PROTOCOL.md part C: the home is named in `door.hello`, after the WebSocket is up),
 so the uplink lands wherever the balancer sends it, and the balancer learns where afterwards.
-Every access token minted by an instance of a cluster starts with its home's tag:
+Every access token minted by a bridge with `mesh_key` (every instance of a cluster) starts
+with its home's tag:
 
     <tag>.<secret>     tag: 12 base64url characters, secret: 43 (32 random bytes)
 
@@ -21,6 +22,7 @@ An instance that holds a home's uplink names itself (its `instance_id`) in the `
 header of every `/mcp` answer to that home's tokens; a forwarded call's answer carries the
 holder's header back through the entry. The balancer keeps tag -> instance from those headers,
 sends a tagged call to the instance named, and removes the header before the client sees it.
+A refused token's answer names no holder, so nobody can teach the balancer a wrong one.
 """
 
 from __future__ import annotations

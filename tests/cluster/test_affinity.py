@@ -44,12 +44,17 @@ async def answer_headers(url: str, token: str) -> httpx2.Headers:
 
 
 async def the_holder_is_named_to_haproxy_alone(cluster: Cluster) -> None:
+    """The holder names itself, also in the answer to a call another instance forwarded to
+    it; HAProxy removes the name."""
     home = cluster.homes[0]
     holder = await cluster.holder(home.name)
     assert holder is not None
     assert tag_of(home.token) is not None, "a token minted in a cluster carries its home's tag"
     direct = await answer_headers(cluster.instance(holder).url, home.token)
     assert direct.get(HOLDER_HEADER) == holder
+    entry = next(i.name for i in cluster.instances if i.name != holder)
+    forwarded = await answer_headers(cluster.instance(entry).url, home.token)
+    assert forwarded.get(HOLDER_HEADER) == holder, "the holder's answer comes back whole"
     through = await answer_headers(cluster.url, home.token)
     assert HOLDER_HEADER not in through
 
