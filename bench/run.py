@@ -378,6 +378,14 @@ def main() -> None:
             [PY, str(BENCH / "cluster_hop.py")], stdout=subprocess.PIPE, text=True, check=True
         ).stdout.splitlines()[-1]
     )
+    print("calls at the holder (bench/cluster_affinity.py: make cluster's balancer):", flush=True)
+    hop_lines = subprocess.run(
+        [PY, str(BENCH / "cluster_affinity.py"), "--affinity", "all"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    print("\n".join(f"  {line}" for line in hop_lines[:-1]), flush=True)
     print("live streams (bench/listen.py):", flush=True)
     listen = listen_case()
     result = {
@@ -388,6 +396,7 @@ def main() -> None:
         "sessions": sessions,
         "micro": micro,
         "cluster": cluster,
+        "affinity": json.loads(hop_lines[-1]),  # cluster_affinity.measure, by mode
         "listen": listen,
         "cpus": os.cpu_count(),
     }
@@ -396,6 +405,7 @@ def main() -> None:
     from cluster_hop import table as cluster_table  # type: ignore[import-not-found]
 
     md = table(rows, sessions, micro) + "\n\n" + cluster_table(cluster)
+    md += "\n\n" + "\n".join(f"- {line}" for line in hop_lines[:-1])
     md += "\n\n" + listen_table(listen)
     doc = ROOT / "docs" / "performance.md"
     if doc.exists():

@@ -43,7 +43,8 @@ class Options:
     and stub `homes`, and `settings` added to every instance's configuration. For the bench:
     `cpus` pins an instance (by id) or the stub homes (`"homes"`) to one CPU (`taskset`), and
     `boxes_at` has every box dial that instance's door instead of HAProxy; `stub_args` go to
-    every stub home (`--no-read-limit` for load)."""
+    every stub home (`--no-read-limit` for load); `affinity` is how HAProxy picks an
+    instance for a call (`cluster.affinity.MODES`)."""
 
     port: int = 8790
     instances: int = 3
@@ -52,6 +53,7 @@ class Options:
     cpus: dict[str, int] = field(default_factory=dict)
     boxes_at: str | None = None
     stub_args: tuple[str, ...] = ()
+    affinity: str = "learned"
 
 
 @dataclass
@@ -282,7 +284,7 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
                         for made in instances:
                             made.write_config()
                             starting.start_soon(made.start, inst_n)
-                    cfg = write_haproxy(root, port, instances)
+                    cfg = write_haproxy(root, port, instances, affinity=options.affinity)
                     haproxy = await start_haproxy(inst_n, root, port, cfg)
                     store = PgStore(postgres.url)
                     await store.start()

@@ -23,6 +23,7 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.mcp.tools import TOOLS
 
+from .affinity import MAP_FILE, affinity_lines, balance
 from .procs import PY, CannotStart, Child, start_child, wait_port
 
 PG_READY = "database system is ready to accept connections"
@@ -280,7 +281,7 @@ backend bridges
     acl tool_call req.hdr(mcp-method) -m str tools/call
     acl read_tool req.hdr(mcp-name) -m str {read_tools}
     http-request disable-l7-retry unless mcp listing || mcp tool_call read_tool
-    option httpchk GET /readyz
+{affinity}    option httpchk GET /readyz
     http-check expect status 200
 {servers}
 
@@ -303,10 +304,13 @@ HARD_STOP_SLACK_S = 5
 """Seconds past `call_deadline_s` that an old HAProxy worker lives after a reload."""
 
 
-def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
+def write_haproxy(
+    root: Path, port: int, instances: list[Instance], *, affinity: str = "learned"
+) -> Path:
     """Write HAProxy's configuration (and its error answers) into `root`; returns its path.
-    Boxes go to the instance with the fewest connections, calls round robin: an instance
-    forwards a call to its home's holder. HAProxy waits for an instance's
+    Boxes go to the instance with the fewest connections; a call goes to the instance that
+    holds its home as HAProxy learned it (`affinity`: a mode of `cluster.affinity.MODES`),
+    else round robin, and an instance forwards a call to its home's holder. HAProxy waits for an instance's
     answer as long as the instances' `call_deadline_s` (their longest; the default when
     they set none), counted from when it sent the request: an instance that has not
     answered by then is stopped or frozen, and the call gets HAProxy's 504 in words."""
@@ -333,10 +337,12 @@ def write_haproxy(root: Path, port: int, instances: list[Instance]) -> Path:
         server_ms=round(deadline_s * 1000),
         hard_stop_s=math.ceil(deadline_s) + HARD_STOP_SLACK_S,
         servers=servers,
-        calls="roundrobin",
+        calls=balance(affinity),
+        affinity=affinity_lines(affinity, root / MAP_FILE, [i.name for i in instances]),
         boxes="leastconn",
         read_tools=" ".join(tool.name for tool in TOOLS),
     )
+    (root / MAP_FILE).touch()
     path = root / "haproxy.cfg"
     path.write_text(text)
     return path

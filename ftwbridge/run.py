@@ -19,13 +19,14 @@ import trio
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
-from ftwbridge.config import Config
+from ftwbridge.config import Config, mesh_key_bytes
 from ftwbridge.door import Door
 from ftwbridge.door.events import DoorEvents
 from ftwbridge.keys import KeysPort
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import KeysError, forget_dropped
 from ftwbridge.lifecycle import StartupError
+from ftwbridge.mcp.affinity import HomeTags, holder_here
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
 from ftwbridge.mcp.listen import ListenMetrics, Listens
 from ftwbridge.mcp.server import McpService
@@ -89,6 +90,7 @@ class Bridge:
             resource=lambda: self.site.resource,
             ttl_s=config.token_ttl_s,
             wall_ms=clock,
+            tag=None if config.mesh_key is None else HomeTags(mesh_key_bytes(config.mesh_key)).tag,
         )
         self.metrics = Metrics()
         self._readiness = Readiness()
@@ -372,6 +374,9 @@ class Bridge:
             clock_skew_ms=c.clock_skew_max_ms,
             listen=self.listens,
             live=self.pool.feeds,
+            holder=None
+            if self.node is None
+            else holder_here(self.node.instance_id, self.door.online),
         )
 
     def _bind_admin(self, main_fd: int) -> int | None:

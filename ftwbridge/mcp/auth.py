@@ -14,6 +14,7 @@ import trio
 from ftwbridge.proto.roster import AgentGrant
 from ftwbridge.store import TokenRecord, hash_token
 
+from .affinity import tagged_token
 from .control_tools import TOOL_SCOPES
 
 TOKEN_CACHE_S = 30.0
@@ -36,6 +37,8 @@ class TokenMinter:
         resource: this endpoint's public URL (the token's audience, RFC 8707), read per mint.
         ttl_s: a token's lifetime in seconds.
         wall_ms: the bridge's wall clock, ms since the epoch.
+        tag: home -> the tag its tokens start with, so a balancer can send them to the
+            home's holder (`mcp/affinity.py`); None mints untagged tokens (one process).
     """
 
     def __init__(
@@ -45,18 +48,21 @@ class TokenMinter:
         resource: Callable[[], str],
         ttl_s: int,
         wall_ms: Callable[[], int],
+        tag: Callable[[str], str] | None = None,
     ) -> None:
         self._put = put
         self._resource = resource
         self._ttl_s = ttl_s
         self._wall_ms = wall_ms
+        self._tag = tag
 
     async def mint(
         self, home: str, agent_key: bytes, agent_id: str, scopes: tuple[str, ...], client: str
     ) -> str:
         """A new token bound to home, agent, the scopes among `scopes` this resource's tools
-        use (`TOOL_SCOPES`) and this resource; returns its text."""
-        token = secrets.token_urlsafe(32)
+        use (`TOOL_SCOPES`) and this resource; returns its text (with `tag`, the home's tag,
+        a dot, then 32 random bytes; without, the 32 random bytes: base64url either way)."""
+        token = secrets.token_urlsafe(32) if self._tag is None else tagged_token(self._tag(home))
         record = TokenRecord(
             home=home,
             agent_id=agent_id,

@@ -29,6 +29,7 @@ from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import TokenRecord
 
 from . import apps, deadline, inbound
+from .affinity import named_holder
 from .audit import Recorder, Seen, method_label
 from .auth import BearerAuth, Unauthorized
 from .catalog import METHODS, Catalog
@@ -132,6 +133,9 @@ class McpService:
             resource, the home view) is answered from a fresh feed without a box read.
         verify_digest: a token's SHA-256 -> its record, or None: how a forwarded request's
             token (sent as its digest) is looked up.
+        holder: home -> this instance's id while it holds the home's uplink, else None; an
+            answer to such a home's token names it in `affinity.HOLDER_HEADER`, for the
+            balancer (docs/operations.md, "Calls at the holder").
     """
 
     def __init__(
@@ -157,8 +161,10 @@ class McpService:
         listen: ListenPort | None = None,
         verify_digest: Callable[[bytes], Awaitable[TokenRecord | None]] | None = None,
         live: LivePort | None = None,
+        holder: Callable[[str], str | None] | None = None,
     ) -> None:
         self._homes = homes
+        self._holder = holder
         self._live = live
         self._mesh = mesh
         self._listen = listen
@@ -228,6 +234,8 @@ class McpService:
             if net.cancelled_caught:
                 seen.outcome = "late"
                 resp = late()
+            if self._holder is not None and seen.token is not None:
+                resp = named_holder(resp, self._holder(seen.token.home))
             status = resp.status
             seen.delivered = not req.client_gone()
             return resp

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster.affinity import affinity_lines
 from ftwbridge.config import Config, load_config
 from ftwbridge.settings import sample_toml
 
@@ -107,6 +108,10 @@ def _pem(folder: Path) -> Path:
     return path
 
 
+MAP = "/etc/haproxy/ftw-homes.map"
+"""The example's map of home tags to instances (docs/operations.md, "Calls at the holder")."""
+
+
 def test_the_haproxy_example_is_valid(tmp_path: Path) -> None:
     haproxy = shutil.which("haproxy")
     if haproxy is None:
@@ -114,12 +119,24 @@ def test_the_haproxy_example_is_valid(tmp_path: Path) -> None:
     text = (DEPLOY / "haproxy.cfg").read_text()
     for path in ("/mcp", "/v1/box", "/authorize", "/oauth/token", "/.well-known/"):
         assert path in text
+    for line in affinity_lines("learned", Path(MAP), ["b1"]).splitlines():
+        assert line.lstrip().startswith("#") or line in text.splitlines(), line  # make cluster's
+    (tmp_path / "ftw-homes.map").touch()
+    text = text.replace(MAP, str(tmp_path / "ftw-homes.map"))
     cfg = tmp_path / "haproxy.cfg"
     cfg.write_text(text.replace("/etc/haproxy/certs/bridge.example.org.pem", str(_pem(tmp_path))))
     done = subprocess.run(
         [haproxy, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_docs_show_the_affinity_lines_make_cluster_writes() -> None:
+    """docs/operations.md, "Calls at the holder": the lines an operator copies are the ones
+    `cluster/affinity.py` writes (for two servers named as there)."""
+    doc = (DEPLOY.parent / "docs" / "operations.md").read_text().splitlines()
+    for line in affinity_lines("learned", Path(MAP), ["bridge-1", "bridge-2"]).splitlines():
+        assert line in doc, line
 
 
 def test_the_caddy_example_is_valid() -> None:
