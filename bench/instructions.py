@@ -184,15 +184,18 @@ def main() -> None:
     p.add_argument("--base", help="also measure the bridge at this git revision")
     p.add_argument("--only", action="append", help="measure this case alone (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON, last")
+    p.add_argument("--keep", help="keep callgrind's files in this folder (for callgrind_annotate)")
     args = p.parse_args()
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as t, contextlib.ExitStack() as stack:
         base = stack.enter_context(checkout(args.base)) if args.base else None
+        out = Path(args.keep or t)
+        out.mkdir(parents=True, exist_ok=True)
         for server in servers(base, args.base):
             if args.only and server.name not in args.only:
                 continue
             started = time.monotonic()
-            results[server.name] = measure(server, args.calls, Path(t))
+            results[server.name] = measure(server, args.calls, out.resolve())
             print(
                 f"{server.name:24} {results[server.name]:7.3f} M instructions per call "
                 f"({args.calls} calls, {time.monotonic() - started:.0f} s)",
