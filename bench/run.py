@@ -389,10 +389,16 @@ def listen_only() -> None:
     print(f"\nwritten {out.relative_to(ROOT)}")
 
 
-def _last_json(argv: list[str], cwd: Path = ROOT) -> dict[str, Any]:
-    """Run one bench script (its progress on stderr shows); its last stdout line, as JSON."""
-    out = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True, cwd=cwd).stdout
-    return dict(json.loads(out.splitlines()[-1]))
+def _last_json(argv: list[str], cwd: Path = ROOT, quiet: bool = False) -> dict[str, Any]:
+    """Run one bench script; its last stdout line, as JSON. Its stderr shows (its progress),
+    unless `quiet`: then it is kept, and printed only if the script fails."""
+    done = subprocess.run(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet else None, text=True, cwd=cwd
+    )
+    if done.returncode:
+        sys.stderr.write((done.stderr or "")[-5000:])
+        raise subprocess.CalledProcessError(done.returncode, argv)
+    return dict(json.loads(done.stdout.splitlines()[-1]))
 
 
 def callgrind_figures() -> dict[str, Any]:
@@ -456,10 +462,10 @@ def main() -> None:
         print("HTTP cases (server on CPU 0, wrk and stub homes on CPU 1):", flush=True)
         rows, samples = http_cases(Path(tmp))
     print("sessions:", flush=True)
-    sessions = _last_json([*pin(0), PY, str(BENCH / "sessions.py")])
+    sessions = _last_json([*pin(0), PY, str(BENCH / "sessions.py")], quiet=True)
     print(f"  {sessions}", flush=True)
     print("micro:", flush=True)
-    micro = _last_json([PY, str(BENCH / "micro.py")])
+    micro = _last_json([PY, str(BENCH / "micro.py")], quiet=True)
     print("cluster (bench/cluster_hop.py: two instances on PostgreSQL, one CPU each):", flush=True)
     cluster = _last_json([PY, str(BENCH / "cluster_hop.py")])
     callgrind = callgrind_figures()
