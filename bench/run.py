@@ -214,6 +214,8 @@ def start_cases(stack: contextlib.ExitStack, tmp: Path) -> list[Case]:
         wait_port(port, proc)
         files = files_for(tmp, name, MODERN_BODY, MODERN_HEADERS, ["bench-token"])
         cases.append((name, f"http://127.0.0.1:{port}/mcp", proc.pid, files))
+    if not NODE.exists():
+        raise SystemExit(f"{NODE} is missing: `make peers` installs the TypeScript SDK's server")
     port = free_port()
     argv = [str(TS_SERVER), str(port), live_json()]
     proc = _server(stack, argv, program=str(NODE), cwd=ROOT)
