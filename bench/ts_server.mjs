@@ -12,6 +12,12 @@
 import { readFile } from "node:fs/promises";
 import http from "node:http";
 
+if (process.argv.length !== 4 || process.argv.includes("--help") || process.argv.includes("-h")) {
+  console.log("usage: node bench/ts_server.mjs PORT LIVE_JSON\n" +
+    "The official TypeScript SDK's stateless MCP server with one in-memory status tool, for make bench.");
+  process.exit(process.argv.includes("--help") || process.argv.includes("-h") ? 0 : 2);
+}
+
 const PEERS = new URL("../peers/node_modules/", import.meta.url);
 
 async function load(name) {
