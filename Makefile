@@ -84,12 +84,15 @@ unit: $(STAMP) $(PEERS) browser postgres haproxy
 test: $(STAMP) $(PEERS) browser postgres haproxy
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck unit
 
-# Speed and memory figures (docs/performance.md); needs wrk, which this installs from Debian,
-# and PostgreSQL and HAProxy for the cluster case (bench/cluster_hop.py).
-bench: $(STAMP) postgres haproxy
+# Speed and memory figures and the goals they judge (docs/performance.md); needs wrk and
+# valgrind (callgrind's instruction counts), which this installs from Debian, the peers for
+# the TypeScript SDK's server (Node from the npm registry), and PostgreSQL and HAProxy for the
+# cluster case (bench/cluster_hop.py).
+bench: $(STAMP) $(PEERS) postgres haproxy
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 # The standing soak (docs/operations.md, "Faults"): the bridge under load and injected faults on
 # loopback, then its invariants; about three minutes. SOAK_SCALE=3 (or SOAK_ARGS=--scale 3) runs
@@ -110,9 +113,10 @@ bench-opens: $(STAMP)
 	$(BIN)/python bench/opens.py
 	$(BIN)/python bench/opens.py --instructions
 
-# Instructions per bridged call under valgrind's callgrind: a figure a busy machine cannot move.
+# Instructions per call of the bridge and each peer (sdk-trio, sdk-uvicorn, the TypeScript SDK's
+# server on Node) under valgrind's callgrind: a figure a busy machine cannot move.
 # BENCH_BASE=REV also measures the bridge at that git revision (docs/performance.md).
-bench-instructions: $(STAMP)
+bench-instructions: $(STAMP) $(PEERS)
 	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	cd bench && ../$(BIN)/python instructions.py $(if $(BENCH_BASE),--base $(BENCH_BASE))

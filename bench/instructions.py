@@ -8,11 +8,17 @@ warm-up calls, turns counting on (`callgrind_control -i on`), sends `--calls` se
 `status` calls on one keep-alive connection (as `make bench`'s 1-connection case), turns it
 off, and reads the total. Cases: the bridge in this checkout (bridged for real to 4 stub homes,
 2 agents each, in another process that callgrind does not count), the official SDK's in-memory
-server on hypercorn's trio worker (`sdk-trio`), and with `--base REV` the bridge at that git
-revision (checked out in a temporary worktree, run with this checkout's virtualenv).
+server on hypercorn's trio worker (`sdk-trio`) and on uvicorn (`sdk-uvicorn`), the official
+TypeScript SDK's stateless server on Node (`sdk-ts`, `bench/ts_server.mjs`; callgrind runs
+Node's JIT-compiled code with `--smc-check=all-non-file`, and counts every thread of the
+process, V8's compiler and collector threads included), and with `--base REV` the bridge at
+that git revision (checked out in a temporary worktree, run with this checkout's virtualenv).
+`--only NAME` (repeatable) measures those cases alone. `perf stat` would count faster, but
+this machine's kernel gives no instruction counter (`perf stat -e instructions true` says
+"not supported").
 
-Prints millions of instructions per call and the bridge's ratio to sdk-trio; writes
-`bench/results/<date>-instructions.json`.
+Prints millions of instructions per call and each case's ratio to sdk-trio; writes
+`bench/results/<date>-instructions.json` (not with `--only`), and with `--json` prints the result as the last line.
 """
 
 from __future__ import annotations
@@ -27,10 +33,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from run import BENCH, MODERN_BODY, MODERN_HEADERS, PY, ROOT, free_port, stop, wait_port
+from run import (
+    BENCH,
+    MODERN_BODY,
+    MODERN_HEADERS,
+    NODE,
+    PY,
+    ROOT,
+    TS_SERVER,
+    free_port,
+    live_json,
+    stop,
+    wait_port,
+)
 
 HEADERS = dict(line.split(": ", 1) for line in MODERN_HEADERS.strip().splitlines())
 WARM_CALLS = 40
@@ -55,30 +74,70 @@ def _total(out: Path) -> int:
     return total
 
 
-def measure(
-    name: str, argv: list[str], root: Path, tokens: Path | None, calls: int, tmp: Path
-) -> float:
-    """Millions of instructions per call of the server that `argv` starts (under callgrind)."""
+@dataclass(frozen=True)
+class Server:
+    """One measured server: `argv(port)` starts it; `bridged` ones take `--tokens FILE` and
+    say "ready" on stdout, the others take the fixed bench token once the port answers;
+    `valgrind` adds options for it (Node's JIT needs `--smc-check`)."""
+
+    name: str
+    root: Path
+    argv: Callable[[int], list[str]]
+    bridged: bool = False
+    valgrind: tuple[str, ...] = ()
+
+
+def servers(base: Path | None, rev: str | None) -> list[Server]:
+    """The cases: sdk-trio, sdk-uvicorn, sdk-ts, the bridge, and the bridge at `rev`."""
+    fleet = ["--homes", "4", "--agents", "2"]
+    sdk = str(BENCH / "sdk_server.py")
+    out = [
+        Server("sdk-trio", ROOT, lambda p: [PY, sdk, "--stack", "trio", "--port", str(p)]),
+        Server("sdk-uvicorn", ROOT, lambda p: [PY, sdk, "--stack", "uvicorn", "--port", str(p)]),
+        Server(
+            "sdk-ts",
+            ROOT,
+            lambda p: [str(NODE), str(TS_SERVER), str(p), live_json()],
+            valgrind=("--smc-check=all-non-file",),
+        ),
+        Server(
+            "bridge",
+            ROOT,
+            lambda p: [PY, str(BENCH / "bridge_server.py"), *fleet, "--port", str(p)],
+            bridged=True,
+        ),
+    ]
+    if base is not None and rev is not None:
+        script = str(base / "bench" / "bridge_server.py")
+        out.append(
+            Server(f"bridge@{rev}", base, lambda p: [PY, script, *fleet, "--port", str(p)], True)
+        )
+    return out
+
+
+def measure(server: Server, calls: int, tmp: Path) -> float:
+    """Millions of instructions per call of `server` (under callgrind)."""
     port = free_port()
+    name = server.name.replace("/", "_")
     out = tmp / f"callgrind.{name}.out"
+    tokens = tmp / f"{name}.tokens"
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
-    cmd += [PY, *argv, "--port", str(port)]
-    if tokens is not None:
+    cmd += [*server.valgrind, *server.argv(port)]
+    if server.bridged:
         cmd += ["--tokens", str(tokens)]
-    env = os.environ | {"PYTHONPATH": str(root)}
     proc = subprocess.Popen(
         cmd,
-        cwd=root,
-        env=env,
+        cwd=server.root,
+        env=os.environ | {"PYTHONPATH": str(server.root)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
     try:
-        if tokens is not None:
+        if server.bridged:
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != b"ready":
-                raise RuntimeError(f"{name} did not get ready")
+                raise RuntimeError(f"{server.name} did not get ready")
             token_list = json.loads(tokens.read_text())
         else:
             wait_port(port, proc, seconds=300)
@@ -118,41 +177,40 @@ def checkout(rev: str) -> Iterator[Path]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--calls", type=int, default=200, help="counted calls per case")
     p.add_argument("--base", help="also measure the bridge at this git revision")
+    p.add_argument("--only", action="append", help="measure this case alone (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON, last")
+    p.add_argument("--keep", help="keep callgrind's files in this folder (for callgrind_annotate)")
     args = p.parse_args()
-    fleet = ["--homes", "4", "--agents", "2"]
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as t, contextlib.ExitStack() as stack:
-        tmp = Path(t)
-        cases: list[tuple[str, Path, list[str], bool]] = [
-            ("sdk-trio", ROOT, [str(BENCH / "sdk_server.py"), "--stack", "trio"], False),
-            ("bridge", ROOT, [str(BENCH / "bridge_server.py"), *fleet], True),
-        ]
-        if args.base:
-            base = stack.enter_context(checkout(args.base))
-            cases.append(
-                (f"bridge@{args.base}", base, [str(base / "bench/bridge_server.py"), *fleet], True)
-            )
-        for name, root, argv, bridged in cases:
-            tokens = tmp / f"{name}.tokens" if bridged else None
+        base = stack.enter_context(checkout(args.base)) if args.base else None
+        out = Path(args.keep or t)
+        out.mkdir(parents=True, exist_ok=True)
+        for server in servers(base, args.base):
+            if args.only and server.name not in args.only:
+                continue
             started = time.monotonic()
-            results[name] = measure(name.replace("/", "_"), argv, root, tokens, args.calls, tmp)
+            results[server.name] = measure(server, args.calls, out.resolve())
             print(
-                f"{name:24} {results[name]:7.3f} M instructions per call "
+                f"{server.name:24} {results[server.name]:7.3f} M instructions per call "
                 f"({args.calls} calls, {time.monotonic() - started:.0f} s)",
                 flush=True,
             )
     for name, value in results.items():
-        if name != "sdk-trio":
+        if name != "sdk-trio" and "sdk-trio" in results:
             print(f"{name} / sdk-trio: {value / results['sdk-trio']:.2f}x")
-    day = dt.date.today().isoformat()
-    out = BENCH / "results" / f"{day}-instructions.json"
-    out.write_text(
-        json.dumps({"calls": args.calls, "mega_instructions_per_call": results}, indent=2) + "\n"
-    )
-    print(f"wrote {out.relative_to(ROOT)}")
+    result = {"calls": args.calls, "mega_instructions_per_call": results}
+    if not args.only:  # a partial run leaves the day's figures alone
+        out = BENCH / "results" / f"{dt.date.today().isoformat()}-instructions.json"
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {out.relative_to(ROOT)}")
+    if args.json:
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

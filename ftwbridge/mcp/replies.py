@@ -10,18 +10,29 @@ from mcp_types import jsonrpc
 
 from . import inbound
 from .http import HttpResponse, json_response
+from .results import OkResult
 
 
 def result_response(
     route: inbound.Route, result: dict[str, Any], cacheable: bool = False, ttl_ms: int = 0
 ) -> HttpResponse:
     """200 with `result` for `route`'s id; in the 2026-07-28 era marked complete, and when
-    `cacheable`, private for `ttl_ms` (ms)."""
+    `cacheable`, private for `ttl_ms` (ms). An `OkResult`'s `structuredContent` is sent as the
+    bytes it was encoded to for its text block, not encoded again."""
+    encoded = result.structured_json if isinstance(result, OkResult) else None
     if route.era == "modern":
         result = result | {"resultType": "complete"}
         if cacheable:
             result |= {"ttlMs": ttl_ms, "cacheScope": "private"}
-    return json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": result})
+    if encoded is None:
+        return json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": result})
+    # The envelope's last member is the result, an object with members besides
+    # structuredContent, so its compact JSON ends with the two closing braces; the encoded
+    # structuredContent goes in before them, as the result's last member.
+    rest = {k: v for k, v in result.items() if k != "structuredContent"}
+    response = json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": rest})
+    response.body = response.body[:-2] + b',"structuredContent":' + encoded + b"}}"
+    return response
 
 
 def error_response(route: inbound.Route, code: int, message: str, data: Any = None) -> HttpResponse:

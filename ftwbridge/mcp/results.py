@@ -52,14 +52,29 @@ def conforms(value: Any, schema: dict[str, Any]) -> bool:
     return True
 
 
-def ok_result(value: dict[str, Any]) -> dict[str, Any]:
+class OkResult(dict[str, Any]):
+    """`ok_result`'s tool result, a plain JSON object that also keeps `structured_json`: its
+    `structuredContent` already encoded (compact UTF-8 JSON, as `http.json_response` encodes a
+    body) for its text block, so the response can carry those bytes instead of encoding the
+    same value a second time (`replies.result_response`). A copy or a merge of it
+    (`result | {...}`) is a plain dict, which is encoded whole. Not to be changed once made."""
+
+    __slots__ = ("structured_json",)
+
+    def __init__(self, fields: dict[str, Any], structured_json: bytes) -> None:
+        super().__init__(fields)
+        self.structured_json = structured_json
+
+
+def ok_result(value: dict[str, Any]) -> OkResult:
     """A successful tool result: `structuredContent`, the same JSON as text, and the data note."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return {
+    fields = {
         "content": [{"type": "text", "text": text}, {"type": "text", "text": DATA_NOTE}],
         "structuredContent": value,
         "isError": False,
     }
+    return OkResult(fields, text.encode("utf-8", "backslashreplace"))
 
 
 def text_error(text: str) -> dict[str, Any]:

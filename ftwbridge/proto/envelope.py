@@ -59,6 +59,13 @@ def _head_table() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tu
 
 _ACT, _SIZE, _IMMEDIATE, _PROBLEM = _head_table()
 _KEY_OK: Final = tuple((h >> 5) in _KEY_MAJORS for h in range(256))
+_LEAF: Final = tuple(
+    (arg if act == _STRING else 0) if act in (_ATOM, _STRING) and arg >= 0 else -1
+    for act, arg in zip(_ACT, _IMMEDIATE, strict=True)
+)
+"""For a head byte that is a whole item with its argument in the head (an integer, a simple
+value, a string shorter than 24 bytes): the bytes that follow it (a string's length, else 0);
+-1 for every other head byte (longer heads, arrays, maps, floats, refused ones)."""
 
 
 def _bad(data: bytes, pos: int, end: int) -> RemoteProtocolError:
@@ -89,7 +96,8 @@ def scan(data: bytes) -> None:
     included), indefinite lengths, simple values other than false/true/null, undefined,
     reserved additional information, map keys that are neither integer nor text, nesting
     deeper than `MAX_DEPTH`, and lengths past the end of `data`. Each head byte's meaning comes
-    from a table made once (`_head_table`), so an item costs a few lookups.
+    from a table made once (`_head_table`), so an item costs a few lookups, and an item whole
+    in its head (`_LEAF`: most items of a box's answer) one.
 
     Raises:
         RemoteProtocolError: naming the first rule broken.
@@ -99,14 +107,27 @@ def scan(data: bytes) -> None:
     left = 1  # items still due at this level (a map's pairs count 2)
     in_map = False
     outer: list[tuple[int, bool]] = []  # each enclosing level's (left after this item, in_map)
-    act_of, size_of, immediate_of = _ACT, _SIZE, _IMMEDIATE
+    act_of, size_of, immediate_of, leaf_of, key_ok = _ACT, _SIZE, _IMMEDIATE, _LEAF, _KEY_OK
     while True:
         if pos >= end:
             raise RemoteProtocolError("CBOR ends inside an item")
         head = data[pos]
         pos += 1
-        if in_map and not left & 1 and not _KEY_OK[head]:
+        if in_map and not left & 1 and not key_ok[head]:
             raise _bad_key(data, pos, end)
+        skip = leaf_of[head]
+        if skip >= 0:  # most items: a small integer, a short string, false, true or null
+            pos += skip
+            if pos > end:
+                raise RemoteProtocolError("CBOR string runs past the end")
+            left -= 1
+            while not left:
+                if not outer:
+                    if pos != end:
+                        raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
+                    return
+                left, in_map = outer.pop()
+            continue
         act = act_of[head]
         if act == _BAD:
             raise _bad(data, pos, end)
