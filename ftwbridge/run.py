@@ -209,8 +209,8 @@ class Bridge:
 
     async def readiness(self) -> Verdict:
         """What `/readyz` says (`ftwbridge/readiness.py`): not ready while the state folder or
-        database is gone or replaced (`ftwbridge/statewatch.py`); else the store and the keys
-        part checked side by side, each within `CHECK_S`."""
+        database is gone or replaced (`ftwbridge/statewatch.py`); else its disk's fullness, the
+        store and the keys part checked side by side, each within `CHECK_S`."""
         if self.state_watch is not None and (gone := self.state_watch.not_ready()) is not None:
             return Verdict(False, gone)
         problems: dict[str, str | None] = {}
@@ -218,7 +218,10 @@ class Bridge:
             nursery.start_soon(self._store_problem, problems)
             nursery.start_soon(self._keys_problem, problems)
         return self._readiness.judge(
-            draining=self.pool.draining, store=problems["store"], keys=problems["keys"]
+            draining=self.pool.draining,
+            store=problems["store"],
+            keys=problems["keys"],
+            disk=None if self.state_watch is None else self.state_watch.disk_full(),
         )
 
     async def not_ready(self) -> str | None:
