@@ -38,6 +38,7 @@ from ftwbridge.proto.roster import Roster
 from ftwbridge.readiness import CHECK_S, Readiness, Verdict
 from ftwbridge.startup import admin_listener, bind, keys_part, main_listener, serving_state
 from ftwbridge.statewatch import StateWatch, one_bridge
+from ftwbridge.statewords import state_sentence
 from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
 
@@ -238,7 +239,8 @@ class Bridge:
         except StoreError as exc:
             out["store"] = str(exc)
         except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
-            out["store"] = f"the store does not answer ({type(exc).__name__})"
+            said = state_sentence(exc, Path(self.config.state_dir))  # full, read-only, damaged
+            out["store"] = said or f"the store does not answer ({type(exc).__name__})"
 
     async def _keys_problem(self, out: dict[str, str | None]) -> None:
         out["keys"] = None
