@@ -324,7 +324,8 @@ def create_admin_app(
         @app.route("/")
         async def status_page() -> Response:
             verdict = await readiness()
-            body = shown.page(None if verdict.ready else verdict.why)
+            why = verdict.why
+            body = shown.page(None if verdict.ready else why, why if verdict.ready else None)
             return Response(body, 200, STATUS_HEADERS)
 
     @app.route("/metrics")

@@ -5,12 +5,13 @@ does; `PRAGMA max_page_count` would fail SQLite's writes alone and leave the key
 folder writable, which no real disk does. The mount needs root; the test skips, saying so,
 without it.
 
-While the disk is full: `/readyz` is ready but degraded, in words; `/mcp` goes on serving
+While the disk is full: `/readyz` and the status page say ready but degraded, in words; `/mcp`
+goes on serving
 (nothing an assistant's call does writes the embedded store: tokens are read, sessions need
 only the keys held in memory); the door takes a home's new roster, in effect at once, and saves
 it once space returns; the OAuth endpoints that must write (registration, the code exchange, a
-refresh) answer 503 `temporarily_unavailable` in OAuth's form; the commands that write say so in
-one sentence. Once space returns, each works again with nothing lost. Requests are raw bytes.
+refresh) answer 503 `temporarily_unavailable` in OAuth's form, the consent page a page in the
+same words; the commands that write say so in one sentence. Once space returns, each works again with nothing lost. Requests are raw bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import httpx2
 import trio
 
 from tests.e2e.env import REAL_WAIT_S, Env, start_env
+from tests.oauth.helpers import authorize_params, pkce
 from tests.oauth.test_flow import REDIRECT, signed_in
 from tests.ops.test_state_trouble import fill, mounted, one_sentence, run
 
@@ -146,6 +148,9 @@ async def while_full(
     assert status == 200 and text.startswith("ready, degraded: the disk holding the state"), text
     assert "is full (0 KiB free)" in text and "free space there" in text, text
     said.append(text)
+    async with httpx2.AsyncClient(timeout=REAL_WAIT_S) as http:  # the operator's status page
+        page = (await http.get(f"{env.bridge.admin_url}/")).text
+    assert '<p class="warn">ready, degraded: the disk holding the state folder' in page, page
     # an assistant's call: the token is read from the store, the box answers as ever
     status, _, body = await raw(env, mcp_call(env, fresh))
     answer = json.loads(body)
@@ -177,6 +182,16 @@ async def while_full(
         }
         assert headers["cache-control"] == "no-store"
         said.append(FULL_WORDS)
+    # the person at the consent page, for a client registered before: a page in those words
+    params = authorize_params(later["client_id"], REDIRECT, pkce()[1]) | {"resource": env.url}
+    host = urlsplit(env.bridge.site.public_url).netloc
+    status, headers, body = await raw(
+        env,
+        f"GET /authorize?{urlencode(params)} HTTP/1.1\r\nHost: {host}\r\n"
+        "Connection: close\r\n\r\n".encode(),
+    )
+    assert status == 503 and headers["content-type"].startswith("text/html"), body
+    assert b"storage is full; try again later" in body and b"Traceback" not in body
     # the commands: what writes says so in one sentence; what reads works
     state = Path(env.bridge.config.state_dir)
     for argv in (
