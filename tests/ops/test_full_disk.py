@@ -5,13 +5,13 @@ does; `PRAGMA max_page_count` would fail SQLite's writes alone and leave the key
 folder writable, which no real disk does. The mount needs root; the test skips, saying so,
 without it.
 
-While the disk is full: `/readyz` and the status page say ready but degraded, in words; `/mcp`
-goes on serving
-(nothing an assistant's call does writes the embedded store: tokens are read, sessions need
-only the keys held in memory); the door takes a home's new roster, in effect at once, and saves
-it once space returns; the OAuth endpoints that must write (registration, the code exchange, a
-refresh) answer 503 `temporarily_unavailable` in OAuth's form, the consent page a page in the
-same words; the commands that write say so in one sentence. Once space returns, each works again with nothing lost. Requests are raw bytes.
+While the disk is full: `/readyz` and the status page say ready but degraded, in words;
+`/mcp` goes on serving (nothing an assistant's call does writes the embedded store: tokens are
+read, sessions need only the keys held in memory); the door takes a home's new roster, in
+effect at once, and saves it once space returns; the OAuth endpoints that must write
+(registration, the code exchange, a refresh) answer 503 `temporarily_unavailable` in OAuth's
+form, the consent page a page in the same words; the commands that write say so in one
+sentence. Once space returns, each works again with nothing lost. Requests are raw bytes.
 """
 
 from __future__ import annotations
