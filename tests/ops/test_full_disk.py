@@ -29,7 +29,7 @@ import trio
 from tests.e2e.env import REAL_WAIT_S, Env, start_env
 from tests.oauth.helpers import authorize_params, pkce
 from tests.oauth.test_flow import REDIRECT, signed_in
-from tests.ops.test_state_trouble import fill, mounted, one_sentence, run
+from tests.ops.test_state_trouble import KEY, fill, mounted, one_sentence, run
 
 FULL_WORDS = "the bridge's storage is full; try again later"
 
@@ -228,3 +228,20 @@ async def after_space_returns(
     )
     assert done.returncode == 0, done.stderr
     assert os.listdir(state)  # the state is there, as it was
+
+
+def test_a_backup_onto_the_full_disk_says_so_and_one_to_another_disk_works(
+    tmp_path: Path,
+) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    with mounted("-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)):
+        state = disk / "state"
+        assert run(state, "home", "enroll", "--home", "h0", "--key", KEY).returncode == 0
+        fill(disk)
+        line = one_sentence(run(state, "db", "backup", "--to", str(disk / "backup")))
+        assert f"the disk holding the backup folder {disk / 'backup'} is full" in line, line
+        assert "back up to a folder on another disk" in line and "damaged" not in line, line
+        done = run(state, "db", "backup", "--to", str(tmp_path / "elsewhere"))
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "elsewhere" / "bridge.sqlite").is_file()
