@@ -13,8 +13,9 @@ their tokens cached) need neither. So:
   that: warm sessions go on; what needs the part (new sessions, tokens not cached) is refused
   in words until it answers again.
 - `ready, degraded` too when the state's disk is full: everything that only reads is served
-  (every tool, new sessions included), every write is refused in words until space returns,
-  and a second instance would have the same disk (docs/operations.md, "A full disk").
+  (every tool, new sessions included), what must write (a sign-in, a token) is refused in
+  words until space returns, and a second instance would have the same disk
+  (docs/operations.md, "A full disk").
 
 `Readiness.judge` is pure: the caller runs the checks (each within `CHECK_S`, together, so
 the answer comes within a balancer's check timeout) and passes their results in.
