@@ -17,6 +17,7 @@ import prometheus_client
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     Info,
@@ -290,6 +291,16 @@ class Metrics:
         if child is None:
             child = self._request_children[key] = self.requests.labels(method, outcome)
         child.inc()
+
+    def watch_state_disk(self, free_bytes: Callable[[], float]) -> None:
+        """Export `ftwbridge_state_disk_free_bytes`, read from `free_bytes` at each scrape
+        (an embedded bridge's state folder: `StateWatch.free_bytes`)."""
+        Gauge(
+            "ftwbridge_state_disk_free_bytes",
+            "Bytes free to the bridge's user on the disk holding the state folder (embedded"
+            " store; below 1 MiB /readyz says the disk is full)",
+            registry=self.registry,
+        ).set_function(free_bytes)
 
     def on_queue_wait(self, seconds: float) -> None:
         """Record how long a call waited before reaching its session."""

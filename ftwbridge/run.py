@@ -333,6 +333,7 @@ class Bridge:
                     raise StartupError(str(exc), setting="database_url") from None
                 if self.config.database_url is None:
                     self.state_watch = StateWatch(Path(self.config.state_dir))
+                    self.metrics.watch_state_disk(self.state_watch.free_bytes)
                 await self._serve(task_status)
         finally:
             self.store.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,15 @@ class StateWatch:
                 " restart the bridge to serve the one there now"
             )
         return None
+
+    def free_bytes(self) -> float:
+        """Bytes free to the bridge's user on the state folder's disk (`statvfs`'s
+        `f_bavail`), or NaN when the folder cannot be looked at."""
+        try:
+            st = os.statvfs(self.folder)
+        except OSError:
+            return math.nan
+        return float(st.f_bavail * st.f_frsize)
 
     def disk_full(self) -> str | None:
         """Why the state's disk is full, in one sentence with what to do, or None while it has

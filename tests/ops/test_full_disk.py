@@ -150,6 +150,8 @@ async def while_full(
     said.append(text)
     async with httpx2.AsyncClient(timeout=REAL_WAIT_S) as http:  # the operator's status page
         page = (await http.get(f"{env.bridge.admin_url}/")).text
+        metrics = (await http.get(f"{env.bridge.admin_url}/metrics")).text
+    assert "\nftwbridge_state_disk_free_bytes 0.0\n" in metrics  # what the alert rule reads
     assert '<p class="warn">ready, degraded: the disk holding the state folder' in page, page
     # an assistant's call: the token is read from the store, the box answers as ever
     status, _, body = await raw(env, mcp_call(env, fresh))
