@@ -32,6 +32,7 @@ from ftwbridge.atomic import write_atomic
 from ftwbridge.config import Config
 from ftwbridge.keys.keyfile import locked
 from ftwbridge.lifecycle import StartupError
+from ftwbridge.statewords import Trouble, trouble_of
 from ftwbridge.store import sqlite_path
 from ftwbridge.store.inuse import in_use_path
 
@@ -71,9 +72,20 @@ def _copy_database(source: Path, target: Path) -> None:
         finally:
             src.close()
     except sqlite3.Error as exc:
+        if trouble_of(exc) is Trouble.FULL:  # the copy is what needs the room
+            raise _full(target.parent, exc) from None
         raise StartupError(f"the database {source} cannot be backed up: {exc}") from None
     if ok != "ok":
         raise StartupError(f"the copy of {source} fails SQLite's integrity check: {ok}")
+
+
+def _full(target: Path, exc: BaseException) -> StartupError:
+    """The sentence for a backup into `target` that met a full disk."""
+    why = getattr(exc, "strerror", None) or str(exc)
+    return StartupError(
+        f"the disk holding the backup folder {target} is full ({why}); back up to a folder on"
+        " another disk, or free space there: the state was not touched"
+    )
 
 
 def _empty_target(target: Path) -> None:
@@ -93,12 +105,22 @@ def backup_state(state_dir: Path, target: Path, now_s: float) -> dict[str, Any]:
 
     Raises:
         StartupError: no database in `state_dir`, a target folder that is not empty or cannot
-            be made, or a copy that fails (one sentence each).
+            be made, a full disk under it, or a copy that fails (one sentence each).
     """
     database = sqlite_path(state_dir)
     if not database.is_file():
         raise StartupError(f"no bridge state is in {state_dir} (no bridge.sqlite there)")
     _empty_target(target)
+    try:
+        return _copy_all(state_dir, database, target, now_s)
+    except OSError as exc:
+        if trouble_of(exc) is Trouble.FULL:
+            raise _full(target, exc) from None
+        raise
+
+
+def _copy_all(state_dir: Path, database: Path, target: Path, now_s: float) -> dict[str, Any]:
+    """`backup_state`'s copies and manifest, into the empty folder `target`."""
     _copy_database(database, target / database.name)
     keys = Path(state_dir) / KEYS_FILE
     with contextlib.ExitStack() as held:

@@ -17,6 +17,7 @@ import prometheus_client
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     Info,
@@ -212,6 +213,7 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._state_disk: Gauge | None = None
         self._listeners = _Listeners()
         self.registry.register(self._listeners)
         self.requests = Counter(
@@ -291,6 +293,19 @@ class Metrics:
             child = self._request_children[key] = self.requests.labels(method, outcome)
         child.inc()
 
+    def watch_state_disk(self, free_bytes: Callable[[], float]) -> None:
+        """Export `ftwbridge_state_disk_free_bytes`, read from `free_bytes` at each scrape
+        (an embedded bridge's state folder: `StateWatch.free_bytes`); a second call (the
+        bridge served again) reads the new function."""
+        if self._state_disk is None:
+            self._state_disk = Gauge(
+                "ftwbridge_state_disk_free_bytes",
+                "Bytes free to the bridge's user on the disk holding the state folder"
+                " (embedded store; below 1 MiB /readyz says the disk is full)",
+                registry=self.registry,
+            )
+        self._state_disk.set_function(free_bytes)
+
     def on_queue_wait(self, seconds: float) -> None:
         """Record how long a call waited before reaching its session."""
         self.queue_seconds.observe(seconds)
@@ -324,7 +339,8 @@ def create_admin_app(
         @app.route("/")
         async def status_page() -> Response:
             verdict = await readiness()
-            body = shown.page(None if verdict.ready else verdict.why)
+            why = verdict.why
+            body = shown.page(None if verdict.ready else why, why if verdict.ready else None)
             return Response(body, 200, STATUS_HEADERS)
 
     @app.route("/metrics")

@@ -12,6 +12,10 @@ their tokens cached) need neither. So:
 - `ready` (200), with `degraded: <why>` when the store or the keys part stops answering after
   that: warm sessions go on; what needs the part (new sessions, tokens not cached) is refused
   in words until it answers again.
+- `ready, degraded` too when the state's disk is full: everything that only reads is served
+  (every tool, new sessions included), what must write (a sign-in, a token) is refused in
+  words until space returns, and a second instance would have the same disk
+  (docs/operations.md, "A full disk").
 
 `Readiness.judge` is pure: the caller runs the checks (each within `CHECK_S`, together, so
 the answer comes within a balancer's check timeout) and passes their results in.
@@ -47,13 +51,16 @@ class Readiness:
     def __init__(self) -> None:
         self._answered = {"store": False, "keys": False}
 
-    def judge(self, *, draining: bool, store: str | None, keys: str | None) -> Verdict:
+    def judge(
+        self, *, draining: bool, store: str | None, keys: str | None, disk: str | None = None
+    ) -> Verdict:
         """The verdict for one `/readyz`.
 
         Args:
             draining: the bridge is stopping.
             store, keys: why the store (the keys part) did not answer this time, or None when
                 it did.
+            disk: why the state's disk is full (`StateWatch.disk_full`), or None.
         """
         if draining:
             return Verdict(False, "draining: the bridge is stopping")
@@ -61,9 +68,11 @@ class Readiness:
         for part, problem in problems.items():
             if problem is None:
                 self._answered[part] = True
-        why = "; ".join(p for p in problems.values() if p is not None) or None
+        why = "; ".join(p for p in (*problems.values(), disk) if p is not None) or None
         if why is None:
             return Verdict(True)
         if not all(self._answered.values()):
             return Verdict(False, why)
+        if store is None and keys is None:
+            return Verdict(True, why)
         return Verdict(True, why + "; warm sessions are still served")

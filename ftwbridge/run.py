@@ -39,6 +39,7 @@ from ftwbridge.proto.roster import Roster
 from ftwbridge.readiness import CHECK_S, Readiness, Verdict
 from ftwbridge.startup import admin_listener, bind, keys_part, main_listener, serving_state
 from ftwbridge.statewatch import StateWatch, one_bridge
+from ftwbridge.statewords import state_sentence
 from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
 
@@ -211,8 +212,8 @@ class Bridge:
 
     async def readiness(self) -> Verdict:
         """What `/readyz` says (`ftwbridge/readiness.py`): not ready while the state folder or
-        database is gone or replaced (`ftwbridge/statewatch.py`); else the store and the keys
-        part checked side by side, each within `CHECK_S`."""
+        database is gone or replaced (`ftwbridge/statewatch.py`); else its disk's fullness, the
+        store and the keys part checked side by side, each within `CHECK_S`."""
         if self.state_watch is not None and (gone := self.state_watch.not_ready()) is not None:
             return Verdict(False, gone)
         problems: dict[str, str | None] = {}
@@ -220,7 +221,10 @@ class Bridge:
             nursery.start_soon(self._store_problem, problems)
             nursery.start_soon(self._keys_problem, problems)
         return self._readiness.judge(
-            draining=self.pool.draining, store=problems["store"], keys=problems["keys"]
+            draining=self.pool.draining,
+            store=problems["store"],
+            keys=problems["keys"],
+            disk=None if self.state_watch is None else self.state_watch.disk_full(),
         )
 
     async def not_ready(self) -> str | None:
@@ -237,7 +241,8 @@ class Bridge:
         except StoreError as exc:
             out["store"] = str(exc)
         except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
-            out["store"] = f"the store does not answer ({type(exc).__name__})"
+            said = state_sentence(exc, Path(self.config.state_dir))  # full, read-only, damaged
+            out["store"] = said or f"the store does not answer ({type(exc).__name__})"
 
     async def _keys_problem(self, out: dict[str, str | None]) -> None:
         out["keys"] = None
@@ -330,6 +335,7 @@ class Bridge:
                     raise StartupError(str(exc), setting="database_url") from None
                 if self.config.database_url is None:
                     self.state_watch = StateWatch(Path(self.config.state_dir))
+                    self.metrics.watch_state_disk(self.state_watch.free_bytes)
                 await self._serve(task_status)
         finally:
             self.store.close()

@@ -6,6 +6,10 @@ SQLite keeps serving the file the bridge opened even after the folder is deleted
 operator is then told to run the command they just ran. So the bridge remembers the folder's
 and the database's identity (device and inode) at start and compares them at each `/readyz`.
 
+A full disk under the state folder is said too (`StateWatch.disk_full`): the bridge goes on
+serving what only reads, and `/readyz` says it is degraded and why (docs/operations.md, "A
+full disk").
+
 A second `ftwbridge serve` on a folder another one serves is refused at start: two processes
 would each hold their own sessions, claim codes and consent requests on one database. The
 first holds an advisory lock (`fcntl.flock`, exclusive, on `state_dir/serve.lock`) for as long
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +28,9 @@ from pathlib import Path
 from ftwbridge.lifecycle import StartupError
 
 SERVE_LOCK = "serve.lock"
+FULL_BELOW_BYTES = 1 << 20
+"""Free space under which the state's disk counts as full (bytes): SQLite needs a few pages
+and a journal for each write, and a disk this close to full fails them soon."""
 
 
 @contextlib.contextmanager
@@ -89,3 +97,31 @@ class StateWatch:
                 " restart the bridge to serve the one there now"
             )
         return None
+
+    def free_bytes(self) -> float:
+        """Bytes free to the bridge's user on the state folder's disk (`statvfs`'s
+        `f_bavail`), or NaN when the folder cannot be looked at."""
+        try:
+            st = os.statvfs(self.folder)
+        except OSError:
+            return math.nan
+        return float(st.f_bavail * st.f_frsize)
+
+    def disk_full(self) -> str | None:
+        """Why the state's disk is full, in one sentence with what to do, or None while it has
+        `FULL_BELOW_BYTES` free (to the bridge's user: `statvfs`'s `f_bavail`) and room for a
+        file (`f_favail`). A folder that cannot be looked at is `not_ready`'s to say."""
+        try:
+            st = os.statvfs(self.folder)
+        except OSError:
+            return None
+        free = st.f_bavail * st.f_frsize
+        no_files = st.f_files > 0 and st.f_favail == 0
+        if free >= FULL_BELOW_BYTES and not no_files:
+            return None
+        left = "no file can be made there" if no_files else f"{free // 1024} KiB free"
+        return (
+            f"the disk holding the state folder {self.folder} is full ({left}): sign-ins, tokens,"
+            " enrolments and homes' new rosters cannot be saved; free space there or give it a"
+            " larger volume (nothing kept was lost; reads and warm sessions go on)"
+        )

@@ -73,7 +73,7 @@ def state_sentence(exc: BaseException, state_dir: Path) -> str | None:
 
 
 def oauth_words(exc: BaseException) -> str | None:
-    """The words an OAuth client gets for `exc` (no folder named: they are not the
+    """The words an OAuth or MCP client gets for `exc` (no folder named: they are not the
     operator's), or None for any other error."""
     kind = trouble_of(exc)
     if kind is Trouble.FULL:

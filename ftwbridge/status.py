@@ -84,9 +84,10 @@ class Status:
             await trio.sleep(SAMPLE_S)
             self.take()
 
-    def page(self, not_ready: str | None) -> str:
-        """The page as HTML: readiness (`not_ready` is None when ready, else why not), then
-        the charts of the points kept and a point taken now."""
+    def page(self, not_ready: str | None, degraded: str | None = None) -> str:
+        """The page as HTML: readiness (`not_ready` is None when ready, else why not;
+        `degraded`, why a ready bridge serves less, such as a full disk), then the charts of
+        the points kept and a point taken now."""
         points = [*self.samples, take_sample(self._registry, self._wall_s())]
         now = points[-1]
         first = points[0]
@@ -108,6 +109,8 @@ class Status:
             key=lambda kv: -kv[1],
         )
         state = "ready" if not_ready is None else f"not ready: {not_ready}"
+        if not_ready is None and degraded is not None:
+            state = f"ready, degraded: {degraded}"
         rows = "".join(
             f"<tr><td>{html.escape(code)}</td><td>{n:.0f}</td></tr>" for code, n in by_code if n
         )
@@ -122,7 +125,7 @@ class Status:
         minutes = (now.at_s - first.at_s) / 60
         return PAGE.format(
             version=html.escape(__version__),
-            state_class="ok" if not_ready is None else "bad",
+            state_class="bad" if not_ready else "warn" if degraded else "ok",
             state=html.escape(state),
             minutes=f"{minutes:.0f}",
             charts=charts,
@@ -159,7 +162,7 @@ PAGE = """<!doctype html>
 <style>
 :root {{ color-scheme: light dark; font-family: system-ui, sans-serif; }}
 body {{ margin: 1rem auto; max-width: 40rem; padding: 0 1rem; line-height: 1.4; }}
-.ok {{ color: #1a7f37; }} .bad {{ color: #cf222e; }}
+.ok {{ color: #1a7f37; }} .warn {{ color: #9a6700; }} .bad {{ color: #cf222e; }}
 figure {{ margin: 1rem 0; }} svg {{ width: 100%; height: 60px; color: #0969da; }}
 table {{ border-collapse: collapse; }} td {{ padding: 0.2rem 1rem 0.2rem 0; }}
 </style></head><body>

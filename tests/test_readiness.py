@@ -30,3 +30,15 @@ def test_an_outage_after_the_start_degrades_and_draining_ends_readiness() -> Non
     assert r.judge(draining=True, store=None, keys=None) == Verdict(
         False, "draining: the bridge is stopping"
     )
+
+
+def test_a_full_disk_degrades_readiness_in_words() -> None:
+    r = Readiness()
+    disk = "the disk holding the state folder /s is full (0 KiB free): ..."
+    assert r.judge(draining=False, store=None, keys=None, disk=disk).text() == (
+        f"ready, degraded: {disk}"
+    )
+    assert r.judge(draining=False, store=STORE, keys=None, disk=disk).text() == (
+        f"ready, degraded: {STORE}; {disk}; warm sessions are still served"
+    )
+    assert not r.judge(draining=True, store=None, keys=None, disk=disk).ready

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ import trio
 from mcp_types import jsonrpc
 
 from ftwbridge.framing import framing_problem
+from ftwbridge.statewords import oauth_words
 from ftwbridge.store import StoreError
 
 from . import inbound
@@ -62,10 +64,11 @@ STORE_HEADERS = {"retry-after": str(STORE_RETRY_AFTER_S), "cache-control": "no-s
 log = logging.getLogger("ftwbridge.mcp")
 
 
-def store_unavailable() -> HttpResponse:
+def store_unavailable(words: str = STORE_WORDS) -> HttpResponse:
     """503 with `Retry-After` and a JSON-RPC error in words: `/mcp` needed the database while
-    it does not answer (`StoreError`)."""
-    error = {"code": JSONRPC_INTERNAL_ERROR, "message": STORE_WORDS}
+    it does not answer (`StoreError`), or while the embedded store's file is full, cannot be
+    written or is damaged (`words`: `statewords.oauth_words`, which name no folder)."""
+    error = {"code": JSONRPC_INTERNAL_ERROR, "message": words}
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
     return HttpResponse(503, {"content-type": _JSON, **STORE_HEADERS}, body)
 
@@ -297,3 +300,9 @@ class McpRoute:
         except StoreError as exc:
             log.warning("%s /mcp refused: %s", method, exc)
             return store_unavailable()
+        except sqlite3.Error as exc:  # the embedded store's file; anything else as before
+            told = oauth_words(exc)
+            if told is None:
+                raise
+            log.error("%s /mcp failed on the state: %s", method, exc)
+            return store_unavailable(told)

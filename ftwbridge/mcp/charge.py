@@ -118,36 +118,6 @@ def _at(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-CHARGE_OUTPUT: Final = {
-    "type": "object",
-    "properties": {
-        "status": {
-            "type": "string",
-            "description": "reachable, unreachable, already_met, not_plugged, unknown_car,"
-            " no_car or no_charger",
-        },
-        "message": {"type": "string", "description": "The advice in one or two sentences"},
-        "acts": {"type": "boolean", "description": "Always false: this tool changes nothing"},
-        "car": {"description": "The car's id, or null"},
-        "readyByMs": {"type": "integer", "description": "ms since the epoch"},
-        "socPercent": {"description": "percent now, or null"},
-        "targetPercent": {"type": "number", "description": "percent"},
-        "needKWh": {"type": "number", "description": "energy to add, kWh"},
-        "powerW": {"type": "integer", "description": "the charger's most power, W"},
-        "hoursAvailable": {"type": "number", "description": "plan hours before readyByMs"},
-        "solarAloneKWh": {"type": "number", "description": "what spare solar would give, kWh"},
-        "window": {
-            "type": "object",
-            "description": "startMs/endMs ms since the epoch, minutes, costMinor in minor units",
-        },
-        "cost": {"type": "number", "description": "the window's import cost, major units"},
-        "reachablePercent": {"type": "number", "description": "percent by readyByMs at most"},
-        "advice": {"type": "object", "description": "The exact tool call that would do it"},
-    },
-    "required": ["status", "message", "acts"],
-}
-
-
 @dataclass(frozen=True, slots=True)
 class _Need:
     """A plugged car that needs `wh` (Wh) to go from `soc` to `target` (permille)."""

@@ -64,66 +64,6 @@ class FlowContext:
     """How far the box's clock may run ahead of ours (ms): reports start that much later."""
 
 
-def _n(desc: str) -> dict[str, Any]:
-    return {"type": ["number", "null"], "description": desc}
-
-
-FIGURES: Final = {
-    "type": "object",
-    "properties": {
-        "importKWh": _n("Energy bought from the grid, kWh"),
-        "exportKWh": _n("Energy sold to the grid, kWh (counted apart from import)"),
-        "pvKWh": _n("Solar energy made, kWh"),
-        "loadKWh": _n("House use without the car, kWh"),
-        "evKWh": _n("Energy into the car, kWh"),
-        "batteryInKWh": _n("Energy into the home battery, kWh"),
-        "batteryOutKWh": _n("Energy out of the home battery, kWh"),
-        "batteryThroughputKWh": _n("Battery in plus out, kWh"),
-        "selfConsumptionPercent": _n("Share of the solar the home used itself, percent"),
-        "selfSufficiencyPercent": _n("Share of house and car use not bought, percent"),
-        "importCost": _n("What the import cost, in major units of currency"),
-        "exportValue": _n("What the export earned at spot, in major units of currency"),
-        "currency": {"type": ["string", "null"], "description": "ISO 4217 code"},
-    },
-}
-REPORT_OUTPUT: Final = {
-    "type": "object",
-    "properties": {
-        "period": {"type": "string", "description": "day, week or month"},
-        "tz": {"type": "string", "description": "The home's time zone; periods start there"},
-        "currency": {"description": "ISO 4217 code, or null"},
-        "summary": {"type": "string", "description": "One sentence about the last period"},
-        "reads": {"type": "integer", "description": "energy.get requests made (1 or 2)"},
-        "periods": {
-            "type": "array",
-            "description": "Oldest first. startMs/endMs: ms since the epoch; coveredMs: ms the"
-            " meters cover; coverage: coveredMs over the time elapsed (0..1); running: the"
-            " period has not ended; change: percent change from the period before (for a"
-            " running one, from the same stretch of it, see comparedWith), null when a"
-            " comparison would mislead (noComparison says why)",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "label": {"type": "string"},
-                    "startMs": {"type": "integer", "description": "ms since the epoch"},
-                    "endMs": {"type": "integer", "description": "ms since the epoch"},
-                    "running": {"type": "boolean"},
-                    "coveredMs": {"type": "integer", "description": "ms"},
-                    "missingMs": {
-                        "type": "integer",
-                        "description": "ms of the elapsed period the meters do not cover",
-                    },
-                    "coverage": {"type": "number", "description": "0..1"},
-                    "figures": FIGURES,
-                    "change": {"type": ["object", "null"], "description": "percent changes"},
-                },
-            },
-        },
-    },
-    "required": ["period", "periods", "summary"],
-}
-
-
 class AnswerCache:
     """Box answers per home, reused while they cannot change (part G: a finished bucket never
     changes; one holding the running bucket is reused for `RUNNING_TTL_MS`)."""

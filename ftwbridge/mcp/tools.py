@@ -29,8 +29,8 @@ from .args import (
     PlanArgs,
     _Args,
 )
-from .charge import CHARGE_OUTPUT, ChargeArgs, run_charge
-from .energy_tools import REPORT_OUTPUT, Call, FlowContext, ReportArgs, run_report
+from .charge import ChargeArgs, run_charge
+from .energy_tools import Call, FlowContext, ReportArgs, run_report
 from .identity import ICONS
 from .schemas import OUTPUT_SCHEMAS
 from .tool_shapes import REASON_WORDS as REASON_WORDS
@@ -254,7 +254,7 @@ TOOLS += (
         "Energy in kWh and money per day, week or month in the home's time zone, from the box's meters: import and export (counted apart), solar, self-consumption and self-sufficiency, EV, battery throughput, import cost and export value, and the change from the period before. A period still running is compared with the same stretch of the one before, and says so; incomplete meter coverage is stated, never averaged away. `summary` is one sentence to repeat.",
         ReportArgs,
         (Read.ENERGY_GET,),
-        REPORT_OUTPUT,
+        OUTPUT_SCHEMAS["energy_report"],
         lambda a, n: [],
         lambda a, r, c: {},
         flow=run_report,
@@ -265,7 +265,7 @@ TOOLS += (
         "Advice for charging a car by a time (ready_by, ms since the epoch): the energy needed for the target, whether it can be reached, the cheapest window in the plan's prices and its cost, what spare solar alone would give, and the exact ev_charge_now or goal_request call that would do it. It only reads and advises; it never starts a charge.",
         ChargeArgs,
         (Read.CARS_GET, Read.CONFIG_GET, Read.PLAN_GET),
-        CHARGE_OUTPUT,
+        OUTPUT_SCHEMAS["charge_options"],
         lambda a, n: [],
         lambda a, r, c: {},
         flow=run_charge,

@@ -260,12 +260,17 @@ class SqliteStore(SqlStore):
 @contextlib.contextmanager
 def _immediately(db: Connection) -> Iterator[None]:
     """One `BEGIN IMMEDIATE` transaction (the write lock taken before the first read, so a
-    read-then-write is atomic against every other connection), rolled back when it raises."""
+    read-then-write is atomic against every other connection), rolled back when it raises,
+    unless SQLite already has: after SQLITE_FULL, SQLITE_IOERR, SQLITE_BUSY or SQLITE_NOMEM it
+    may cancel the whole transaction itself (sqlite.org/lang_transaction.html, "Response To
+    Errors Within A Transaction"; a full disk does), and a `ROLLBACK` then would hide the
+    error behind "no transaction is active"."""
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
     except BaseException:
-        db.execute("ROLLBACK")
+        if getattr(db, "in_transaction", True):
+            db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
 

@@ -7,9 +7,11 @@ tests/e2e, tests/edge and tests/peers; these pin the edges that are hard to reac
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import MutableMapping
 from typing import Any, cast
 
+import pytest
 import trio
 
 from ftwbridge.app import Site
@@ -161,6 +163,33 @@ async def test_the_database_down_is_a_jsonrpc_503_in_words() -> None:
     assert peer.headers["retry-after"] == "5"
     error = json.loads(peer.body)["error"]
     assert "database does not answer" in error["message"] and "db.test" not in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (sqlite3.OperationalError("database or disk is full"), "storage is full"),
+        (sqlite3.OperationalError("attempt to write a readonly database"), "cannot save"),
+        (sqlite3.DatabaseError("file is not a database"), "storage is damaged"),
+    ],
+)
+async def test_the_embedded_stores_file_in_trouble_is_a_jsonrpc_503_in_words(
+    exc: sqlite3.Error, words: str
+) -> None:
+    """A full disk, a folder that cannot be written or a damaged file met at `/mcp` (a token
+    read from a damaged database): 503 and a JSON-RPC error in words, naming no folder (it
+    was an empty 500)."""
+    service, peer = Service(exc), Peer(*body(b"{}"))
+    await route(service)(scope(), peer.receive, peer.send)
+    assert peer.status == 503 and peer.headers["content-type"] == "application/json"
+    error = json.loads(peer.body)["error"]
+    assert error["code"] == -32603 and words in error["message"] and "/" not in error["message"]
+
+
+async def test_another_sqlite_error_is_not_dressed_as_state_trouble() -> None:
+    service, peer = Service(sqlite3.OperationalError("no such table: x")), Peer(*body(b"{}"))
+    with pytest.raises(sqlite3.OperationalError):
+        await route(service)(scope(), peer.receive, peer.send)
 
 
 async def test_framing_host_and_origin_are_refused_and_audited_before_the_service() -> None:

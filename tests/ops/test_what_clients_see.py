@@ -15,9 +15,14 @@ import jsonschema
 import pytest
 import trio
 
-from devtools.sessions import DEMO_CALLS
+from devtools.sessions import DEMO_CALLS, energy_calls
+from ftwbridge.mcp.charge import ChargeArgs, advise
+from ftwbridge.mcp.control_tools import CONTROL_TOOLS
+from ftwbridge.mcp.energy_tools import FlowContext, ReportArgs, run_report
 from ftwbridge.mcp.schemas import OUTPUT_SCHEMAS
-from tests.e2e.env import REAL_WAIT_S, Env
+from ftwbridge.mcp.tools import TOOLS
+from tests.e2e.env import REAL_WAIT_S, Env, now_ms
+from tests.mcp.test_energy_tools import CARS, CONFIG, NOW, Reader, _ms, _plan
 
 FLAT = ("config_get", "diag_run", "ev_charge_now", "ev_stop", "goal_request")
 """Results with no nested object of their own (their open maps are the box's)."""
@@ -82,17 +87,70 @@ async def test_real_results_satisfy_the_listed_schemas(env: Env) -> None:
         with trio.fail_after(REAL_WAIT_S):
             listed = {t.name: t.output_schema for t in (await client.list_tools()).tools}
             results = {}
-            for name, args in DEMO_CALLS:
+            for name, args in [*DEMO_CALLS, *energy_calls(now_ms())]:
                 result = await client.call_tool(name, args)
                 assert not result.is_error, (name, result.content)
                 results[name] = result.structured_content
     for name, value in results.items():
         assert listed[name] == OUTPUT_SCHEMAS[name]
         jsonschema.validate(value, listed[name])
+    assert {"energy_report", "charge_options"} <= set(results)
     broken = copy.deepcopy(results["chargers_list"])
     broken["loadpoints"][0]["power_w"] = "a lot"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, listed["chargers_list"])
+    report = copy.deepcopy(results["energy_report"])
+    report["periods"][0]["figures"]["importKWh"] = "12 kWh"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, listed["energy_report"])
+
+
+def test_every_tool_has_a_typed_schema_down_to_each_leaf() -> None:
+    """Every tool's output schema comes from a model, and every member at any depth says its
+    one JSON type (a nullable one: each branch of its `anyOf`), as MCP Inspector's `--strict`
+    asks (no `type` lists, no untyped member); no member claims a `null` default."""
+    assert set(OUTPUT_SCHEMAS) == {t.name for t in (*TOOLS, *CONTROL_TOOLS)}
+    for tool, schema in OUTPUT_SCHEMAS.items():
+        for path, sub in walk(schema):
+            branches = sub.get("anyOf", [sub])  # one type each: MCP Inspector's --strict
+            assert all(isinstance(b.get("type"), str) for b in branches), (tool, path, sub)
+            assert sub.get("default", 0) is not None, (tool, path, sub)
+
+
+@pytest.mark.parametrize(
+    ("args", "now"),
+    [
+        (ReportArgs(period="month", count=2), _ms(2026, 11, 20, 14)),  # running: two reads
+        (ReportArgs(period="week", count=3), _ms(2027, 1, 4, 0, 30)),  # across a year end
+        (ReportArgs(period="day", end=_ms(2026, 10, 25, 12)), _ms(2026, 11, 2, 9)),
+    ],
+)
+async def test_reports_from_the_stub_home_satisfy_the_schema(args: ReportArgs, now: int) -> None:
+    out = await run_report(Reader(now), args, FlowContext(now, 400, 900))
+    assert out["periods"]
+    jsonschema.validate(out, OUTPUT_SCHEMAS["energy_report"])
+
+
+@pytest.mark.parametrize(
+    ("cars", "target", "hours"),
+    [
+        (CARS, 80, 7),  # reachable, a goal_request
+        (CARS, 42, 4),  # reachable, an ev_charge_now
+        (CARS, 100, 1),  # unreachable
+        (CARS, 30, 1),  # already_met
+        ({"cars": [CARS["cars"][0] | {"plugged": False}]}, None, 1),
+        ({"cars": [CARS["cars"][0] | {"capacity_wh": None}]}, None, 1),
+        ({"cars": []}, None, 1),  # no_car
+    ],
+)
+def test_every_kind_of_advice_satisfies_the_schema(
+    cars: Any, target: int | None, hours: int
+) -> None:
+    plan = _plan([50] * 8 + [300] * 4 + [100] * 16)
+    args = ChargeArgs(ready_by=NOW + hours * 3_600_000, target_percent=target)
+    for config in (CONFIG, {"config": {}}):  # the second names no charger
+        out = advise(cars, config, plan, args, NOW)
+        jsonschema.validate(out, OUTPUT_SCHEMAS["charge_options"])
 
 
 async def test_the_bridges_address_says_what_it_is(env: Env) -> None:

@@ -95,6 +95,7 @@ async def test_inspector_cli(ready: tuple[Env, str, dict[str, str]], era: str) -
     ]
     code, out, err = await run([*base, "--method", "tools/list", "--strict"], nenv)
     assert code == 0, err[-2000:]  # --strict exits 6 on any error-severity portability finding
+    assert "Warning: tool" not in err, err[-2000:]  # and names each warning: none either
     assert sorted(t["name"] for t in json.loads(out)["tools"]) == TOOLS
     code, out, err = await run([*base, "--method", "tools/call", "--tool-name", "status"], nenv)
     assert code == 0, err[-2000:]

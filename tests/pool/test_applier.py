@@ -4,8 +4,12 @@ part and stub box over memory links."""
 
 from __future__ import annotations
 
+import sqlite3
+
+import pytest
 import trio
 
+from ftwbridge.door.applier import RETRY_S
 from ftwbridge.proto.names import Read
 from stubbox.uplink import StubHome
 from tests.harness import MemoryStore, Rig, wall_ms
@@ -85,3 +89,42 @@ async def test_a_roster_taken_while_a_waiter_reads_the_store_wakes_it(
     with trio.fail_after(10):
         await woke.wait()
     assert got == [1]
+
+
+class FullStore(MemoryStore):
+    """A store on a full disk until `space` is set: roster writes fail as SQLite's do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.space = False
+        self.tries = 0
+
+    async def put_roster(self, home: str, seq: int, signed: bytes) -> None:
+        self.tries += 1
+        if not self.space:
+            raise sqlite3.OperationalError("database or disk is full")
+        await super().put_roster(home, seq, signed)
+
+
+async def test_a_roster_taken_on_a_full_disk_is_saved_once_space_returns(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The roster is in effect at once; its save is tried again every `RETRY_S` with no word
+    from the box, and the log says what to do."""
+    rig = Rig(nursery)
+    store = rig.store = rig.door.rosters.store = FullStore()
+    await rig.start()
+    stub = await rig.add_home()
+    key, _ = await rig.grant(stub)
+    with trio.fail_after(5):
+        assert (await rig.pool.call("h1", key, Read.LIVE_GET)).t == "live"
+    await trio.sleep(3 * RETRY_S)
+    assert store.rosters == {} and rig.door.rosters_unsaved == 1 and store.tries >= 3
+    assert "is in effect but was not saved" in caplog.text
+    assert "the disk holding the state is full; free space there" in caplog.text
+    store.space = True
+    await trio.sleep(RETRY_S + 1)
+    assert store.rosters["h1"][0] == stub.owner.roster.seq and rig.door.rosters_unsaved == 0
+    tries = store.tries
+    await trio.sleep(3 * RETRY_S)
+    assert store.tries == tries  # saved: nothing more to try
