@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from quart import Response, request
 from quart_trio import QuartTrio
@@ -32,55 +30,13 @@ from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
-from ftwbridge.oauth.limits import Network, client_address
 from ftwbridge.oauth.model import ConsentStatus, with_basic_client
 from ftwbridge.oauth.refuse import refuse_consent
+from ftwbridge.site import Site as Site
 from ftwbridge.statewords import oauth_words
 from ftwbridge.store import StoreError
 
 log = logging.getLogger("ftwbridge.app")
-
-
-@dataclass(slots=True)
-class Site:
-    """What the shell needs once the listener is bound: the public URL and allowed Host/Origin."""
-
-    public_url: str
-    allowed_hosts: set[str] = field(default_factory=set)
-    allowed_origins: set[str] = field(default_factory=set)
-    trusted_proxies: tuple[Network, ...] = ()
-    """Proxies whose `X-Forwarded-For` names the client (`client_address`)."""
-
-    @property
-    def resource(self) -> str:
-        """The `/mcp` URL: the OAuth resource and token audience (RFC 8707)."""
-        return self.public_url.rstrip("/") + "/mcp"
-
-    @property
-    def metadata_url(self) -> str:
-        """The RFC 9728 protected-resource metadata URL for `/mcp`."""
-        return self.public_url.rstrip("/") + "/.well-known/oauth-protected-resource/mcp"
-
-    def client(self) -> str:
-        """The current request's client address, as the per-address limits key it."""
-        return client_address(
-            request.remote_addr, request.headers.getlist("x-forwarded-for"), self.trusted_proxies
-        )
-
-    def scope_client(self, scope: Any) -> str:
-        """An ASGI scope's client address, as the per-address limits key it (`client_address`
-        on its TCP peer and `X-Forwarded-For` headers)."""
-        peer = (scope.get("client") or (None, 0))[0]
-        forwarded = [
-            v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-forwarded-for"
-        ]
-        return client_address(peer, forwarded, self.trusted_proxies)
-
-    def allow_url(self, url: str) -> None:
-        """Allow the Host and Origin of `url` (scheme://host:port)."""
-        parts = urlsplit(url)
-        self.allowed_hosts.add(parts.netloc.lower())
-        self.allowed_origins.add(f"{parts.scheme}://{parts.netloc}".lower())
 
 
 CORS = {"access-control-allow-origin": "*", "access-control-allow-headers": CORS_REQUEST_HEADERS}

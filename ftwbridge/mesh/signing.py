@@ -28,7 +28,6 @@ clock: times come in as arguments.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -232,31 +231,6 @@ def _received(
     return {n: list(headers.get(n, [])) for n in names}, (
         bytes.fromhex(tokens[0]) if tokens else None
     )
-
-
-MESH_KEY_BYTES = 32
-"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
-
-
-def mesh_key_bytes(text: str) -> bytes:
-    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
-
-    Raises:
-        ValueError: neither, or not 32 bytes; the message never repeats the value.
-    """
-    text = text.strip()
-    try:
-        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
-        if raw is None:
-            raw = base64.b64decode(text, validate=True)
-    except ValueError:
-        raw = b""
-    if len(raw) != MESH_KEY_BYTES:
-        raise ValueError(
-            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
-            " `openssl rand -hex 32`)"
-        )
-    return raw
 
 
 class Checker:

@@ -1,7 +1,7 @@
 """`ftwbridge db import`: an embedded bridge's state carried into PostgreSQL (docs/operations.md,
 "Moving from one process").
 
-What is read (`store.embedded`): `state_dir/bridge.sqlite` (homes, rosters, access-token
+What is read (`dbimport.embedded`): `state_dir/bridge.sqlite` (homes, rosters, access-token
 hashes, OAuth clients, refresh-token hashes, and agents' keys sealed there when the embedded
 keys part ran with `kek`) and the agent keys file (`state_dir/agent-keys.json` by default),
 in one read transaction, while `state_dir`'s in-use lock is held exclusively (`store.inuse`):
@@ -47,12 +47,12 @@ import trio
 from ftwbridge.keys.sealed import open_sealed, seal_key
 from ftwbridge.keys.service import KeysError
 from ftwbridge.proto.roster import Roster, RosterRefused, verify_roster
+from ftwbridge.store.base import StoreError
+from ftwbridge.store.inuse import StateInUse, importing_state
+from ftwbridge.store.migrate import bundled
+from ftwbridge.store.sealed import SealedKey
 
-from .base import StoreError
 from .embedded import KEYS_FILE, Embedded, ImportRefused, read_embedded
-from .inuse import StateInUse, importing_state
-from .migrate import bundled
-from .sealed import SealedKey
 
 __all__ = ["ImportRefused", "Tally", "decide_roster", "import_embedded", "write_postgres"]
 
@@ -202,7 +202,7 @@ def write_postgres(
     """
     import psycopg
 
-    from .postgres import describe, first_line, unreachable
+    from ftwbridge.store.postgres import describe, first_line, unreachable
 
     try:
         where = describe(url)
