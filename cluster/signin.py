@@ -18,9 +18,9 @@ import httpx2
 import trio
 
 from devtools.rig import console
-from ftwbridge.oauth.model import token_hash
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.registry import READ_SCOPES
+from ftwbridge.store.base import hash_token
 
 from .procs import CannotStart
 
@@ -129,7 +129,7 @@ async def sign_in(cluster: Cluster, home: Home, client_id: str) -> dict[str, Any
         out: dict[str, Any] = tokens.json()
         home.token = str(out["access_token"])
         home.sign_in_s = trio.current_time() - began
-        held = await cluster.store.token(token_hash(home.token))
+        held = await cluster.store.token(hash_token(home.token))
         if held is not None:
             home.key, home.agent_id = held.agent_key, held.agent_id
         return out

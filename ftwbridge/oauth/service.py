@@ -32,6 +32,7 @@ from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.registry import Msg
 from ftwbridge.store import StoreError
+from ftwbridge.store.base import hash_token
 
 from .answers import OwnerAnswers
 from .audit import SignInAudit
@@ -50,7 +51,6 @@ from .model import (
     OAuthStore,
     Pending,
     present,
-    token_hash,
 )
 from .persist import CLAIM, CODE, CONSENT, pending_from
 from .redirects import (
@@ -347,7 +347,7 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
                 return None
             await self._unsave(pending)
         pending.code = secrets.token_urlsafe(32)
-        await self._save_code(token_hash(pending.code), CodeGrant(pending, now + CODE_TTL_MS))
+        await self._save_code(hash_token(pending.code), CodeGrant(pending, now + CODE_TTL_MS))
         return pending.code
 
     async def forget(self, pending: Pending) -> None:

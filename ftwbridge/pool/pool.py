@@ -176,11 +176,6 @@ class Pool:
         checks a call's scopes against before it queues (`mcp.control.ControlPort`)."""
         return await self._door.grant(home, agent_key)
 
-    def warm_grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        """The grant of a warm session, if any (for `homes_list`)."""
-        s = self._sessions.get((home, agent_key))
-        return s.grant if s is not None else None
-
     async def on_roster(self, home: str, roster: Roster) -> None:
         """Close at once every session of `home` whose agent the new roster no longer lists."""
         h = self._homes.get(home)
