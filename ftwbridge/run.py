@@ -31,6 +31,7 @@ from ftwbridge.mcp.listen import ListenMetrics, Listens
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
+from ftwbridge.oauth.answers import OwnerAnswers
 from ftwbridge.oauth.cimd import MetadataDocuments
 from ftwbridge.oauth.limits import trusted_networks
 from ftwbridge.pool import Pool
@@ -92,6 +93,13 @@ class Bridge:
         )
         self.metrics = Metrics()
         self._readiness = Readiness()
+        self.answers = OwnerAnswers(
+            store=self.store,
+            clock=clock,
+            shared=config.database_url is not None,
+            on_signin=self.metrics.on_signin,
+        )
+        """The home's answers to sign-ins: claim offers, approvals, denials (`oauth/answers.py`)."""
         self.door = Door(
             config=config,
             store=self.store,
@@ -101,7 +109,8 @@ class Bridge:
                 fault=self.metrics.on_connection_fault,
                 uplink_up=self._uplink_up,  # the cluster directory (`mesh.holdings`)
                 uplink_down=self._uplink_down,
-                # agent_denied and claim_offered: `OAuthService` sets its own for now
+                agent_denied=self.answers.agent_denied,  # sign-ins
+                claim_offered=self.answers.claim_listener,  # many instances: to the store
             ),
             wall_ms=clock,
         )
@@ -128,7 +137,7 @@ class Bridge:
             on_revoke=self.tokens.clear,
             refresh_grace_ms=config.refresh_grace_ms,
             shared=config.database_url is not None,
-            on_signin=self.metrics.on_signin,
+            answers=self.answers,
             documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
             if config.client_metadata_documents
             else None,
@@ -145,7 +154,7 @@ class Bridge:
         """In the uplink's reader, no I/O: sessions and cached tokens of dropped agents end now,
         and consent requests the roster approves get their code."""
         await self.pool.on_roster(home, roster)
-        await self.oauth.on_roster(home, roster)
+        await self.answers.on_roster(home, roster)
         self.tokens.forget_unlisted(home, roster.agents())
 
     async def _uplink_up(self, home: str) -> None:
@@ -162,7 +171,7 @@ class Bridge:
         """In the roster applier, after the store has the roster: consent requests it approves
         are marked in the store (many instances), the keys part forgets the keys of agents no
         longer listed, and the store the tokens of every agent `dropped` since."""
-        await self.oauth.on_roster_saved(home, roster)
+        await self.answers.on_roster_saved(home, roster)
         for key in await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped):
             await self.store.withdraw_agent_tokens(home, key)
             await self.store.drop_refresh_of_agent(home, key)
