@@ -17,7 +17,6 @@ RESHAPED_NOW = {
 
 NOT_YET_SPLIT = {
     "ftwbridge/mcp/server.py",
-    "ftwbridge/pool/pool.py",
     "ftwbridge/run.py",
     "stubbox/uplink.py",
     "ftwbridge/app.py:add_oauth_routes",
@@ -27,7 +26,6 @@ NOT_YET_SPLIT = {
     "ftwbridge/metrics.py:__init__",
     "ftwbridge/metrics.py:collect",
     "ftwbridge/oauth/registration.py:register",
-    "ftwbridge/pool/opening.py:open_session",
     "ftwbridge/run.py:__init__",
     "ftwbridge/run.py:_serve",
     "ftwbridge/dbimport/importer.py:_write",
