@@ -16,7 +16,6 @@ RESHAPED_NOW = {
 }
 
 NOT_YET_SPLIT = {
-    "ftwbridge/mcp/server.py",
     "ftwbridge/run.py",
     "stubbox/uplink.py",
     "ftwbridge/app.py:add_oauth_routes",
