@@ -17,7 +17,6 @@ RESHAPED_NOW = {
 
 NOT_YET_SPLIT = {
     "ftwbridge/run.py",
-    "stubbox/uplink.py",
     "ftwbridge/app.py:add_oauth_routes",
     "ftwbridge/mesh/relay.py:add_relay_route",
     "ftwbridge/mesh/relay.py:send",
