@@ -81,12 +81,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ftwbridge.status",
             "ftwbridge.statewatch",
             "ftwbridge.metrics",
+            "ftwbridge.checks",
         ),
     ),
     # Many instances: forwarding, the directory's holdings, the internal listener.
     ("mesh", ("ftwbridge.mesh",)),
     # The HTTP app over every room, and the listeners' start-up.
-    ("app", ("ftwbridge.app", "ftwbridge.front", "ftwbridge.startup")),
+    ("app", ("ftwbridge.app", "ftwbridge.front", "ftwbridge.startup", "ftwbridge.parts")),
     # Composition roots and the commands: only these import across every room.
     (
         "compose",

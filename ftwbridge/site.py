@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 
 from quart import request
 
-from ftwbridge.oauth.limits import Network, client_address
+from ftwbridge.config import Config
+from ftwbridge.oauth.limits import Network, client_address, trusted_networks
 
 
 @dataclass(slots=True)
@@ -53,3 +54,15 @@ class Site:
         parts = urlsplit(url)
         self.allowed_hosts.add(parts.netloc.lower())
         self.allowed_origins.add(f"{parts.scheme}://{parts.netloc}".lower())
+
+    def listen_at(self, host: str, port: int, config: Config) -> None:
+        """The public URL (port 0 made the bound `port`), and the hosts, origins and proxies
+        `config` trusts, once the main listener is bound at `host`:`port`."""
+        if self.public_url.endswith(":0"):
+            self.public_url = self.public_url[:-2] + f":{port}"
+        self.allow_url(self.public_url)
+        for h in (host, "127.0.0.1", "localhost"):
+            self.allowed_hosts.add(f"{h}:{port}")
+        self.allowed_hosts.update(h.lower() for h in config.allowed_hosts)
+        self.allowed_origins.update(o.lower().rstrip("/") for o in config.allowed_origins)
+        self.trusted_proxies = trusted_networks(config.trusted_proxies)

@@ -16,7 +16,6 @@ RESHAPED_NOW = {
 }
 
 NOT_YET_SPLIT = {
-    "ftwbridge/run.py",
     "ftwbridge/app.py:add_oauth_routes",
     "ftwbridge/mesh/relay.py:add_relay_route",
     "ftwbridge/mesh/relay.py:send",
@@ -24,8 +23,6 @@ NOT_YET_SPLIT = {
     "ftwbridge/metrics.py:__init__",
     "ftwbridge/metrics.py:collect",
     "ftwbridge/oauth/registration.py:register",
-    "ftwbridge/run.py:__init__",
-    "ftwbridge/run.py:_serve",
     "ftwbridge/dbimport/importer.py:_write",
     "stubbox/console.py:_command",
     "stubbox/history.py:build_tiles",
