@@ -87,7 +87,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Many instances: forwarding, the directory's holdings, the internal listener.
     ("mesh", ("ftwbridge.mesh",)),
     # The HTTP app over every room, and the listeners' start-up.
-    ("app", ("ftwbridge.app", "ftwbridge.front", "ftwbridge.startup", "ftwbridge.parts")),
+    (
+        "app",
+        (
+            "ftwbridge.app",
+            "ftwbridge.consent_pages",
+            "ftwbridge.front",
+            "ftwbridge.startup",
+            "ftwbridge.parts",
+        ),
+    ),
     # Composition roots and the commands: only these import across every room.
     (
         "compose",

@@ -16,7 +16,6 @@ RESHAPED_NOW = {
 }
 
 NOT_YET_SPLIT = {
-    "ftwbridge/app.py:add_oauth_routes",
     "ftwbridge/mesh/relay.py:add_relay_route",
     "ftwbridge/mesh/relay.py:send",
     "ftwbridge/mesh/signing.py:check",
