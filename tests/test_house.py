@@ -19,10 +19,6 @@ NOT_YET_SPLIT = {
     "ftwbridge/mesh/relay.py:add_relay_route",
     "ftwbridge/mesh/relay.py:send",
     "ftwbridge/mesh/signing.py:check",
-    "ftwbridge/dbimport/importer.py:_write",
-    "stubbox/console.py:_command",
-    "stubbox/history.py:build_tiles",
-    "stubbox/reads.py:answer",
 }
 
 TYPE_ONLY_CYCLES = [

@@ -266,64 +266,96 @@ def _listed(roster: Roster | None) -> frozenset[bytes]:
     return frozenset() if roster is None else frozenset(roster.agents())
 
 
+class _Insert:
+    """`INSERT ... ON CONFLICT DO NOTHING`, each row counted in `tally` as copied or present."""
+
+    def __init__(self, conn: Any, tally: Tally) -> None:
+        self._conn = conn
+        self._tally = tally
+
+    def __call__(self, kind: str, sql: str, args: tuple[Any, ...]) -> None:
+        done = self._conn.execute(sql + " ON CONFLICT DO NOTHING", args).rowcount
+        (self._tally.copied if done else self._tally.present)[kind] += 1
+
+
 def _write(conn: Any, embedded: Embedded, box: nacl.secret.SecretBox, now_ms: int) -> Tally:
-    from psycopg.types.json import Jsonb
-
+    """Write `embedded` into PostgreSQL in the caller's transaction: each home and its roster
+    first, then what the winning rosters list (tokens, refresh tokens, clients, keys)."""
     tally = Tally()
+    insert = _Insert(conn, tally)
     listed: dict[str, frozenset[bytes]] = {}  # home -> agents its winning roster lists
-
-    def insert(kind: str, sql: str, args: tuple[Any, ...]) -> None:
-        done = conn.execute(sql + " ON CONFLICT DO NOTHING", args).rowcount
-        (tally.copied if done else tally.present)[kind] += 1
-
     for home, key in sorted(embedded.homes.items()):
-        row = conn.execute(
-            "SELECT public_key FROM homes WHERE home = %s FOR UPDATE", (home,)
-        ).fetchone()
-        if row is not None and bytes(row[0]) != key:
-            tally.other_key.append(home)
-            continue
-        insert("homes", "INSERT INTO homes VALUES (%s, %s)", (home, key))
         stored = embedded.rosters.get(home)  # its `seq` column is not read: the signed one is
-        ours = _verified(None if stored is None else stored[1], home, key)
-        if stored is not None and ours is None:
-            tally.unverified.append(home)
-        found = conn.execute(
-            "SELECT signed FROM rosters WHERE home = %s FOR UPDATE", (home,)
-        ).fetchone()
-        theirs = None if found is None else _verified(bytes(found[0]), home, key)
-        decision = decide_roster(ours, theirs, theirs_stored=found is not None)
-        if decision == "copy" and ours is not None:
-            insert(
-                "rosters", "INSERT INTO rosters VALUES (%s, %s, %s)", (home, ours.seq, ours.signed)
-            )
-        elif decision == "same":
-            tally.present["rosters"] += 1
-        elif decision == "keep":
-            tally.kept_newer.append(home)
-        elif decision == "replace" and ours is not None:
-            conn.execute(
-                "UPDATE rosters SET seq = %s, signed = %s WHERE home = %s",
-                (ours.seq, ours.signed, home),
-            )
-            tally.copied["rosters"] += 1
-            tally.replaced.append(home)
-            dropped = _listed(theirs) - _listed(ours)
-            for agent in sorted(dropped):  # as the bridge's roster applier does
-                conn.execute(
-                    "UPDATE tokens SET withdrawn = TRUE WHERE home = %s AND agent_key = %s",
-                    (home, agent),
-                )
-                conn.execute(
-                    "DELETE FROM refresh_tokens WHERE record ->> 'home' = %s"
-                    " AND record ->> 'agentKey' = %s",
-                    (home, agent.hex()),
-                )
-                conn.execute(
-                    "DELETE FROM agent_keys WHERE home = %s AND public_key = %s", (home, agent)
-                )
-        listed[home] = _listed(ours if decision in ("copy", "same", "replace") else theirs)
+        agents = _write_home(conn, insert, tally, home, key, None if stored is None else stored[1])
+        if agents is not None:
+            listed[home] = agents
+    _write_tokens(insert, tally, embedded, listed, now_ms)
+    _write_rest(insert, tally, embedded, listed, box, now_ms)
+    return tally
 
+
+def _write_home(
+    conn: Any, insert: _Insert, tally: Tally, home: str, key: bytes, signed: bytes | None
+) -> frozenset[bytes] | None:
+    """Write one home and the newer of its two rosters (`decide_roster`); returns the agents
+    the winning roster lists, or None when PostgreSQL holds the home under another key."""
+    row = conn.execute(
+        "SELECT public_key FROM homes WHERE home = %s FOR UPDATE", (home,)
+    ).fetchone()
+    if row is not None and bytes(row[0]) != key:
+        tally.other_key.append(home)
+        return None
+    insert("homes", "INSERT INTO homes VALUES (%s, %s)", (home, key))
+    ours = _verified(signed, home, key)
+    if signed is not None and ours is None:
+        tally.unverified.append(home)
+    found = conn.execute(
+        "SELECT signed FROM rosters WHERE home = %s FOR UPDATE", (home,)
+    ).fetchone()
+    theirs = None if found is None else _verified(bytes(found[0]), home, key)
+    decision = decide_roster(ours, theirs, theirs_stored=found is not None)
+    if decision == "copy" and ours is not None:
+        insert("rosters", "INSERT INTO rosters VALUES (%s, %s, %s)", (home, ours.seq, ours.signed))
+    elif decision == "same":
+        tally.present["rosters"] += 1
+    elif decision == "keep":
+        tally.kept_newer.append(home)
+    elif decision == "replace" and ours is not None:
+        conn.execute(
+            "UPDATE rosters SET seq = %s, signed = %s WHERE home = %s",
+            (ours.seq, ours.signed, home),
+        )
+        tally.copied["rosters"] += 1
+        tally.replaced.append(home)
+        _withdraw(conn, home, _listed(theirs) - _listed(ours))
+    return _listed(ours if decision in ("copy", "same", "replace") else theirs)
+
+
+def _withdraw(conn: Any, home: str, dropped: frozenset[bytes]) -> None:
+    """What the bridge's roster applier does for agents a newer roster dropped: their access
+    tokens withdrawn, their refresh tokens and keys deleted."""
+    for agent in sorted(dropped):
+        conn.execute(
+            "UPDATE tokens SET withdrawn = TRUE WHERE home = %s AND agent_key = %s",
+            (home, agent),
+        )
+        conn.execute(
+            "DELETE FROM refresh_tokens WHERE record ->> 'home' = %s"
+            " AND record ->> 'agentKey' = %s",
+            (home, agent.hex()),
+        )
+        conn.execute("DELETE FROM agent_keys WHERE home = %s AND public_key = %s", (home, agent))
+
+
+def _write_tokens(
+    insert: _Insert,
+    tally: Tally,
+    embedded: Embedded,
+    listed: dict[str, frozenset[bytes]],
+    now_ms: int,
+) -> None:
+    """The access tokens of listed homes that have not expired, withdrawn when their agent is
+    no longer listed."""
     for token_hash, r in embedded.tokens:
         if r.home not in listed:
             tally.unlisted += 1
@@ -340,6 +372,20 @@ def _write(conn: Any, embedded: Embedded, box: nacl.secret.SecretBox, now_ms: in
                     *(r.resource, r.client, r.expires_at_ms, withdrawn),
                 ),
             )
+
+
+def _write_rest(
+    insert: _Insert,
+    tally: Tally,
+    embedded: Embedded,
+    listed: dict[str, frozenset[bytes]],
+    box: nacl.secret.SecretBox,
+    now_ms: int,
+) -> None:
+    """The refresh tokens and agent keys of listed agents, and the OAuth clients, that have
+    not expired; the keys sealed with `box`."""
+    from psycopg.types.json import Jsonb
+
     for f in embedded.refresh:
         of_home, agent_hex = str(f.record.get("home")), str(f.record.get("agentKey"))
         if f.expires_at_ms <= now_ms:
@@ -370,4 +416,3 @@ def _write(conn: Any, embedded: Embedded, box: nacl.secret.SecretBox, now_ms: in
                 "INSERT INTO agent_keys VALUES (%s, %s, %s, TRUE)",
                 (k.public, k.home, seal_key(box, k.private, k.home)),
             )
-    return tally
