@@ -233,6 +233,32 @@ def _received(
     )
 
 
+def _mesh_headers(headers: Mapping[str, list[str]]) -> tuple[dict[str, str], str, str]:
+    """The mesh headers, each once and well formed: (their values by name, the addressee,
+    its epoch as digits).
+
+    Raises:
+        MeshRefused: `unsigned`, a header missing, repeated or not well formed.
+    """
+    values = {}
+    for name in HEADERS:
+        got = headers.get(name, [])
+        if len(got) != 1:
+            raise MeshRefused("unsigned", f"the request has no single {name} header")
+        values[name] = got[0].strip()
+    to, _, epoch_text = values[TO].partition(";")
+    if not (
+        _ID.fullmatch(values[FROM])
+        and _ID.fullmatch(to)
+        and _COUNT.fullmatch(epoch_text)
+        and _COUNT.fullmatch(values[TS])
+        and _NONCE.fullmatch(values[NONCE])
+        and _SIG.fullmatch(values[SIG])
+    ):
+        raise MeshRefused("unsigned", "the request's mesh headers are not well formed")
+    return values, to, epoch_text
+
+
 class Checker:
     """The receiving side: checks forwarded requests addressed to `instance_id` and remembers
     their nonces for `WINDOW_MS`.
@@ -274,22 +300,7 @@ class Checker:
             MeshRefused: unsigned, forged, misaddressed, stale, replayed or busy (see the
                 module's docstring for the order).
         """
-        values = {}
-        for name in HEADERS:
-            got = headers.get(name, [])
-            if len(got) != 1:
-                raise MeshRefused("unsigned", f"the request has no single {name} header")
-            values[name] = got[0].strip()
-        to, _, epoch_text = values[TO].partition(";")
-        if not (
-            _ID.fullmatch(values[FROM])
-            and _ID.fullmatch(to)
-            and _COUNT.fullmatch(epoch_text)
-            and _COUNT.fullmatch(values[TS])
-            and _NONCE.fullmatch(values[NONCE])
-            and _SIG.fullmatch(values[SIG])
-        ):
-            raise MeshRefused("unsigned", "the request's mesh headers are not well formed")
+        values, to, epoch_text = _mesh_headers(headers)
         covered, digest = _received(headers, values[COVERED])
         ts_ms, epoch = int(values[TS]), int(epoch_text)
         text = signed_text(
