@@ -17,11 +17,9 @@ RESHAPED_NOW = {
 
 
 TYPE_ONLY_CYCLES = [
-    # A helper typed with the owner that builds it, imported under TYPE_CHECKING only: the
-    # settings' cross-field rules take the `Config` they check, and the pool's command and
-    # feed parts take the `Pool` they run in.
+    # A helper typed with the owner that binds it, imported under TYPE_CHECKING only: the
+    # settings' rules across fields take the `Config` they check.
     ["ftwbridge.config", "ftwbridge.config_rules"],
-    ["ftwbridge.pool.command", "ftwbridge.pool.feed", "ftwbridge.pool.pool"],
 ]
 
 
