@@ -18,9 +18,10 @@ import httpx2
 import trio
 
 from devtools.rig import console
-from ftwbridge.oauth.model import token_hash
+from ftwbridge.mcp.affinity import tag_of
 from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.registry import READ_SCOPES
+from ftwbridge.store.base import hash_token
 
 from .procs import CannotStart
 
@@ -128,8 +129,14 @@ async def sign_in(cluster: Cluster, home: Home, client_id: str) -> dict[str, Any
                 raise _fail("/oauth/token", tokens)
         out: dict[str, Any] = tokens.json()
         home.token = str(out["access_token"])
+        if tag_of(home.token) is None:  # HAProxy would send this home's calls round robin
+            raise CannotStart(
+                f"the token of {home.name} carries no home tag: the balancer cannot send its"
+                " calls to the instance holding its uplink (docs/operations.md, 'Calls at the"
+                " holder')"
+            )
         home.sign_in_s = trio.current_time() - began
-        held = await cluster.store.token(token_hash(home.token))
+        held = await cluster.store.token(hash_token(home.token))
         if held is not None:
             home.key, home.agent_id = held.agent_key, held.agent_id
         return out

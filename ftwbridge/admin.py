@@ -164,7 +164,7 @@ async def migrate(config: Config) -> int:
 async def import_state(
     config: Config, state_dir: Path | None, keys_file: Path | None, dry_run: bool
 ) -> int:
-    """`ftwbridge db import` (`store.importer`): prints a line for each home decided other
+    """`ftwbridge db import` (`dbimport.importer`): prints a line for each home decided other
     than by a plain copy, then one summary line of counts."""
     if config.database_url is None:
         raise StartupError(
@@ -178,7 +178,7 @@ async def import_state(
             " is not set (use the keys services' kek)",
             setting="kek",
         )
-    from ftwbridge.store.importer import import_embedded
+    from ftwbridge.dbimport.importer import import_embedded
 
     tally = await import_embedded(
         Path(config.state_dir) if state_dir is None else state_dir,

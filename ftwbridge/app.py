@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from ftwbridge.consent_pages import NO_STORE, add_consent_pages
 from ftwbridge.door import Door
 from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.framing import framing_and_coding
@@ -32,55 +31,12 @@ from ftwbridge.mcp.control_tools import TOOL_SCOPES
 from ftwbridge.mcp.inbound import loads_strict
 from ftwbridge.mcp.server import McpService
 from ftwbridge.oauth import OAuthError, OAuthService, pages
-from ftwbridge.oauth.limits import Network, client_address
-from ftwbridge.oauth.model import ConsentStatus, with_basic_client
-from ftwbridge.oauth.refuse import refuse_consent
+from ftwbridge.oauth.model import with_basic_client
+from ftwbridge.site import Site as Site
 from ftwbridge.statewords import oauth_words
 from ftwbridge.store import StoreError
 
 log = logging.getLogger("ftwbridge.app")
-
-
-@dataclass(slots=True)
-class Site:
-    """What the shell needs once the listener is bound: the public URL and allowed Host/Origin."""
-
-    public_url: str
-    allowed_hosts: set[str] = field(default_factory=set)
-    allowed_origins: set[str] = field(default_factory=set)
-    trusted_proxies: tuple[Network, ...] = ()
-    """Proxies whose `X-Forwarded-For` names the client (`client_address`)."""
-
-    @property
-    def resource(self) -> str:
-        """The `/mcp` URL: the OAuth resource and token audience (RFC 8707)."""
-        return self.public_url.rstrip("/") + "/mcp"
-
-    @property
-    def metadata_url(self) -> str:
-        """The RFC 9728 protected-resource metadata URL for `/mcp`."""
-        return self.public_url.rstrip("/") + "/.well-known/oauth-protected-resource/mcp"
-
-    def client(self) -> str:
-        """The current request's client address, as the per-address limits key it."""
-        return client_address(
-            request.remote_addr, request.headers.getlist("x-forwarded-for"), self.trusted_proxies
-        )
-
-    def scope_client(self, scope: Any) -> str:
-        """An ASGI scope's client address, as the per-address limits key it (`client_address`
-        on its TCP peer and `X-Forwarded-For` headers)."""
-        peer = (scope.get("client") or (None, 0))[0]
-        forwarded = [
-            v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-forwarded-for"
-        ]
-        return client_address(peer, forwarded, self.trusted_proxies)
-
-    def allow_url(self, url: str) -> None:
-        """Allow the Host and Origin of `url` (scheme://host:port)."""
-        parts = urlsplit(url)
-        self.allowed_hosts.add(parts.netloc.lower())
-        self.allowed_origins.add(f"{parts.scheme}://{parts.netloc}".lower())
 
 
 CORS = {"access-control-allow-origin": "*", "access-control-allow-headers": CORS_REQUEST_HEADERS}
@@ -93,7 +49,6 @@ CORS_PUBLIC_PATHS = {
     "/oauth/revoke": "POST, OPTIONS",
 }
 """Endpoints any origin may call (they carry no cookies or ambient authority) and their methods."""
-NO_STORE = {"cache-control": "no-store", "pragma": "no-cache"}
 
 
 def _json_response(status: int, value: Any, headers: dict[str, str] | None = None) -> Response:
@@ -125,6 +80,7 @@ def add_cors(app: QuartTrio) -> None:
 def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
     """RFC 8414 metadata, RFC 7591 registration, `/authorize` with the consent pages, the token
     endpoint (RFC 6749, 7636, 8707) and RFC 7009 revocation."""
+    add_consent_pages(app, site, oauth)
 
     def form_error(exc: OAuthError) -> Response:
         headers = NO_STORE | CORS
@@ -151,83 +107,6 @@ def add_oauth_routes(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
             return _json_response(201, kept, CORS | NO_STORE)
         except OAuthError as exc:
             return form_error(exc)
-
-    @app.route("/authorize", methods=["GET"])
-    async def authorize() -> Response:
-        try:
-            with oauth.audit.step(
-                "consent", client=request.args.get("client_id", "-"), source=site.client()
-            ):
-                pending = await oauth.start(dict(request.args.items()), site.client())
-        except OAuthError as exc:  # a page, never a redirect (see OAuthService.start)
-            status = exc.status if exc.status in (429, 503) else 400
-            return Response(pages.problem(exc.description), status, pages.PAGE_HEADERS)
-        return Response(pages.consent(pending), 200, pages.headers_for(pending))
-
-    @app.route("/authorize", methods=["POST"])
-    async def authorize_claim() -> Response:
-        origin = request.headers.get("origin")
-        if origin is not None and origin.lower() not in site.allowed_origins:
-            return Response(
-                pages.problem("This form was posted from another site."), 403, pages.PAGE_HEADERS
-            )
-        form = await request.form
-        req = str(form.get("req", ""))
-        issuer = site.public_url.rstrip("/")
-        if form.get("decision") == "deny":
-            return await refuse_consent(oauth, req, str(form.get("csrf", "")), issuer)
-        try:
-            with oauth.audit.step("claim", source=site.client()) as step:
-                asked = await oauth.claim(
-                    req, str(form.get("csrf", "")), str(form.get("code", "")), site.client()
-                )
-                step.outcome, step.client = asked.status, asked.client_id
-                step.home = asked.home or "-"
-        except OAuthError as exc:
-            pending = await oauth.get(req)
-            if pending is not None and pending.status == ConsentStatus.FAILED:
-                await oauth.forget(pending)
-                return Response(
-                    b"", 303, {"location": pending.redirect(issuer, error="access_denied")}
-                )
-            if pending is None or exc.error != "access_denied":
-                return Response(
-                    pages.problem(exc.description),
-                    exc.status if exc.status in (429, 503) else 400,
-                    pages.PAGE_HEADERS,
-                )
-            return Response(
-                pages.consent(pending, exc.description), 400, pages.headers_for(pending)
-            )
-        return Response(b"", 303, {"location": f"/authorize/wait?req={req}"})
-
-    @app.route("/authorize/wait")
-    async def authorize_wait() -> Response:
-        pending = await oauth.get(str(request.args.get("req", "")))
-        if pending is None:
-            return Response(
-                pages.problem(
-                    "This request is unknown or has expired; start again from your assistant."
-                ),
-                400,
-                pages.PAGE_HEADERS,
-            )
-        issuer = site.public_url.rstrip("/")
-        if pending.status == ConsentStatus.APPROVED:
-            code = await oauth.deliver(pending)  # the code goes out once; the request ends here
-            if code is None:  # another poll (at another instance, perhaps) delivered it
-                return Response(
-                    pages.problem("This request has ended; its answer went to your assistant."),
-                    400,
-                    pages.PAGE_HEADERS,
-                )
-            return Response(b"", 303, {"location": pending.redirect(issuer, code=code)} | NO_STORE)
-        if pending.status in (ConsentStatus.DENIED, ConsentStatus.FAILED):
-            await oauth.forget(pending)
-            return Response(
-                b"", 303, {"location": pending.redirect(issuer, error="access_denied")} | NO_STORE
-            )
-        return Response(pages.waiting(pending), 200, pages.headers_for(pending))
 
     @app.route("/oauth/token", methods=["POST", "OPTIONS"])
     async def token() -> Response:

@@ -22,11 +22,11 @@ from ftwbridge.addresses import keys_addresses as keys_addresses
 from ftwbridge.addresses import split_address as split_address
 from ftwbridge.addresses import url_of_bind as url_of_bind
 from ftwbridge.config_rules import CALL_SLACK_S as CALL_SLACK_S
+from ftwbridge.config_rules import mesh_key_bytes as mesh_key_bytes
 from ftwbridge.configfile import ENV_PREFIX as ENV_PREFIX
 from ftwbridge.configfile import SECRET_SETTINGS as SECRET_SETTINGS
 from ftwbridge.configfile import ConfigError as ConfigError
 from ftwbridge.configfile import nearest, one_sentence, read_toml
-from ftwbridge.mesh.signing import mesh_key_bytes as mesh_key_bytes
 from ftwbridge.secretfiles import read_secret_files
 
 Seconds = Annotated[float, Field(gt=0)]

@@ -7,12 +7,12 @@ words that never repeat a secret; `load_config` makes them one sentence.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
 from typing import TYPE_CHECKING, Any
 
 from ftwbridge.addresses import keys_addresses, split_address
-from ftwbridge.mesh.signing import mesh_key_bytes
 
 if TYPE_CHECKING:
     from ftwbridge.config import Config
@@ -23,6 +23,31 @@ deadline, `ftwbridge/mcp/deadline.py`): `door_silence_s` must leave at least thi
 the forwarding client's read timeout has it on top."""
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+MESH_KEY_BYTES = 32
+"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
+
+
+def mesh_key_bytes(text: str) -> bytes:
+    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
+
+    Raises:
+        ValueError: neither, or not 32 bytes; the message never repeats the value.
+    """
+    text = text.strip()
+    try:
+        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
+        if raw is None:
+            raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        raw = b""
+    if len(raw) != MESH_KEY_BYTES:
+        raise ValueError(
+            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
+            " `openssl rand -hex 32`)"
+        )
+    return raw
 
 
 def confirm_spelling(value: Any) -> Any:

@@ -11,7 +11,7 @@ from quart_trio import QuartTrio
 from ftwbridge import __version__
 
 if TYPE_CHECKING:
-    from ftwbridge.app import Site
+    from ftwbridge.site import Site
 
 
 def add_front_page(app: QuartTrio, site: Site) -> None:

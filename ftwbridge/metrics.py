@@ -61,6 +61,15 @@ class _Gauges(Collector):
         self._keys = keys
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._pool_families()
+        yield from self._door_families()
+        yield GaugeMetricFamily(
+            "ftwbridge_keys_handshakes_pending",
+            "Keys-part handshakes begun and neither finished nor aborted",
+            value=self._keys.pending_handshakes,
+        )
+
+    def _pool_families(self) -> Iterator[Metric]:
         s = self._pool.statistics()
         sessions = GaugeMetricFamily(
             "ftwbridge_sessions", "Agent sessions by state", labels=["state"]
@@ -75,15 +84,6 @@ class _Gauges(Collector):
         yield GaugeMetricFamily(
             "ftwbridge_calls_queued", "Calls waiting per process", value=s.queued
         )
-        stats = self._door.stats
-        drops = CounterMetricFamily(
-            "ftwbridge_door_dropped_tun",
-            "Tun messages the door dropped past a home's limit",
-            labels=["direction"],
-        )
-        drops.add_metric(["to_box"], stats.dropped_to_box)
-        drops.add_metric(["from_box"], stats.dropped_from_box)
-        yield drops
         ended = CounterMetricFamily(
             "ftwbridge_sessions_ended", "Sessions ended, by reason", labels=["reason"]
         )
@@ -96,6 +96,17 @@ class _Gauges(Collector):
             "Calls refused by per-home pacing",
             value=self._pool.pacer.refusals,
         )
+
+    def _door_families(self) -> Iterator[Metric]:
+        stats = self._door.stats
+        drops = CounterMetricFamily(
+            "ftwbridge_door_dropped_tun",
+            "Tun messages the door dropped past a home's limit",
+            labels=["direction"],
+        )
+        drops.add_metric(["to_box"], stats.dropped_to_box)
+        drops.add_metric(["from_box"], stats.dropped_from_box)
+        yield drops
         refused = CounterMetricFamily(
             "ftwbridge_door_uplinks_refused",
             "Uplinks the door refused before they were up, by reason"
@@ -135,11 +146,6 @@ class _Gauges(Collector):
             "ftwbridge_door_tunnels",
             "Tunnels open at the door, across every uplink",
             value=self._door.tunnel_count,
-        )
-        yield GaugeMetricFamily(
-            "ftwbridge_keys_handshakes_pending",
-            "Keys-part handshakes begun and neither finished nor aborted",
-            value=self._keys.pending_handshakes,
         )
 
 
@@ -181,6 +187,16 @@ class Metrics:
         Info("ftwbridge_build", "The bridge's version and runtime", registry=self.registry).info(
             {"version": __version__, "python": platform.python_version()}
         )
+        self._call_metrics()
+        self._edge_metrics()
+        self._state_disk: Gauge | None = None
+        self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self._request_children: dict[tuple[str, str], Counter] = {}
+        """Each label set's series, kept: prometheus_client's `labels()` validates and locks on
+        every call (about 7 us of a call's CPU for the two per call)."""
+
+    def _call_metrics(self) -> None:
+        """Tool calls, queue waits and session openings."""
         self.calls = Counter(
             "ftwbridge_tool_calls",
             "Tool calls by tool and outcome (ok or a registry code)",
@@ -213,7 +229,8 @@ class Metrics:
             registry=self.registry,
         )
 
-        self._state_disk: Gauge | None = None
+    def _edge_metrics(self) -> None:
+        """The listeners, `/mcp`'s requests, connection faults, the mesh and sign-ins."""
         self._listeners = _Listeners()
         self.registry.register(self._listeners)
         self.requests = Counter(
@@ -246,11 +263,6 @@ class Metrics:
             ["step", "outcome"],
             registry=self.registry,
         )
-
-        self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
-        self._request_children: dict[tuple[str, str], Counter] = {}
-        """Each label set's series, kept: prometheus_client's `labels()` validates and locks on
-        every call (about 7 us of a call's CPU for the two per call)."""
 
     def on_mesh_refused(self, reason: str) -> None:
         """Count one request the internal listener refused (`ftwbridge.mesh.streams`)."""

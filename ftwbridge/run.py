@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,27 +18,31 @@ import trio
 
 from ftwbridge import edge
 from ftwbridge.app import Site, create_app
-from ftwbridge.config import Config, mesh_key_bytes
+from ftwbridge.checks import ReadyChecks
+from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.door.events import DoorEvents
 from ftwbridge.keys import KeysPort
 from ftwbridge.keys.remote import RemoteKeys
-from ftwbridge.keys.service import KeysError, forget_dropped
+from ftwbridge.keys.service import forget_dropped
 from ftwbridge.lifecycle import StartupError
-from ftwbridge.mcp.affinity import HomeTags, holder_here
-from ftwbridge.mcp.auth import TokenCache, TokenMinter
-from ftwbridge.mcp.listen import ListenMetrics, Listens
+from ftwbridge.mcp.affinity import holder_here
+from ftwbridge.mcp.auth import TokenCache
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
-from ftwbridge.oauth import OAuthService
-from ftwbridge.oauth.cimd import MetadataDocuments
-from ftwbridge.oauth.limits import trusted_networks
+from ftwbridge.oauth.answers import OwnerAnswers
+from ftwbridge.parts import listen_streams, mcp_service, sign_in, token_minter
 from ftwbridge.pool import Pool
 from ftwbridge.proto.roster import Roster
-from ftwbridge.readiness import CHECK_S, Readiness, Verdict
-from ftwbridge.startup import admin_listener, bind, keys_part, main_listener, serving_state
+from ftwbridge.startup import (
+    admin_listener,
+    bind,
+    bind_admin,
+    keys_part,
+    main_listener,
+    serving_state,
+)
 from ftwbridge.statewatch import StateWatch, one_bridge
-from ftwbridge.statewords import state_sentence
 from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
 
@@ -77,6 +80,14 @@ class Bridge:
         StartupError: `kek` is set (`keys_part`).
     """
 
+    admin_url: str | None = None
+    """The admin listener's URL, once bound (`admin_bind`)."""
+    state_watch: StateWatch | None = None
+    """The embedded bridge's watch on its state folder, once serving."""
+    node: Node | None = None
+    """This instance's part in a cluster (on PostgreSQL), once `serve` has started."""
+    _nursery: trio.Nursery | None = None
+
     def __init__(
         self, config: Config, *, clock: Callable[[], int] = wall_ms, keys: KeysPort | None = None
     ) -> None:
@@ -86,15 +97,15 @@ class Bridge:
         self.store: BridgeStore = open_store(config.database_url, Path(config.state_dir))
         self.keys: KeysPort = keys if keys is not None else keys_part(config)
         self.tokens = TokenCache(self.store.token)
-        self.minter = TokenMinter(
-            put=self.store.put_token,
-            resource=lambda: self.site.resource,
-            ttl_s=config.token_ttl_s,
-            wall_ms=clock,
-            tag=None if config.mesh_key is None else HomeTags(mesh_key_bytes(config.mesh_key)).tag,
-        )
+        self.minter = token_minter(config, store=self.store, site=self.site, clock=clock)
         self.metrics = Metrics()
-        self._readiness = Readiness()
+        self.answers = OwnerAnswers(
+            store=self.store,
+            clock=clock,
+            shared=config.database_url is not None,
+            on_signin=self.metrics.on_signin,
+        )
+        """The home's answers to sign-ins: claim offers, approvals, denials (`oauth/answers.py`)."""
         self.door = Door(
             config=config,
             store=self.store,
@@ -104,7 +115,8 @@ class Bridge:
                 fault=self.metrics.on_connection_fault,
                 uplink_up=self._uplink_up,  # the cluster directory (`mesh.holdings`)
                 uplink_down=self._uplink_down,
-                # agent_denied and claim_offered: `OAuthService` sets its own for now
+                agent_denied=self.answers.agent_denied,  # sign-ins
+                claim_offered=self.answers.claim_listener,  # many instances: to the store
             ),
             wall_ms=clock,
         )
@@ -112,35 +124,28 @@ class Bridge:
             door=self.door, keys=self.keys, config=config, wall_ms=clock, observer=self.metrics
         )
         self.metrics.watch(self.pool, self.door, self.keys)
-        self.listens = Listens(
-            feeds=self.pool.feeds,
-            config=config,
-            wall_ms=clock,
-            held_elsewhere=self._held_elsewhere if config.database_url is not None else None,
+        self.checks = ReadyChecks(
+            store=self.store,
+            keys=self.keys,
+            keys_socket=config.keys_socket,
+            draining=lambda: self.pool.draining,
+            state_dir=Path(config.state_dir),
+        )
+        self.listens = listen_streams(
+            config, pool=self.pool, clock=clock, held=self._held_elsewhere, metrics=self.metrics
         )
         """`subscriptions/listen` streams (`mcp/listen.py`, docs/live.md)."""
-        self.metrics.registry.register(ListenMetrics(self.listens))
-        self.oauth = OAuthService(
+        self.oauth = sign_in(
+            config,
             store=self.store,
             keys=self.keys,
             door=self.door,
-            issuer=lambda: self.site.public_url.rstrip("/"),
-            resource=lambda: self.site.resource,
+            site=self.site,
             clock=clock,
-            issue_access=self.minter.mint,
-            on_revoke=self.tokens.clear,
-            refresh_grace_ms=config.refresh_grace_ms,
-            shared=config.database_url is not None,
-            on_signin=self.metrics.on_signin,
-            documents=MetadataDocuments(allow_loopback_http=config.test_loopback_metadata)
-            if config.client_metadata_documents
-            else None,
+            minter=self.minter,
+            tokens=self.tokens,
+            answers=self.answers,
         )
-        self.admin_url: str | None = None
-        self.state_watch: StateWatch | None = None
-        self.node: Node | None = None
-        """This instance's part in a cluster (on PostgreSQL), once `serve` has started."""
-        self._nursery: trio.Nursery | None = None
         self._stop_http = trio.Event()
         self._http_done = trio.Event()
 
@@ -148,7 +153,7 @@ class Bridge:
         """In the uplink's reader, no I/O: sessions and cached tokens of dropped agents end now,
         and consent requests the roster approves get their code."""
         await self.pool.on_roster(home, roster)
-        await self.oauth.on_roster(home, roster)
+        await self.answers.on_roster(home, roster)
         self.tokens.forget_unlisted(home, roster.agents())
 
     async def _uplink_up(self, home: str) -> None:
@@ -165,7 +170,7 @@ class Bridge:
         """In the roster applier, after the store has the roster: consent requests it approves
         are marked in the store (many instances), the keys part forgets the keys of agents no
         longer listed, and the store the tokens of every agent `dropped` since."""
-        await self.oauth.on_roster_saved(home, roster)
+        await self.answers.on_roster_saved(home, roster)
         for key in await forget_dropped(self.keys, home, frozenset(roster.agents()), dropped):
             await self.store.withdraw_agent_tokens(home, key)
             await self.store.drop_refresh_of_agent(home, key)
@@ -209,49 +214,6 @@ class Bridge:
         Returns the token text; only its SHA-256 is stored. Lifetime: `token_ttl_s`.
         """
         return await self.minter.mint(home, agent_key, agent_id, scopes, client)
-
-    async def readiness(self) -> Verdict:
-        """What `/readyz` says (`ftwbridge/readiness.py`): not ready while the state folder or
-        database is gone or replaced (`ftwbridge/statewatch.py`); else its disk's fullness, the
-        store and the keys part checked side by side, each within `CHECK_S`."""
-        if self.state_watch is not None and (gone := self.state_watch.not_ready()) is not None:
-            return Verdict(False, gone)
-        problems: dict[str, str | None] = {}
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._store_problem, problems)
-            nursery.start_soon(self._keys_problem, problems)
-        return self._readiness.judge(
-            draining=self.pool.draining,
-            store=problems["store"],
-            keys=problems["keys"],
-            disk=None if self.state_watch is None else self.state_watch.disk_full(),
-        )
-
-    async def not_ready(self) -> str | None:
-        """Why the bridge should take no traffic now, in one sentence, or None when it is
-        ready (perhaps degraded: see `readiness`)."""
-        verdict = await self.readiness()
-        return None if verdict.ready else verdict.why
-
-    async def _store_problem(self, out: dict[str, str | None]) -> None:
-        out["store"] = None
-        try:
-            with trio.fail_after(CHECK_S):
-                await self.store.home_key("")
-        except StoreError as exc:
-            out["store"] = str(exc)
-        except (trio.TooSlowError, OSError, sqlite3.Error) as exc:
-            said = state_sentence(exc, Path(self.config.state_dir))  # full, read-only, damaged
-            out["store"] = said or f"the store does not answer ({type(exc).__name__})"
-
-    async def _keys_problem(self, out: dict[str, str | None]) -> None:
-        out["keys"] = None
-        try:
-            with trio.fail_after(CHECK_S):
-                await self.keys.has(bytes(32))
-        except (trio.TooSlowError, KeysError, OSError) as exc:
-            where = f" at {self.config.keys_socket}" if self.config.keys_socket else ""
-            out["keys"] = f"the keys part{where} does not answer ({exc or type(exc).__name__})"
 
     async def _held_elsewhere(self, home: str) -> bool:
         """For a listen stream on many instances: this instance does not hold the home's
@@ -335,6 +297,7 @@ class Bridge:
                     raise StartupError(str(exc), setting="database_url") from None
                 if self.config.database_url is None:
                     self.state_watch = StateWatch(Path(self.config.state_dir))
+                    self.checks.state_watch = self.state_watch
                     self.metrics.watch_state_disk(self.state_watch.free_bytes)
                 await self._serve(task_status)
         finally:
@@ -343,83 +306,24 @@ class Bridge:
                 with trio.CancelScope(shield=True):
                     await self.keys.aclose()
 
-    def _listen_at(self, host: str, port: int) -> None:
-        """The site's public URL (port 0 made the bound port), and the hosts, origins and
-        proxies it trusts, once the main listener is bound at `host`:`port`."""
+    def _main(self, fd: int) -> tuple[McpService, Any, edge.EdgeConfig]:
+        """The main listener's parts once bound (`fd`, the socket hypercorn will own): `/mcp`'s
+        service, the HTTP app over it and the rooms, and the listener's settings."""
         c = self.config
-        if self.site.public_url.endswith(":0"):
-            self.site.public_url = self.site.public_url[:-2] + f":{port}"
-        self.site.allow_url(self.site.public_url)
-        for h in (host, "127.0.0.1", "localhost"):
-            self.site.allowed_hosts.add(f"{h}:{port}")
-        self.site.allowed_hosts.update(h.lower() for h in c.allowed_hosts)
-        self.site.allowed_origins.update(o.lower().rstrip("/") for o in c.allowed_origins)
-        self.site.trusted_proxies = trusted_networks(c.trusted_proxies)
-
-    def _mcp_service(self) -> McpService:
-        """`/mcp` (`mcp.server.McpService`): the pool is its homes port."""
-        c = self.config
-        return McpService(
-            homes=self.pool,
-            verify_token=self.tokens.verify,
-            verify_digest=self.tokens.verify_digest,
-            resource=self.site.resource,
-            resource_metadata=self.site.metadata_url,
-            max_body_bytes=c.max_body_bytes,
-            call_deadline_s=c.call_deadline_s,
-            wall_ms=self.clock,
-            http_burst=c.http_burst,
-            http_per_s=c.http_per_s,
-            on_call=self.metrics.on_call,
-            on_request=self.metrics.on_request,
+        service = mcp_service(
+            c,
+            pool=self.pool,
+            tokens=self.tokens,
+            site=self.site,
+            clock=self.clock,
+            metrics=self.metrics,
             roster_behind=self.door.rosters.roster_behind,
-            anonymous_token=c.test_anonymous_token,
-            confirm_ttl_s=c.confirm_ttl_s if c.confirm_commands != "off" else None,
-            confirm_mode=c.confirm_commands,
             mesh=None if self.node is None else self.node.forwarder,
-            clock_skew_ms=c.clock_skew_max_ms,
-            listen=self.listens,
-            live=self.pool.feeds,
+            listens=self.listens,
             holder=None
             if self.node is None
             else holder_here(self.node.instance_id, self.door.online),
         )
-
-    def _bind_admin(self, main_fd: int) -> int | None:
-        """The admin listener's bound socket (`admin_bind`), or None when it is not set.
-
-        Raises:
-            StartupError: it cannot bind; the main listener's socket `main_fd` is closed.
-        """
-        c = self.config
-        if c.admin_bind is None:
-            return None
-        try:
-            admin_sock = bind(c.admin_bind, "admin", "admin_bind", c.listen_backlog)
-        except StartupError:
-            socket.close(main_fd)  # the main listener's socket, not yet hypercorn's
-            raise
-        ahost, aport = admin_sock.getsockname()[:2]
-        self.admin_url = f"http://{ahost}:{aport}"
-        return admin_sock.detach()
-
-    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
-        c = self.config
-        warning = c.url_warning()
-        if warning is not None:
-            log.warning("%s", warning)
-        consents, codes, claims = await self.oauth.restore()
-        if consents or codes or claims:
-            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
-        sock = bind(c.bind, "main", "bind", c.listen_backlog)
-        host, port = sock.getsockname()[:2]
-        fd = sock.detach()  # hypercorn owns the listening socket from here on
-        self._listen_at(host, port)
-        if c.database_url is not None:
-            self.node = self._node(port, fd)
-            if self.node.relay is not None:  # agent.request reaches the holder of the home
-                self.oauth.send_to_box = self.node.relay.send
-        service = self._mcp_service()
         app = create_app(
             oauth=self.oauth,
             site=self.site,
@@ -435,7 +339,27 @@ class Bridge:
             connections=self.metrics.listener("main"),
             exempt=self.site.trusted_proxies,
         )
-        admin_fd = self._bind_admin(fd)
+        return service, app, hc
+
+    async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
+        c = self.config
+        warning = c.url_warning()
+        if warning is not None:
+            log.warning("%s", warning)
+        consents, codes, claims = await self.oauth.restore()
+        if consents or codes or claims:
+            log.info("restored %d sign-ins, %d codes, %d claim offers", consents, codes, claims)
+        sock = bind(c.bind, "main", "bind", c.listen_backlog)
+        host, port = sock.getsockname()[:2]
+        fd = sock.detach()  # hypercorn owns the listening socket from here on
+        self.site.listen_at(host, port, self.config)
+        if c.database_url is not None:
+            self.node = self._node(port, fd)
+            if self.node.relay is not None:  # agent.request reaches the holder of the home
+                self.oauth.send_to_box = self.node.relay.send
+        service, app, hc = self._main(fd)
+        bound = bind_admin(c, fd)
+        admin_fd, self.admin_url = (None, None) if bound is None else bound
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
@@ -459,10 +383,10 @@ class Bridge:
                 )
                 status = Status(self.metrics.registry)
                 await nursery.start(status.run)
-                admin = create_admin_app(self.metrics, self.readiness, status)
+                admin = create_admin_app(self.metrics, self.checks.verdict, status)
                 await nursery.start(edge.serve, admin, ac)
             log.info("bridge up at %s", self.site.public_url)
-            verdict = await self.readiness()
+            verdict = await self.checks.verdict()
             if verdict.why is not None:  # serving anyway: the part may come up later
                 log.warning("%s; calls that need it are refused until it does", verdict.text())
             task_status.started(self)

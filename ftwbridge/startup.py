@@ -53,6 +53,24 @@ def bind(address: str, listener: str, setting: str, backlog: int = 1024) -> sock
     return sock
 
 
+def bind_admin(config: Config, main_fd: int) -> tuple[int, str] | None:
+    """The admin listener's bound socket (`admin_bind`) and its URL, or None when it is not
+    set.
+
+    Raises:
+        StartupError: it cannot bind; the main listener's socket `main_fd` is closed.
+    """
+    if config.admin_bind is None:
+        return None
+    try:
+        sock = bind(config.admin_bind, "admin", "admin_bind", config.listen_backlog)
+    except StartupError:
+        socket.close(main_fd)  # the main listener's socket, not yet hypercorn's
+        raise
+    host, port = sock.getsockname()[:2]
+    return sock.detach(), f"http://{host}:{port}"
+
+
 def keys_part(config: Config) -> KeysPort:
     """The keys part a bridge uses: keys services over TCP (`keys_url`, proving `mesh_key`),
     a keys process on a Unix socket (`keys_socket`), or in this process on the key file in

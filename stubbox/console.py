@@ -112,12 +112,6 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
         if decision not in ("approve", "deny"):
             raise ValueError('decision must be "approve" or "deny"')
         return await stub.decide(str(cmd["reqId"]), decision == "approve")
-    if op == "block":
-        by = cmd.get("by")
-        if not isinstance(by, list) or not all(isinstance(b, str) for b in by):
-            raise ValueError("by must be a list of reasons (texts)")
-        stub.box.home.controls.blocked_by = list(by)
-        return {"dispatchBlockedBy": by}
     if op == "deny":
         await stub.deny(str(cmd["req"]))
         return {}
@@ -125,6 +119,18 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
         return {"seq": await stub.drop_agent(bytes.fromhex(cmd["key"]))}
     if op == "set_noise":
         return {"seq": await stub.set_noise(bool(cmd["enabled"]))}
+    return await _box_command(stub, op, cmd)
+
+
+async def _box_command(stub: StubHome, op: Any, cmd: dict[str, Any]) -> Any:
+    """The box's own knobs: dispatch blocked, reads held, the uplink dropped, the clock, a
+    source's lag, and its status."""
+    if op == "block":
+        by = cmd.get("by")
+        if not isinstance(by, list) or not all(isinstance(b, str) for b in by):
+            raise ValueError("by must be a list of reasons (texts)")
+        stub.box.home.controls.blocked_by = list(by)
+        return {"dispatchBlockedBy": by}
     if op == "hold":
         stub.hold = bool(cmd["on"])
         return {"hold": stub.hold}
@@ -148,22 +154,27 @@ async def _command(stubs: dict[str, StubHome], cmd: dict[str, Any]) -> Any:
             lags[sid] = int(cmd["lagMs"])
         return {"lags": dict(lags)}
     if op == "status":
-        return {
-            "home": stub.home,
-            "connected": stub.ws is not None,
-            "uplinks": stub.uplinks,
-            "seq": stub.owner.roster.seq,
-            "sessions": stub.box.session_count,
-            "reads": stub.box.stats.reads,
-            "readsBy": dict(stub.box.stats.by_read),
-            "commands": stub.box.commands.stats.acted,
-            "goalsWaiting": len(stub.box.goals.waiting(stub.wall_ms())),
-            "refusals": stub.box.stats.refusals,
-            "handshakesRefused": stub.box.stats.handshakes_refused,
-            "lastRosterReply": stub.last_roster_reply,
-            "nowMs": stub.wall_ms(),
-        }
+        return _status(stub)
     raise ValueError(f"unknown op {op!r}")
+
+
+def _status(stub: StubHome) -> dict[str, Any]:
+    """What the console's `status` shows of one home."""
+    return {
+        "home": stub.home,
+        "connected": stub.ws is not None,
+        "uplinks": stub.uplinks,
+        "seq": stub.owner.roster.seq,
+        "sessions": stub.box.session_count,
+        "reads": stub.box.stats.reads,
+        "readsBy": dict(stub.box.stats.by_read),
+        "commands": stub.box.commands.stats.acted,
+        "goalsWaiting": len(stub.box.goals.waiting(stub.wall_ms())),
+        "refusals": stub.box.stats.refusals,
+        "handshakesRefused": stub.box.stats.handshakes_refused,
+        "lastRosterReply": stub.last_roster_reply,
+        "nowMs": stub.wall_ms(),
+    }
 
 
 async def _serve_one(stubs: dict[str, StubHome], stream: trio.SocketStream) -> None:

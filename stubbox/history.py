@@ -10,6 +10,7 @@ per tile that brings the aligned span under `max_points`.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ftwbridge.proto.names import Resolution
@@ -69,6 +70,67 @@ def plan_query(
     return chosen, stride
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A history query's tiles: the resolution chosen and its stride, the step and tile span
+    (ms), the aligned window's first tile start and length (ms), points per tile, the
+    grant's cut-off and the buckets inside it (ms since the epoch)."""
+
+    chosen: Resolution
+    stride: int
+    step_ms: int
+    span: int
+    first: int
+    total: int
+    points: int
+    cutoff: int
+    first_bucket: int
+    last_bucket_end: int
+
+
+def _plan(
+    res: Resolution, from_ms: int, to_ms: int, now_ms: int, max_points: int, history_days: int
+) -> _Plan:
+    top = limit("history_points", "max")
+    cap = top if max_points <= 0 else min(max_points, top)
+    chosen, stride = plan_query(res, from_ms, to_ms, cap)
+    info = RESOLUTIONS[chosen]
+    step_ms, span = info.step_ms, info.tile_span_ms
+    first, total = _aligned_span(chosen, from_ms, to_ms)
+    cutoff = now_ms - min(info.retention_days, history_days) * DAY_MS
+    return _Plan(
+        chosen=chosen,
+        stride=stride,
+        step_ms=step_ms,
+        span=span,
+        first=first,
+        total=total,
+        points=span // step_ms // stride,
+        cutoff=cutoff,
+        first_bucket=-(-cutoff // step_ms) * step_ms,  # buckets starting at or after the cut-off
+        last_bucket_end=now_ms // step_ms * step_ms,  # buckets closed by now
+    )
+
+
+def _tile_data(home: SeriesSource, series: list[str], start: int, plan: _Plan) -> bytes:
+    """One tile's `data`: each series' point means, int32 little-endian, column-major,
+    `INT32_MIN` for missing."""
+    width = plan.step_ms * plan.stride
+    windows = [
+        (
+            max(start + p * width, plan.first_bucket),
+            min(start + (p + 1) * width, plan.last_bucket_end),
+        )
+        for p in range(plan.points)
+    ]
+    values: list[int] = []
+    for name in series:
+        for lo, hi in windows:
+            v = home.series_value(name, lo, hi - lo) if hi > lo else None
+            values.append(INT32_MIN if v is None else max(INT32_MIN + 1, min(INT32_MAX, v)))
+    return struct.pack(f"<{len(values)}i", *values)
+
+
 def build_tiles(
     home: SeriesSource,
     *,
@@ -105,42 +167,23 @@ def build_tiles(
     to_ms = min(to_ms, now_ms)
     if to_ms <= from_ms:
         raise ValueError("empty history window")
-    top = limit("history_points", "max")
-    cap = top if max_points <= 0 else min(max_points, top)
-    chosen, stride = plan_query(Resolution(res), from_ms, to_ms, cap)
-    info = RESOLUTIONS[chosen]
-    step_ms, span = info.step_ms, info.tile_span_ms
-    first, total = _aligned_span(chosen, from_ms, to_ms)
-    points = span // step_ms // stride
-    keep_days = min(info.retention_days, history_days)
-    cutoff = now_ms - keep_days * DAY_MS
-    first_bucket = -(-cutoff // step_ms) * step_ms  # buckets starting at or after the cut-off
-    last_bucket_end = now_ms // step_ms * step_ms  # buckets closed by now
+    plan = _plan(Resolution(res), from_ms, to_ms, now_ms, max_points, history_days)
     chunks: list[dict[str, Any]] = []
-    for start in range(first, first + total, span):
-        windows = []
-        for p in range(points):
-            lo = max(start + p * step_ms * stride, first_bucket)
-            hi = min(start + (p + 1) * step_ms * stride, last_bucket_end)
-            windows.append((lo, hi))
-        values: list[int] = []
-        for name in series:
-            for lo, hi in windows:
-                v = home.series_value(name, lo, hi - lo) if hi > lo else None
-                values.append(INT32_MIN if v is None else max(INT32_MIN + 1, min(INT32_MAX, v)))
-        data = struct.pack(f"<{len(values)}i", *values)
+    for start in range(plan.first, plan.first + plan.total, plan.span):
+        data = _tile_data(home, series, start, plan)
         chunks.append(
             {
-                "tileId": f"{chosen.value}/{stride}/{start // span}",
+                "tileId": f"{plan.chosen.value}/{plan.stride}/{start // plan.span}",
                 "etag": etag_of(data),
-                "res": chosen.value,
+                "res": plan.chosen.value,
                 "startMs": start,
-                "stepMs": step_ms * stride,
+                "stepMs": plan.step_ms * plan.stride,
                 "series": list(series),
                 "data": data,
-                "partial": start + span > now_ms,
+                "partial": start + plan.span > now_ms,
             }
         )
+    first, cutoff, chosen = plan.first, plan.cutoff, plan.chosen
     gaps = []
     if first < cutoff:
         gaps.append({"fromMs": first, "toMs": min(cutoff, to_ms), "reason": "evicted"})

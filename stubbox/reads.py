@@ -152,24 +152,9 @@ def answer(
     if read is Read.DRIVERS_GET:
         return [(Answer.DRIVERS, home.drivers(now_ms, uptime_ms))]
     if read is Read.EVENTS_GET:
-        n = _bounded("events_limit", _int(b, "limit", limit("events_limit", "default")))
-        before, after = _opt_text(b, "before"), _opt_text(b, "after")
-        page = home.events(now_ms, limit=n, before=before, after=after, max_bytes=ANSWER_ROOM_BYTES)
-        if page is None:
-            raise _problem(Code.E_UNKNOWN_OP, arg="before" if before is not None else "after")
-        return [(Answer.EVENTS, page)]
+        return [(Answer.EVENTS, _events(home, b, now_ms))]
     if read is Read.LOGS_GET:
-        n = _bounded("logs_lines", _int(b, "lines", limit("logs_lines", "default")))
-        level = _opt_text(b, "level") or "info"
-        if level not in ("debug", "info", "warn", "error"):
-            raise _problem(Code.E_UNKNOWN_OP, arg="level")
-        before, after = _opt_text(b, "before"), _opt_text(b, "after")
-        page = home.logs(
-            now_ms, lines=n, level=level, before=before, after=after, max_bytes=ANSWER_ROOM_BYTES
-        )
-        if page is None:
-            raise _problem(Code.E_UNKNOWN_OP, arg="before" if before is not None else "after")
-        return [(Answer.LOGS, page)]
+        return [(Answer.LOGS, _logs(home, b, now_ms))]
     if read is Read.CONFIG_GET:
         section = _opt_text(b, "section") or ""
         config = home.config(section)
@@ -184,6 +169,32 @@ def answer(
             raise _problem(Code.E_NOT_FOUND, what=what, id=ident)
         return [(Answer.DIAG, result)]
     raise _problem(Code.E_UNKNOWN_OP, t=read.value)
+
+
+def _events(home: Any, b: dict[str, Any], now_ms: int) -> Any:
+    """`events.get`'s page: `limit` events (bounded) before or after a cursor."""
+    n = _bounded("events_limit", _int(b, "limit", limit("events_limit", "default")))
+    before, after = _opt_text(b, "before"), _opt_text(b, "after")
+    page = home.events(now_ms, limit=n, before=before, after=after, max_bytes=ANSWER_ROOM_BYTES)
+    if page is None:
+        raise _problem(Code.E_UNKNOWN_OP, arg="before" if before is not None else "after")
+    return page
+
+
+def _logs(home: Any, b: dict[str, Any], now_ms: int) -> Any:
+    """`logs.get`'s page: `lines` lines (bounded) at `level` or above, before or after a
+    cursor."""
+    n = _bounded("logs_lines", _int(b, "lines", limit("logs_lines", "default")))
+    level = _opt_text(b, "level") or "info"
+    if level not in ("debug", "info", "warn", "error"):
+        raise _problem(Code.E_UNKNOWN_OP, arg="level")
+    before, after = _opt_text(b, "before"), _opt_text(b, "after")
+    page = home.logs(
+        now_ms, lines=n, level=level, before=before, after=after, max_bytes=ANSWER_ROOM_BYTES
+    )
+    if page is None:
+        raise _problem(Code.E_UNKNOWN_OP, arg="before" if before is not None else "after")
+    return page
 
 
 def _history(home: Any, grant: AgentGrant, b: dict[str, Any], now_ms: int) -> list[tuple[str, Any]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import trio
@@ -40,7 +40,7 @@ from ftwbridge.proto.registry import Msg, peer_reason
 from ftwbridge.proto.roster import AgentGrant, Roster, RosterProblem
 from ftwbridge.store import Store
 
-from .events import AgentDenied, ClaimOffered, DoorEvents
+from .events import DoorEvents
 from .refusals import RefusalLog, RosterBehind, peer_text
 from .rosters import Rosters
 from .stats import DoorStats
@@ -102,25 +102,6 @@ class Door:
         self.rosters = Rosters(
             store, stats=self.stats, events=self.events, refusal_log=self._refusal_log
         )
-
-    @property
-    def on_denied(self) -> AgentDenied | None:
-        """`events.agent_denied`. Transitional: `OAuthService` still sets its own listener
-        here; once it is handed to `DoorEvents` in `run.Bridge`, this property goes."""
-        return self.events.agent_denied
-
-    @on_denied.setter
-    def on_denied(self, listener: AgentDenied | None) -> None:
-        self.events = replace(self.events, agent_denied=listener)
-
-    @property
-    def on_claim(self) -> ClaimOffered | None:
-        """`events.claim_offered`; transitional like `on_denied`."""
-        return self.events.claim_offered
-
-    @on_claim.setter
-    def on_claim(self, listener: ClaimOffered | None) -> None:
-        self.events = replace(self.events, claim_offered=listener)
 
     # -- rosters and home keys: handed over to `self.rosters` (rosters.py) --
 

@@ -120,7 +120,6 @@ class Tun:
         self.sink: Callable[[bytes], Awaitable[None]] | None = None
         """Once set, the uplink's reader hands each Noise message from the box straight to it
         (no queue, no task switch); before, messages wait in the tunnel's queue."""
-        self._ended = trio.Event()
         self.on_end: Callable[[str], None] | None = None
         """Told the reason, once, when the tunnel ends (by the box, the uplink, or `aclose`)."""
 
@@ -148,11 +147,6 @@ class Tun:
             return await self._queue[1].receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise TunEnded(self.end_reason or TunEndReason.CLOSED.value) from None
-
-    async def wait_ended(self) -> str:
-        """Wait until the tunnel ends (the box or the uplink ended it); returns the reason."""
-        await self._ended.wait()
-        return self.end_reason or TunEndReason.CLOSED.value
 
     def queued(self) -> list[bytes]:
         """Take every message waiting in the queue (those that came before `sink` was set)."""
@@ -189,7 +183,6 @@ class Tun:
         self.end_reason = reason
         if self._queue is not None:
             self._queue[0].close()
-        self._ended.set()
         if self.on_end is not None:
             self.on_end(reason)
 

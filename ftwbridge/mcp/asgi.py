@@ -35,7 +35,7 @@ from . import inbound
 from .server import BodyGone, BodyTooLarge, BodyTooSlow, HttpRequest, HttpResponse, McpService
 
 if TYPE_CHECKING:
-    from ftwbridge.app import Site
+    from ftwbridge.site import Site
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

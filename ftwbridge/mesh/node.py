@@ -15,6 +15,7 @@ import trio
 
 from ftwbridge import edge
 from ftwbridge.config import CALL_SLACK_S, Config
+from ftwbridge.config_rules import mesh_key_bytes
 from ftwbridge.door import Door
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics
@@ -26,7 +27,7 @@ from .forward import Forwarder, new_client
 from .holdings import Holdings
 from .listener import create_internal_app
 from .relay import BoxRelay, add_relay_route
-from .signing import Checker, mesh_key_bytes
+from .signing import Checker
 from .streams import StreamingRoute
 from .tls import client_context
 

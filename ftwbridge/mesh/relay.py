@@ -32,7 +32,7 @@ from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.registry import Msg
 from ftwbridge.store import StoreError
-from ftwbridge.store.directory import Directory
+from ftwbridge.store.directory import Directory, Holder
 
 from . import signing
 
@@ -123,28 +123,8 @@ class BoxRelay:
             if holder.instance == self._directory.instance_id:  # claimed here, uplink gone
                 await self._send_here(home, env)
                 return
-            self._check_tls(home, holder.instance, holder.url)
-            headers = signing.sign(
-                self._key,
-                sender=self._directory.instance_id,
-                method="POST",
-                path=RELAY_PATH,
-                to=holder.instance,
-                epoch=holder.epoch,
-                body=body,
-                now_ms=self._wall_ms(),
-                headers=[("content-type", "application/json")],
-            )
-            headers["content-type"] = "application/json"
-            try:
-                resp = await self._http.post(holder.url + RELAY_PATH, headers=headers, content=body)
-            except httpx2.TransportError as exc:
-                log.warning(
-                    "agent.request for home %s: instance %s not reached (%s)",
-                    home,
-                    holder.instance,
-                    type(exc).__name__,
-                )
+            resp = await self._post(home, holder, body)
+            if resp is None:
                 continue
             if resp.status_code == 204:
                 return
@@ -161,10 +141,75 @@ class BoxRelay:
             raise HomeOffline(home)
         raise HomeOffline(home)
 
+    async def _post(self, home: str, holder: Holder, body: bytes) -> httpx2.Response | None:
+        """POST the signed relay `body` to `holder`'s internal listener; None when it cannot
+        be reached (logged)."""
+        self._check_tls(home, holder.instance, holder.url)
+        headers = signing.sign(
+            self._key,
+            sender=self._directory.instance_id,
+            method="POST",
+            path=RELAY_PATH,
+            to=holder.instance,
+            epoch=holder.epoch,
+            body=body,
+            now_ms=self._wall_ms(),
+            headers=[("content-type", "application/json")],
+        )
+        headers["content-type"] = "application/json"
+        try:
+            return await self._http.post(holder.url + RELAY_PATH, headers=headers, content=body)
+        except httpx2.TransportError as exc:
+            log.warning(
+                "agent.request for home %s: instance %s not reached (%s)",
+                home,
+                holder.instance,
+                type(exc).__name__,
+            )
+            return None
+
 
 def _answer(status: int, words: str, headers: dict[str, str] | None = None) -> Response:
     body = json.dumps({"error": words})
     return Response(body, status, {"content-type": "application/json", **(headers or {})})
+
+
+def _checked(
+    checker: signing.Checker,
+    body: bytes,
+    now_ms: int,
+    on_refused: Callable[[str], None] | None,
+) -> signing.Signed | Response:
+    """The current relay request's signature checked (`signing.Checker`): what it signed, or
+    the 403 in words (logged, and its reason told `on_refused`)."""
+    headers: dict[str, list[str]] = {}
+    for name, value in request.headers.items():
+        headers.setdefault(name.lower(), []).append(value)
+    try:
+        return checker.check("POST", RELAY_PATH, headers, body, now_ms)
+    except signing.MeshRefused as exc:
+        log.warning(
+            "internal listener refused a relayed message from %s (%s): %s",
+            request.remote_addr,
+            exc.reason,
+            exc.words,
+        )
+        if on_refused is not None:
+            on_refused(exc.reason)
+        return _answer(403, f"Relayed message refused: {exc.words}")
+
+
+def _relayed(body: bytes) -> tuple[str, Envelope] | None:
+    """A relay body's (home, door message), or None when it is not the relay's JSON object
+    of a home and a base64 door message."""
+    try:
+        data = json.loads(body)
+        home, message = data["home"], data["message"]
+        if not isinstance(home, str) or not isinstance(message, str):
+            return None
+        return home, decode_door_message(base64.b64decode(message, validate=True))
+    except (ValueError, KeyError, TypeError, binascii.Error, RemoteProtocolError):
+        return None
 
 
 def add_relay_route(
@@ -201,31 +246,15 @@ def add_relay_route(
         body = raw if isinstance(raw, bytes) else raw.encode()
         if len(body) > MAX_RELAY_BYTES:
             return _answer(413, "the relayed message is too large")
-        headers: dict[str, list[str]] = {}
-        for name, value in request.headers.items():
-            headers.setdefault(name.lower(), []).append(value)
-        try:
-            signed = checker.check("POST", RELAY_PATH, headers, body, wall_ms())
-        except signing.MeshRefused as exc:
-            log.warning(
-                "internal listener refused a relayed message from %s (%s): %s",
-                request.remote_addr,
-                exc.reason,
-                exc.words,
-            )
-            if on_refused is not None:
-                on_refused(exc.reason)
-            return _answer(403, f"Relayed message refused: {exc.words}")
-        try:
-            data = json.loads(body)
-            home, message = data["home"], data["message"]
-            if not isinstance(home, str) or not isinstance(message, str):
-                raise TypeError("home and message must be text")
-            env = decode_door_message(base64.b64decode(message, validate=True))
-        except (ValueError, KeyError, TypeError, binascii.Error, RemoteProtocolError):
+        signed = _checked(checker, body, wall_ms(), on_refused)
+        if isinstance(signed, Response):
+            return signed
+        relayed = _relayed(body)
+        if relayed is None:
             return _answer(
                 400, "the relayed body is not a JSON object with a home and a base64 door message"
             )
+        home, env = relayed
         if env.t != Msg.AGENT_REQUEST:
             return _answer(400, "only agent.request is relayed")
         if not await holds(home, signed.epoch):

@@ -28,7 +28,6 @@ clock: times come in as arguments.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -234,29 +233,30 @@ def _received(
     )
 
 
-MESH_KEY_BYTES = 32
-"""The length of `mesh_key` once decoded, bytes (an HMAC-SHA256 key of the hash's size)."""
-
-
-def mesh_key_bytes(text: str) -> bytes:
-    """The 32 bytes of a `mesh_key` written as 64 hex digits or as base64.
+def _mesh_headers(headers: Mapping[str, list[str]]) -> tuple[dict[str, str], str, str]:
+    """The mesh headers, each once and well formed: (their values by name, the addressee,
+    its epoch as digits).
 
     Raises:
-        ValueError: neither, or not 32 bytes; the message never repeats the value.
+        MeshRefused: `unsigned`, a header missing, repeated or not well formed.
     """
-    text = text.strip()
-    try:
-        raw = bytes.fromhex(text) if re.fullmatch(r"[0-9a-fA-F]{64}", text) else None
-        if raw is None:
-            raw = base64.b64decode(text, validate=True)
-    except ValueError:
-        raw = b""
-    if len(raw) != MESH_KEY_BYTES:
-        raise ValueError(
-            "must be 32 random bytes as 64 hex digits or as base64 (make one with"
-            " `openssl rand -hex 32`)"
-        )
-    return raw
+    values = {}
+    for name in HEADERS:
+        got = headers.get(name, [])
+        if len(got) != 1:
+            raise MeshRefused("unsigned", f"the request has no single {name} header")
+        values[name] = got[0].strip()
+    to, _, epoch_text = values[TO].partition(";")
+    if not (
+        _ID.fullmatch(values[FROM])
+        and _ID.fullmatch(to)
+        and _COUNT.fullmatch(epoch_text)
+        and _COUNT.fullmatch(values[TS])
+        and _NONCE.fullmatch(values[NONCE])
+        and _SIG.fullmatch(values[SIG])
+    ):
+        raise MeshRefused("unsigned", "the request's mesh headers are not well formed")
+    return values, to, epoch_text
 
 
 class Checker:
@@ -300,22 +300,7 @@ class Checker:
             MeshRefused: unsigned, forged, misaddressed, stale, replayed or busy (see the
                 module's docstring for the order).
         """
-        values = {}
-        for name in HEADERS:
-            got = headers.get(name, [])
-            if len(got) != 1:
-                raise MeshRefused("unsigned", f"the request has no single {name} header")
-            values[name] = got[0].strip()
-        to, _, epoch_text = values[TO].partition(";")
-        if not (
-            _ID.fullmatch(values[FROM])
-            and _ID.fullmatch(to)
-            and _COUNT.fullmatch(epoch_text)
-            and _COUNT.fullmatch(values[TS])
-            and _NONCE.fullmatch(values[NONCE])
-            and _SIG.fullmatch(values[SIG])
-        ):
-            raise MeshRefused("unsigned", "the request's mesh headers are not well formed")
+        values, to, epoch_text = _mesh_headers(headers)
         covered, digest = _received(headers, values[COVERED])
         ts_ms, epoch = int(values[TS]), int(epoch_text)
         text = signed_text(

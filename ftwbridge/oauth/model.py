@@ -11,8 +11,6 @@ from enum import StrEnum
 from typing import Any, Protocol
 from urllib.parse import unquote_plus, urlencode, urlsplit
 
-from ftwbridge.store.base import hash_token
-
 from .redirects import MAX_URI_CHARS as MAX_URI_CHARS
 
 CODE_TTL_MS = 60_000
@@ -294,8 +292,3 @@ def s256(verifier: str) -> str:
     """The PKCE S256 challenge of `verifier` (RFC 7636 section 4.2)."""
     digest = hashlib.sha256(verifier.encode("ascii")).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
-
-
-token_hash = hash_token
-"""The store's `hash_token` under its older name, for `oauth/service.py` until it calls
-`hash_token` itself; nothing else uses this name."""

@@ -111,6 +111,12 @@ def consent_fields(changes: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def save_pending(store: OAuthStore, p: Pending) -> None:
+    """Write consent request `p` as it now is (and mark it saved so)."""
+    p.saved_status = p.status
+    await store.put_oauth_state(CONSENT, p.id, pending_record(p), p.expires_at_ms)
+
+
 class SavedSignIns:
     """Writing and restoring the sign-in state; `OAuthService` supplies the state."""
 
@@ -122,8 +128,7 @@ class SavedSignIns:
 
     async def _save(self, p: Pending) -> None:
         """Write a consent request as it now is."""
-        p.saved_status = p.status
-        await self._store.put_oauth_state(CONSENT, p.id, pending_record(p), p.expires_at_ms)
+        await save_pending(self._store, p)
 
     async def _unsave(self, p: Pending) -> None:
         await self._store.drop_oauth_state(CONSENT, p.id)

@@ -26,6 +26,45 @@ PUBLIC_ANSWERED_METHODS = frozenset({"none", "client_secret_post", "client_secre
 """Requested token-endpoint auth methods that are registered as `none` (a public client)."""
 
 
+def checked_metadata(body: Any) -> tuple[dict[str, Any], list[str], list[str]]:
+    """A registration's metadata checked (RFC 7591 section 2; the rules in
+    `ClientRegistration.register`): returns (the members present, its redirect URIs, its
+    grant types).
+
+    Raises:
+        OAuthError: `invalid_redirect_uri` or `invalid_client_metadata`, with the reason.
+    """
+    if not isinstance(body, dict):
+        raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
+    body = present(body)
+    uris = body.get("redirect_uris")
+    if not isinstance(uris, list) or not uris or len(uris) > MAX_REDIRECT_URIS:
+        raise OAuthError("invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs")
+    for uri in uris:
+        try:
+            redirect_kind(uri)
+        except RedirectRefused as exc:
+            raise OAuthError("invalid_redirect_uri", str(exc)) from None
+    if len(uris) != len(set(uris)):
+        raise OAuthError("invalid_redirect_uri", "a redirect URI is listed twice")
+    method = body.get("token_endpoint_auth_method", "none")
+    if method not in PUBLIC_ANSWERED_METHODS:
+        raise OAuthError(
+            "invalid_client_metadata",
+            "token_endpoint_auth_method must be none, client_secret_post or "
+            "client_secret_basic (this server registers public clients)",
+        )
+    grants = body.get("grant_types", list(GRANT_TYPES))
+    if not isinstance(grants, list) or not all(isinstance(g, str) for g in grants):
+        raise OAuthError("invalid_client_metadata", "grant_types must be a list of strings")
+    if "authorization_code" not in grants:
+        raise OAuthError("invalid_client_metadata", "grant_types must include authorization_code")
+    responses = body.get("response_types", ["code"])
+    if not isinstance(responses, list) or "code" not in responses:
+        raise OAuthError("invalid_client_metadata", "response_types must include code")
+    return body, uris, grants
+
+
 class ClientRegistration:
     """Metadata, registration and client lookup; `OAuthService` supplies the state."""
 
@@ -72,36 +111,7 @@ class ClientRegistration:
                 (RFC 7591 section 3.2.2), or `temporarily_unavailable`: 429 past a limit,
                 503 when the limit cannot be counted (`OAuthLimits`).
         """
-        if not isinstance(body, dict):
-            raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
-        body = present(body)
-        uris = body.get("redirect_uris")
-        if not isinstance(uris, list) or not uris or len(uris) > MAX_REDIRECT_URIS:
-            raise OAuthError("invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs")
-        for uri in uris:
-            try:
-                redirect_kind(uri)
-            except RedirectRefused as exc:
-                raise OAuthError("invalid_redirect_uri", str(exc)) from None
-        if len(uris) != len(set(uris)):
-            raise OAuthError("invalid_redirect_uri", "a redirect URI is listed twice")
-        method = body.get("token_endpoint_auth_method", "none")
-        if method not in PUBLIC_ANSWERED_METHODS:
-            raise OAuthError(
-                "invalid_client_metadata",
-                "token_endpoint_auth_method must be none, client_secret_post or "
-                "client_secret_basic (this server registers public clients)",
-            )
-        grants = body.get("grant_types", list(GRANT_TYPES))
-        if not isinstance(grants, list) or not all(isinstance(g, str) for g in grants):
-            raise OAuthError("invalid_client_metadata", "grant_types must be a list of strings")
-        if "authorization_code" not in grants:
-            raise OAuthError(
-                "invalid_client_metadata", "grant_types must include authorization_code"
-            )
-        responses = body.get("response_types", ["code"])
-        if not isinstance(responses, list) or "code" not in responses:
-            raise OAuthError("invalid_client_metadata", "response_types must include code")
+        body, uris, grants = checked_metadata(body)
         now = self._clock()
         await self._limits.register(address, now)
         client_id = "c_" + secrets.token_urlsafe(16)

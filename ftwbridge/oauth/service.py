@@ -32,9 +32,9 @@ from ftwbridge.proto.claim import code_hash
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.registry import Msg
 from ftwbridge.store import StoreError
+from ftwbridge.store.base import hash_token
 
 from .answers import OwnerAnswers
-from .audit import SignInAudit
 from .authorize import checked_request, redirect_of
 from .cimd import MetadataDocuments
 from .grace import Rotations
@@ -50,7 +50,6 @@ from .model import (
     OAuthStore,
     Pending,
     present,
-    token_hash,
 )
 from .persist import CLAIM, CODE, CONSENT, pending_from
 from .redirects import (
@@ -67,7 +66,7 @@ SendToBox = Callable[[str, Envelope], Awaitable[None]]
 """(home, door message) -> sent to the home's box; raises `HomeOffline` when it cannot be."""
 
 
-class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
+class OAuthService(ClientRegistration, TokenGrants):
     """The bridge's authorization server.
 
     Args:
@@ -82,8 +81,11 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
         refresh_grace_ms: repeats of a refresh within this many ms get the same pair (`grace`).
         shared: the store is shared with other instances (PostgreSQL): it is the truth for
             consent requests and claim offers (module docstring); the door's claim offers go
-            to it as they come (`Door.on_claim`).
+            to it as they come (the door's `claim_offered` listener, `OwnerAnswers`).
         on_signin: told (step, outcome) of each sign-in step (`audit.SignInAudit`).
+        answers: the home's answers (`answers.OwnerAnswers`), built first so the door is
+            given its listeners when it is built; None builds one here from `store`,
+            `clock`, `shared` and `on_signin` (a door that tells nobody: tests).
 
     Attributes:
         send_to_box: how `agent.request` reaches the box; None: this door's `send_to_box`
@@ -105,6 +107,7 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
         refresh_grace_ms: int = 10_000,
         shared: bool = False,
         on_signin: Callable[[str, str], None] | None = None,
+        answers: OwnerAnswers | None = None,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -115,15 +118,15 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
         self._issue_access = issue_access
         self._documents = documents
         self._on_revoke = on_revoke
-        self._pending: dict[str, Pending] = {}
+        if answers is None:
+            answers = OwnerAnswers(store=store, clock=clock, shared=shared, on_signin=on_signin)
+        self.answers = answers
+        self._pending = answers.pending
         self._limits = OAuthLimits(store)
         self._rotations = Rotations(refresh_grace_ms)
         self._shared = shared
-        self.audit = SignInAudit(on_signin)
+        self.audit = answers.audit
         self.send_to_box: SendToBox | None = None
-        door.on_denied = self._denied
-        if shared:
-            door.on_claim = self._offered
 
     # -- authorize ------------------------------------------------------------------------
 
@@ -214,13 +217,13 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
             if roster is None or pending.agent_key not in roster.agents():
                 return pending
             if await self._change(pending, {"status": "asked"}, status="approved"):
-                self._answered(pending, "approved")
+                self.answers.answered(pending, "approved")
                 return pending
             return await self._load(req)  # another step changed it first
         await self._expire(self._clock())
         pending = self._pending.get(req)
         if pending is not None and pending.status != pending.saved_status:
-            await self._save(pending)  # a denial heard from the box (`_denied` does no I/O)
+            await self._save(pending)  # a denial heard from the box (`agent_denied`: no I/O)
         return pending
 
     async def claim(self, req: str, csrf: str, code: str, address: str = "unknown") -> Pending:
@@ -347,7 +350,7 @@ class OAuthService(ClientRegistration, TokenGrants, OwnerAnswers):
                 return None
             await self._unsave(pending)
         pending.code = secrets.token_urlsafe(32)
-        await self._save_code(token_hash(pending.code), CodeGrant(pending, now + CODE_TTL_MS))
+        await self._save_code(hash_token(pending.code), CodeGrant(pending, now + CODE_TTL_MS))
         return pending.code
 
     async def forget(self, pending: Pending) -> None:

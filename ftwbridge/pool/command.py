@@ -32,7 +32,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import trio
 
@@ -41,10 +41,8 @@ from ftwbridge.proto.names import Cap, Code, Read
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.session import AgentSession
 
+from .homes import SessionHolder
 from .session import session_clock_ms
-
-if TYPE_CHECKING:
-    from .pool import Pool
 
 HOUR_S: Final = 3600.0
 UNTOLD: Final = frozenset({Code.E_UNAVAILABLE, Code.E_BAD_BODY})
@@ -157,7 +155,7 @@ def _conflict(reply_or_refusal: CmdResult | Refusal) -> bool:
 
 
 async def send_command(
-    pool: Pool,
+    pool: SessionHolder,
     home: str,
     agent_key: bytes,
     op: str,

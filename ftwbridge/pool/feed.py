@@ -24,7 +24,7 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -36,10 +36,8 @@ from ftwbridge.proto.registry import Msg, peer_code
 from ftwbridge.proto.session import Push
 from ftwbridge.proto.telemetry import LiveMirror, Moved, NeedsResync, TelemetryMsg, pulse_period_s
 
+from .homes import SessionHolder
 from .session import PooledSession
-
-if TYPE_CHECKING:
-    from .pool import Pool
 
 log = logging.getLogger("ftwbridge.pool.feed")
 
@@ -200,7 +198,7 @@ class Feeds:
         start_s: how long a feed waits for its first `snap` before it ends `no_answer`.
     """
 
-    def __init__(self, pool: Pool, *, hz: float, start_s: float) -> None:
+    def __init__(self, pool: SessionHolder, *, hz: float, start_s: float) -> None:
         self._pool = pool
         self._hz = hz
         self._start_s = start_s

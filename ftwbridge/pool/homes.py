@@ -1,9 +1,16 @@
-"""The pool's bookkeeping types: its statistics, its observer, and one home's share."""
+"""The pool's bookkeeping types: its statistics, its observer, one home's share, and the
+port its command steps and live feeds hold sessions through."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from ftwbridge.proto.control import CmdAck
+from ftwbridge.proto.roster import AgentGrant
+from ftwbridge.proto.session import AgentSession, Reply
 
 from .session import PooledSession
 
@@ -49,3 +56,33 @@ class HomeShare:
             self.commands += delta
         else:
             self.queued += delta
+
+
+class SessionHolder(Protocol):
+    """What the pool's command steps (`command.py`) and live feeds (`feed.py`) use of the
+    `Pool` that runs them: holding an agent's session, one request on it, one read, and a
+    task in the pool's nursery."""
+
+    def hold(
+        self, home: str, agent_key: bytes, *, command: bool = False
+    ) -> AbstractAsyncContextManager[tuple[PooledSession, AgentGrant]]:
+        """`Pool.hold`."""
+        ...
+
+    async def exchange(
+        self,
+        s: PooledSession,
+        start: Callable[[AgentSession], tuple[int, bytes]],
+        *,
+        acks: list[CmdAck] | None = None,
+    ) -> Reply:
+        """`Pool.exchange`."""
+        ...
+
+    async def call(self, home: str, agent_key: bytes, read: str, body: Any = None) -> Reply:
+        """`Pool.call`."""
+        ...
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """`Pool.spawn`."""
+        ...

@@ -11,10 +11,11 @@ from typing import Any
 import trio
 
 from ftwbridge.config import Config
-from ftwbridge.door import Door, HomeOffline, LocalEnd, TunEnded
+from ftwbridge.door import Door, HomeOffline, LocalEnd, Tun, TunEnded
 from ftwbridge.keys.service import KeysError, KeysPort
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Code, TunEndReason
+from ftwbridge.proto.noise import TransportKeys
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.registry import Msg, peer_code, peer_reason
 from ftwbridge.proto.roster import Roster
@@ -76,28 +77,8 @@ async def open_session(
     except HomeOffline:
         raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "door"}) from None
     tun.on_end = s.close
-    handle: int | None = None
     with trio.move_on_after(config.handshake_s) as deadline:
-        try:
-            handle, m1 = await keys.begin(s.agent_key, roster.noise)
-            if not await tun.send(m1):
-                raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
-            m2 = await tun.receive()
-            transport = await keys.finish(handle, m2)
-            handle = None
-        except KeysError as exc:
-            if exc.bad_message:  # the box's message 2 did not complete the handshake
-                raise Refusal(Code.E_UNAVAILABLE, {"reason": "handshake_failed"}) from None
-            what = "agent_key" if exc.unknown_key else "keys"
-            raise Refusal(Code.E_UNAVAILABLE, {"subsystem": what}) from None
-        finally:
-            if handle is not None:
-                with (
-                    trio.CancelScope(shield=True),
-                    trio.move_on_after(1),
-                    contextlib.suppress(KeysError),
-                ):
-                    await keys.abort(handle)
+        transport = await _handshake(tun, s.agent_key, roster.noise, keys)
         s.agent = AgentSession(transport)
         if not await tun.send(s.agent.notify(Msg.HELLO, HELLO_BODY)):
             raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
@@ -111,6 +92,41 @@ async def open_session(
         s.opened()
     if deadline.cancelled_caught:
         raise Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
+
+
+async def _handshake(
+    tun: Tun, agent_key: bytes, their_static: bytes, keys: KeysPort
+) -> TransportKeys:
+    """The Noise IK handshake through the keys part over `tun`: message 1 out, message 2 back;
+    returns the keys part's transport. A handshake that does not finish is aborted (shielded,
+    1 s at most).
+
+    Raises:
+        Refusal: the door dropped message 1, or the keys part or the box refused.
+        TunEnded: the tunnel ended under the handshake.
+    """
+    handle: int | None = None
+    try:
+        handle, m1 = await keys.begin(agent_key, their_static)
+        if not await tun.send(m1):
+            raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
+        m2 = await tun.receive()
+        transport = await keys.finish(handle, m2)
+        handle = None
+        return transport
+    except KeysError as exc:
+        if exc.bad_message:  # the box's message 2 did not complete the handshake
+            raise Refusal(Code.E_UNAVAILABLE, {"reason": "handshake_failed"}) from None
+        what = "agent_key" if exc.unknown_key else "keys"
+        raise Refusal(Code.E_UNAVAILABLE, {"subsystem": what}) from None
+    finally:
+        if handle is not None:
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(1),
+                contextlib.suppress(KeysError),
+            ):
+                await keys.abort(handle)
 
 
 async def open_outcome(

@@ -7,7 +7,9 @@ the bridge's own clock (once per call), waits its pacing turn, takes the agent's
 Refusals are `proto.refusal.Refusal` (a registry code and its details); the MCP layer owns the
 words.
 
-The pool keeps admission, queueing, pacing, eviction and drain; a session's own states are in
+`Pool` holds the queue and the drain and composes the rest: admission (`admission.py`), the
+session table and the homes' shares (`table.py`), pacing (`pacing.py`), eviction
+(`eviction.py`), the command budget (`command.py`); a session's own states are in
 `pool.session`. A session has a task only while it opens. Once open, the uplink's reader hands
 it the box's messages, and one pool task keeps a deadline heap that closes sessions idle past
 `idle_close_s` or holding a request the box has not answered within `call_deadline_s`. A
@@ -20,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.keys.service import KeysPort
 from ftwbridge.proto.control import CmdAck, new_cmd_id
-from ftwbridge.proto.names import Cap, Code, TunEndReason
+from ftwbridge.proto.names import Code, TunEndReason
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.proto.session import AgentSession, Reply
@@ -39,13 +40,14 @@ from .admission import admit_agent, full_queue, retry_hint_ms
 from .closing import Closings
 from .command import CommandBudget, CommandOutcome, Renames, send_command
 from .deadlines import DeadlineHeap
-from .eviction import evict_for_room, look
+from .eviction import look
 from .exchange import AtBoxes
 from .feed import Feeds
-from .homes import HomeShare, PoolObserver, PoolStats
+from .homes import PoolObserver, PoolStats
 from .opening import open_task
 from .pacing import HomePacer
-from .session import REPLACEABLE, PooledSession, State, refusal_for_end
+from .session import REPLACEABLE, PooledSession, refusal_for_end
+from .table import SessionTable
 
 log = logging.getLogger("ftwbridge.pool")
 
@@ -75,10 +77,10 @@ class Pool:
         self._keys = keys
         self._config = config
         self._wall_ms = wall_ms
-        self._sessions: OrderedDict[tuple[str, bytes], PooledSession] = OrderedDict()
-        """Open and opening sessions, least recently used first."""
-        self._homes: dict[str, HomeShare] = {}
-        self._drops: dict[str, int] = {}
+        self._table = SessionTable()
+        """The sessions and the homes' shares (pool/table.py)."""
+        self._sessions = self._table.sessions
+        self._homes = self._table.homes
         self._draining = False
         self._observer = observer
         self._changed = trio.Event()
@@ -106,22 +108,12 @@ class Pool:
                 await self._deadlines.run()
         finally:
             self._nursery = None
-            for s in list(self._sessions.values()):
-                s.close(TunEndReason.RESTARTING.value)
+            self._table.close_all(TunEndReason.RESTARTING.value)
             await self._closings.end_all()
 
     def statistics(self) -> PoolStats:
         """Counts at this moment (see `PoolStats`)."""
-        states = [s.state for s in self._sessions.values()]
-        busy = states.count(State.BUSY)
-        return PoolStats(
-            sessions=states.count(State.READY) + busy,
-            opening=states.count(State.OPENING),
-            busy=busy,
-            calls_in_flight=self._at_boxes.count,
-            queued=sum(h.queued + h.commands for h in self._homes.values()),
-            drops=dict(self._drops),
-        )
+        return self._table.statistics(self._at_boxes.count)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -145,13 +137,9 @@ class Pool:
         self._draining = True
         with trio.move_on_after(grace_s):
             await self._wait_until(
-                lambda: (
-                    self._at_boxes.count == 0
-                    and not any(h.queued or h.commands for h in self._homes.values())
-                )
+                lambda: self._at_boxes.count == 0 and not self._table.anyone_waiting()
             )
-        for s in list(self._sessions.values()):
-            s.close(TunEndReason.RESTARTING.value)
+        self._table.close_all(TunEndReason.RESTARTING.value)
         with trio.move_on_after(1):
             await self._wait_until(lambda: not self._sessions and not self._closings.count)
 
@@ -176,35 +164,11 @@ class Pool:
         checks a call's scopes against before it queues (`mcp.control.ControlPort`)."""
         return await self._door.grant(home, agent_key)
 
-    def warm_grant(self, home: str, agent_key: bytes) -> AgentGrant | None:
-        """The grant of a warm session, if any (for `homes_list`)."""
-        s = self._sessions.get((home, agent_key))
-        return s.grant if s is not None else None
-
     async def on_roster(self, home: str, roster: Roster) -> None:
         """Close at once every session of `home` whose agent the new roster no longer lists."""
-        h = self._homes.get(home)
-        if h is None:
-            return
-        listed = roster.agents()
-        for key, s in list(h.sessions.items()):
-            if key not in listed:
-                s.close(TunEndReason.REVOKED.value)
-            else:
-                s.grant = listed[key]
+        self._table.on_roster(home, roster)
 
     # -- calls ------------------------------------------------------------------------------
-
-    def _home(self, home: str) -> HomeShare:
-        h = self._homes.get(home)
-        if h is None:
-            h = self._homes[home] = HomeShare()
-        return h
-
-    def _forget_home_if_empty(self, home: str) -> None:
-        h = self._homes.get(home)
-        if h is not None and not h.sessions and not h.queued and not h.commands:
-            del self._homes[home]
 
     def retry_hint_ms(self, home: str) -> int:
         """What a call refused for a full queue at `home` should wait (ms; see
@@ -276,7 +240,7 @@ class Pool:
         """
         if self._draining:
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"})
-        h = self._home(home)
+        h = self._table.share(home)
         waiting = h.commands if command else h.queued
         if waiting >= self._config.queue_per_home:
             raise full_queue(self.retry_hint_ms(home))
@@ -303,7 +267,7 @@ class Pool:
                 self._notify()
             if s is not None and not s.is_closed and s.holder is me:
                 s.release()
-            self._forget_home_if_empty(home)
+            self._table.forget_home_if_empty(home)
 
     async def _take(
         self, home: str, agent_key: bytes, roster: Roster, grant: AgentGrant
@@ -312,11 +276,9 @@ class Pool:
         me = trio.lowlevel.current_task()
         replaced = False
         while True:
-            s = self._sessions.get((home, agent_key))
+            s = self._table.taken(home, agent_key)
             if s is None:
                 s = self._start(home, agent_key, roster, grant)
-            else:
-                self._sessions.move_to_end((home, agent_key))
             await s.acquire()
             if s.holder is me:
                 return s
@@ -337,14 +299,12 @@ class Pool:
     ) -> PooledSession:
         if self._nursery is None or self._draining:  # a call that waited past the drain
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"})
-        h = self._home(home)
-        top = self._config.sessions_per_home
-        if len(h.sessions) >= top:
-            raise Refusal(
-                Code.E_CAP_EXCEEDED,
-                {"cap": Cap.SESSIONS.value, "max": top, "asked": len(h.sessions) + 1},
-            )
-        self._evict_for_room()
+        self._table.make_room(
+            home,
+            per_home=self._config.sessions_per_home,
+            warm=self._config.warm_sessions,
+            referenced=self.feeds.referenced,
+        )
         s = PooledSession(self, home, agent_key)
         s.grant = grant
         s.opening = trio.CancelScope()
@@ -352,17 +312,8 @@ class Pool:
             self._nursery.start_soon(self._open_task, s, roster)
         except RuntimeError:  # the pool's nursery is closing: nothing was registered
             raise Refusal(Code.E_UNAVAILABLE, {"reason": "restarting"}) from None
-        self._sessions[(home, agent_key)] = s
-        h.sessions[agent_key] = s
+        self._table.add(s)
         return s
-
-    def _evict_for_room(self) -> None:
-        evict_for_room(
-            self._sessions.values(),
-            lambda: len(self._sessions),
-            self._config.warm_sessions,
-            self.feeds.referenced,
-        )
 
     async def exchange(
         self,
@@ -383,16 +334,8 @@ class Pool:
     def session_closed(self, s: PooledSession) -> None:
         """`s` moved to CLOSING: forget it, and end its tunnel in a short task (an opening
         session's own task does that)."""
-        key = (s.home, s.agent_key)
-        if self._sessions.get(key) is s:
-            del self._sessions[key]
-        h = self._homes.get(s.home)
-        if h is not None and h.sessions.get(s.agent_key) is s:
-            del h.sessions[s.agent_key]
-            self._forget_home_if_empty(s.home)
-        reason = s.end_reason or TunEndReason.CLOSED.value
+        reason = self._table.remove(s)
         self.feeds.session_closed(s)
-        self._drops[reason] = self._drops.get(reason, 0) + 1
         log.info("session end home=%s reason=%s", s.home, reason)
         self._closings.closed(s, self._nursery)
 

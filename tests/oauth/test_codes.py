@@ -13,7 +13,7 @@ from ftwbridge.store.sqlite import SqliteStore
 
 
 class Nothing:
-    on_denied = None
+    pass
 
 
 def service(now: list[int], *, keys: Any) -> OAuthService:

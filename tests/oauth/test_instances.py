@@ -38,7 +38,6 @@ class Door:
 
     claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
     listed: bool = False
-    on_denied: Any = None
 
     def take_claim(self, digest: bytes, now_ms: int) -> str | None:
         home, _ = self.claims.pop(digest, (None, 0))
@@ -131,7 +130,7 @@ async def signed_in(at: Instance, now: list[int]) -> tuple[str, dict[str, Any]]:
     at.door.claims[digest] = (HOME, now[0] + 60_000)
     await at.oauth.claim(pending.id, pending.csrf, code, "192.0.2.1")
     at.door.listed = True
-    await at.oauth.on_roster(HOME, Roster({AGENT_KEY: None}))
+    await at.oauth.answers.on_roster(HOME, Roster({AGENT_KEY: None}))
     approved = await at.oauth.get(pending.id)
     assert approved is not None and approved.status == "approved"
     code = await at.oauth.deliver(approved)  # the waiting page's redirect

@@ -1,4 +1,4 @@
-"""`ftwbridge db import` (ftwbridge/store/importer.py): an embedded bridge's state carried into
+"""`ftwbridge db import` (ftwbridge/dbimport/importer.py): an embedded bridge's state carried into
 PostgreSQL. The embedded state is made by the bridge's own code: its SQLite store and key
 file, or a whole embedded bridge with a stub home; the PostgreSQL side is checked with the
 store and the keys service's own code, and in the end by a bridge on PostgreSQL that honours a
@@ -24,6 +24,7 @@ from nacl.signing import SigningKey
 
 from devtools.rig import grant_agent, start_stub
 from ftwbridge.config import Config
+from ftwbridge.dbimport.importer import ImportRefused, Tally, import_embedded
 from ftwbridge.keys import KeysService
 from ftwbridge.keys.sealed import SealedKeysService, seal_key
 from ftwbridge.lifecycle import StartupError
@@ -31,7 +32,6 @@ from ftwbridge.proto.noise import Responder, generate_static
 from ftwbridge.proto.roster import AgentGrant, Device, Roster, sign_roster
 from ftwbridge.run import Bridge
 from ftwbridge.store import SqliteStore, TokenRecord, hash_token, sqlite_path
-from ftwbridge.store.importer import ImportRefused, Tally, import_embedded
 from ftwbridge.store.inuse import importing_state
 from ftwbridge.store.postgres import PgStore
 from ftwbridge.store.sealed import SqlSealedKeys, sealed_keys

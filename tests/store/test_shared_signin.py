@@ -39,12 +39,10 @@ class Roster:
 
 @dataclass
 class Door:
-    """The door's side the service uses: hooks, what was sent to the box, the roster."""
+    """The door's side the service uses: what was sent to the box, the roster, the claims."""
 
     sent: list[tuple[str, Envelope]] = field(default_factory=list)
     roster_held: Roster | None = None
-    on_denied: Any = None
-    on_claim: Any = None
     claims: dict[bytes, tuple[str, int]] = field(default_factory=dict)
 
     async def send_to_box(self, home: str, env: Envelope) -> None:
@@ -104,8 +102,9 @@ async def offered(holder: Instance, home: str, now: list[int]) -> str:
     """The holder's door heard `claim.offer` for a new code; returns the code."""
     code = new_code()
     digest = code_hash(code)
-    assert digest is not None and holder.door.on_claim is not None
-    await holder.door.on_claim(home, digest, now[0] + 600_000)
+    listener = holder.oauth.answers.claim_listener  # what the holder's door is given
+    assert digest is not None and listener is not None
+    await listener(home, digest, now[0] + 600_000)
     return code
 
 
@@ -132,9 +131,9 @@ async def test_each_step_at_either_instance(two: Two) -> None:
     # the box's roster lists the agent; once saved at the holder, the request is approved
     grant = AgentGrant("agent-1", client_id, "n", SCOPES, (), {}, now[0], now[0] + 10**9)
     roster = Roster(2, {asked.agent_key: grant})
-    await a.oauth.on_roster_saved("h2", roster)  # type: ignore[arg-type]  # another home's roster: nothing
+    await a.oauth.answers.on_roster_saved("h2", roster)  # type: ignore[arg-type]  # another home's roster: nothing
     assert (await b.oauth.get(pending.id)).status == "asked"  # type: ignore[union-attr]
-    await a.oauth.on_roster_saved("h1", roster)  # type: ignore[arg-type]
+    await a.oauth.answers.on_roster_saved("h1", roster)  # type: ignore[arg-type]
     approved = await b.oauth.get(pending.id)
     assert approved is not None and approved.status == "approved"
     code_text = await b.oauth.deliver(approved)
@@ -209,9 +208,9 @@ async def test_a_denial_heard_at_the_holder_is_in_the_store(two: Two) -> None:
     a, b, keys, now = two
     p, _, _ = await opened(b, keys)
     await b.oauth.claim(p.id, p.csrf, await offered(a, "h1", now))
-    await a.door.on_denied("h2", p.id)  # another home's box cannot deny it
+    await a.oauth.answers.agent_denied("h2", p.id)  # another home's box cannot deny it
     assert (await b.oauth.get(p.id)).status == "asked"  # type: ignore[union-attr]
-    await a.door.on_denied("h1", p.id)
+    await a.oauth.answers.agent_denied("h1", p.id)
     denied = await b.oauth.get(p.id)
     assert denied is not None and denied.status == "denied"
     assert denied.agent_key is not None and await keys.has(denied.agent_key)

@@ -1,4 +1,4 @@
-"""The embedded bridge's state as `ftwbridge db import` reads it (`store.importer`): one
+"""The embedded bridge's state as `ftwbridge db import` reads it (`dbimport.importer`): one
 read-only SQLite transaction over `state_dir/bridge.sqlite`, then the agent keys file. Blocking:
 the importer runs it in a worker thread.
 """
@@ -18,10 +18,9 @@ from ftwbridge.keys.keyfile import StateFileError, read_json
 from ftwbridge.keys.sealed import open_sealed
 from ftwbridge.keys.service import KeysError
 from ftwbridge.lifecycle import StartupError
-
-from . import sqlite_path
-from .base import TokenRecord
-from .sealed import SealedKey
+from ftwbridge.store import sqlite_path
+from ftwbridge.store.base import TokenRecord
+from ftwbridge.store.sealed import SealedKey
 
 KEYS_FILE = "agent-keys.json"
 """The embedded keys part's file in `state_dir` (`run.keys_part`)."""
