@@ -78,6 +78,7 @@ class Rosters:
     _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
     _applier: RosterApplier = field(init=False)
     _behind: dict[str, RosterBehind] = field(default_factory=dict)
+    """Homes whose box's roster is older than the held one (see `roster_behind`)."""
     _reread_at: dict[str, float] = field(default_factory=dict)
     """When `grant` last read each home's roster again from the store (trio clock, seconds)."""
     _forgets: dict[str | None, int] = field(default_factory=dict)
