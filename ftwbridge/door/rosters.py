@@ -78,9 +78,12 @@ class Rosters:
     _roster_changed: dict[str, trio.Event] = field(default_factory=dict)
     _applier: RosterApplier = field(init=False)
     _behind: dict[str, RosterBehind] = field(default_factory=dict)
+    """Homes whose box's roster is older than the held one (see `roster_behind`)."""
     _reread_at: dict[str, float] = field(default_factory=dict)
     """When `grant` last read each home's roster again from the store (trio clock, seconds)."""
-    """Homes whose box's roster is older than the held one (see `roster_behind`)."""
+    _forgets: dict[str | None, int] = field(default_factory=dict)
+    """How many times `forget_roster` has run, per home (None: for every home at once); a store
+    read that a forget of its home overtook is not held (see `roster`)."""
 
     def __post_init__(self) -> None:
         self._applier = RosterApplier(self._save_roster)
@@ -143,10 +146,17 @@ class Rosters:
         return key
 
     async def roster(self, home: str) -> Roster | None:
-        """The newest verified roster of `home` (from memory, else from the store), or None."""
+        """The newest verified roster of `home` (from memory, else from the store), or None.
+
+        A roster read from the store is held in memory from then on, unless `forget_roster`
+        ran during the read: the read may have begun before another instance saved a newer
+        roster (whose `roster` event is what forgot), so it is returned but not held, and the
+        next look reads the store again.
+        """
         cached = self._rosters.get(home)
         if cached is not None:
             return cached
+        forgets = self._forgot(home)
         stored = await self.store.roster(home)
         key = await self.home_key(home)
         if stored is None or key is None:
@@ -158,7 +168,8 @@ class Rosters:
         newer = self._rosters.get(home)  # the box's roster may have come during the reads
         if newer is not None and newer.seq >= roster.seq:
             return newer
-        self._rosters[home] = roster
+        if forgets == self._forgot(home):
+            self._rosters[home] = roster
         return roster
 
     async def grant(
@@ -188,13 +199,28 @@ class Rosters:
 
     def forget_roster(self, home: str | None, *, keep: Container[str]) -> None:
         """Drop the roster held in memory for `home` (None: for every home) unless the home is
-        in `keep` (the homes whose uplink is here); the next look reads it from the store."""
-        for h in [home] if home is not None else list(self._rosters):
+        in `keep` (the homes whose uplink is here); the next look reads it from the store, and
+        `wait_roster` callers of those homes look again (the store may hold a newer roster:
+        another instance's `roster` event, or events lost)."""
+        if len(self._forgets) >= REREAD_HOMES:  # start afresh, as if every home was forgotten
+            self._forgets = {None: self._forgets.get(None, 0) + 1}
+        self._forgets[home] = self._forgets.get(home, 0) + 1
+        homes = [home] if home is not None else [*self._rosters, *self._roster_changed]
+        for h in homes:
             if h not in keep:
                 self._rosters.pop(h, None)
+                changed = self._roster_changed.pop(h, None)
+                if changed is not None:
+                    changed.set()
+
+    def _forgot(self, home: str) -> tuple[int, int]:
+        """A mark that changes whenever `forget_roster` runs for `home` or for every home."""
+        return self._forgets.get(None, 0), self._forgets.get(home, 0)
 
     async def wait_roster(self, home: str, accept: Callable[[Roster], bool]) -> Roster:
-        """Wait until `home`'s newest roster satisfies `accept`; returns it (caller bounds time)."""
+        """Wait until `home`'s newest roster satisfies `accept`; returns it (caller bounds time).
+        It looks again when the box sends a newer roster here (`take_roster`) and when the
+        held copy is forgotten (`forget_roster`: another instance saved one)."""
         while True:
             changed = self._roster_changed.setdefault(home, trio.Event())  # before the look: a
             roster = await self.roster(home)  # roster taken during it still wakes us

@@ -18,6 +18,7 @@ command's result is audited either way, with `delivered=no` when the client had 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -92,6 +93,12 @@ def _declared_length(headers: dict[str, list[str]]) -> int | None:
         return None  # h11 refuses such a request before any app sees it
 
 
+def _has_body(headers: dict[str, list[str]]) -> bool:
+    """Whether the request has a body to read: a `Transfer-Encoding`, or a `Content-Length`
+    above 0 (RFC 9112 section 6.3: with neither, there is none)."""
+    return "transfer-encoding" in headers or (_declared_length(headers) or 0) > 0
+
+
 async def receive_ready(receive: Receive) -> MutableMapping[str, Any]:
     """The next ASGI event: taken at once when hypercorn has queued it already, else awaited.
 
@@ -110,11 +117,14 @@ async def receive_ready(receive: Receive) -> MutableMapping[str, Any]:
     return await receive()
 
 
-def client_gone(receive: Receive) -> Callable[[], bool]:
+def client_gone(
+    receive: Receive, taken: Callable[[MutableMapping[str, Any]], None] | None = None
+) -> Callable[[], bool]:
     """A check of whether the client has left: true once hypercorn has queued the ASGI
     `http.disconnect` event (it does when the connection closes). Only events already queued
-    are taken (body chunks nobody will read are skipped), so the check never waits; any other
-    `receive` than a trio memory channel's is never consumed and reads as not gone."""
+    are taken (body chunks nobody will read are skipped, each handed to `taken` if given), so
+    the check never waits; any other `receive` than a trio memory channel's is never consumed
+    and reads as not gone."""
     channel = getattr(receive, "__self__", None)
     left = False
 
@@ -125,6 +135,8 @@ def client_gone(receive: Receive) -> Callable[[], bool]:
                 event = channel.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
+            if taken is not None:
+                taken(event)
             left = event.get("type") == "http.disconnect"
         return left
 
@@ -199,6 +211,44 @@ async def respond_stream(send: Send, receive: Receive, resp: HttpResponse) -> No
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class _Body:
+    """One request's body, read at most once: by the service when it needs it (`__call__`),
+    else drained before the answer (`drain`).
+
+    An answer given before the body (a 401 needs only the head) would leave h11 with the
+    request unfinished, and hypercorn then closes the connection as soon as the answer is
+    written. A client still sending its body meets a closed socket, its kernel gets a reset
+    for its bytes, and the reset can destroy the answer before the client reads it
+    (RFC 9112 section 9.6): the client sees the connection fail, not the 401. Drained first,
+    within the body's own bounds, the answer arrives whole and the connection stays open.
+    """
+
+    __slots__ = ("max_bytes", "read", "receive", "timeout_s")
+
+    def __init__(self, receive: Receive, max_bytes: int, timeout_s: float) -> None:
+        self.receive = receive
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.read = False
+        """Whether the body was read, or its last event (or the client's leaving) taken."""
+
+    def taken(self, event: MutableMapping[str, Any]) -> None:
+        """An event `client_gone` took: the body's last one, or the client gone, ends it."""
+        if event.get("type") != "http.request" or not event.get("more_body", False):
+            self.read = True
+
+    async def __call__(self) -> bytes:
+        """`read_body` within `max_bytes` and `timeout_s` (its errors raised)."""
+        self.read = True
+        return await read_body(self.receive, self.max_bytes, self.timeout_s)
+
+    async def drain(self) -> None:
+        """Read and drop the body nobody read, within the same bounds; a body over them, or a
+        client gone, is left to the connection's close."""
+        with contextlib.suppress(BodyTooLarge, BodyTooSlow, BodyGone):
+            await self()
+
+
 class McpRoute:
     """An ASGI app: HTTP requests to exactly `/mcp` answered by `service`, the rest to `app`.
 
@@ -236,7 +286,10 @@ class McpRoute:
         origins = headers.get("origin")
         origin = origins[0] if origins else None
         allowed = origin is not None and origin.lower() in self.site.allowed_origins
-        resp = await self._answer(scope, method, headers, origin, allowed, receive)
+        body = _Body(receive, self.max_body_bytes, self.body_timeout_s)
+        resp = await self._answer(scope, method, headers, origin, allowed, body)
+        if not body.read and _has_body(headers) and resp.headers.get("connection") != "close":
+            await body.drain()
         if allowed and origin is not None:
             resp.headers = resp.headers | {
                 "access-control-allow-origin": origin,
@@ -255,7 +308,7 @@ class McpRoute:
         headers: dict[str, list[str]],
         origin: str | None,
         allowed: bool,
-        receive: Receive,
+        body: _Body,
     ) -> HttpResponse:
         problem = framing_problem(headers)
         if problem is not None:
@@ -283,9 +336,6 @@ class McpRoute:
             self.service.refused_at_edge("origin_refused", 403, headers)
             return HttpResponse(403, {"content-type": _JSON}, _ORIGIN_REFUSED)
 
-        async def body() -> bytes:
-            return await read_body(receive, self.max_body_bytes, self.body_timeout_s)
-
         remote = self.site.scope_client(scope)  # the client's, behind trusted proxies
         req = HttpRequest(
             method,
@@ -293,7 +343,7 @@ class McpRoute:
             body,
             _declared_length(headers),
             remote=remote,
-            client_gone=client_gone(receive),
+            client_gone=client_gone(body.receive, body.taken),
         )
         try:
             return await self.service.handle(req)

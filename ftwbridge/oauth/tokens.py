@@ -6,6 +6,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+import trio
+
 from ftwbridge.door import Door
 from ftwbridge.store import hash_token
 from ftwbridge.store.rotations import Child, RefreshState, refresh_rotations
@@ -23,6 +25,11 @@ from .model import (
     valid_verifier,
 )
 from .persist import CODE, SavedSignIns, code_from
+
+APPROVING_ROSTER_S = 5.0
+"""The longest a code exchange waits for the roster that approved it to reach this instance,
+seconds (the holder's store write and the `roster` event, on a loaded machine; it takes a few
+ms when all is well)."""
 
 
 def expires_in_s(expires_at_ms: int, now_ms: int) -> int:
@@ -125,9 +132,7 @@ class TokenGrants(SavedSignIns):
         if registered is not None:  # a registration that is used lives as long as its grants
             await self._store.put_client(p.client_id, registered, now + REFRESH_TTL_MS)
         assert p.home is not None and p.agent_key is not None
-        roster = await self._door.roster(p.home)
-        if roster is None or p.agent_key not in roster.agents():
-            self._door.forget_roster(p.home)  # a copy older than the approving roster: read anew
+        await self._approving_roster(p.home, p.agent_key)
         refresh = registered is None or "refresh_token" in registered.get("grant_types", [])
         out = await self._tokens(
             p.home, p.agent_key, p.scopes, p.client_id, family, refresh=refresh
@@ -142,6 +147,21 @@ class TokenGrants(SavedSignIns):
             self._on_revoke()
             raise OAuthError("invalid_grant", "the code was already used; its tokens are revoked")
         return out
+
+    async def _approving_roster(self, home: str, agent_key: bytes) -> None:
+        """Wait, at most `APPROVING_ROSTER_S`, until this instance sees a roster of `home` that
+        lists `agent_key` (32 bytes): the one whose arrival approved the code. The approval may
+        come from the instance that holds the home's uplink as soon as its box's roster is in
+        effect there, before that roster is in the store, and the `roster` event that tells
+        this instance comes later still; a copy held here that lacks the agent is dropped and
+        the store read again on each event. Returns when listed or when the wait ends; the
+        caller then finds the agent listed or refuses the exchange."""
+        listed = await self._door.roster(home)
+        if listed is not None and agent_key in listed.agents():
+            return
+        self._door.forget_roster(home)  # a copy older than the approving roster: read anew
+        with trio.move_on_after(APPROVING_ROSTER_S):
+            await self._door.wait_roster(home, lambda roster: agent_key in roster.agents())
 
     async def _replayed(self, key: str, now: int) -> None:
         """Code `key` (its hash, hex) came again after its use: mark it replayed and revoke

@@ -32,6 +32,18 @@ from tests.store.pgserver import PgServer
 
 BOUND_S = 60.0
 """Bound on each process's start and each setup step, seconds (a loaded 2-core machine)."""
+PORT_TRIES = 3
+"""Starts of an instance whose port another process took meanwhile, each on new ports."""
+
+
+class StartFailed(AssertionError):
+    """A child exited before its first line; the message has its status and stderr's end."""
+
+    def __init__(self, message: str, *, port_taken: bool) -> None:
+        super().__init__(message)
+        self.port_taken = port_taken
+
+
 FROZEN_MS = 1_800_000_000_000
 """The stub homes' frozen clock: the same reads give the same answers, whichever way."""
 
@@ -119,23 +131,45 @@ class Cluster:
         self.procs.append(proc)
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), True)
-        line = _line(proc)
+        try:
+            line = _line(proc, self.folder / log)
+        except StartFailed:
+            if proc.poll() is not None:  # it has exited: nothing more to read or write
+                self.procs.remove(proc)
+                proc.stdin.close()  # type: ignore[union-attr]
+                proc.stdout.close()
+            raise
         return proc, line
 
     def start_instance(self, inst: Instance) -> None:
-        """Start (or start again) instance `inst` and wait for its banner."""
-        env = dict(self.env)
-        env.update(
-            FTWBRIDGE_INSTANCE_ID=inst.name,
-            FTWBRIDGE_BIND=f"127.0.0.1:{inst.port}",
-            FTWBRIDGE_INTERNAL_BIND=f"127.0.0.1:{inst.internal_port}",
-            FTWBRIDGE_ADMIN_BIND=f"127.0.0.1:{inst.admin_port}",
-            FTWBRIDGE_STATE_DIR=str(self.folder / inst.name),
-        )
-        env.update({f"FTWBRIDGE_{k.upper()}": v for k, v in inst.tls.items()})
-        argv = [sys.executable, "-m", "ftwbridge", "serve", "--exit-with-parent"]
-        inst.proc, line = self.start(argv, f"{inst.name}.log", env)
-        assert line.startswith("ftwbridge serving "), line
+        """Start instance `inst` and wait for its banner. Its ports were free when chosen, but
+        another process (a test on another worker, an outgoing connection) may have taken one
+        since: `serve` then exits with status 2 saying so, and it is started again on new
+        ports, at most `PORT_TRIES` times.
+
+        Raises:
+            StartFailed: it exited before its banner (its status and stderr in the message).
+        """
+        for attempt in range(1, PORT_TRIES + 1):
+            env = dict(self.env)
+            env.update(
+                FTWBRIDGE_INSTANCE_ID=inst.name,
+                FTWBRIDGE_BIND=f"127.0.0.1:{inst.port}",
+                FTWBRIDGE_INTERNAL_BIND=f"127.0.0.1:{inst.internal_port}",
+                FTWBRIDGE_ADMIN_BIND=f"127.0.0.1:{inst.admin_port}",
+                FTWBRIDGE_STATE_DIR=str(self.folder / inst.name),
+            )
+            env.update({f"FTWBRIDGE_{k.upper()}": v for k, v in inst.tls.items()})
+            argv = [sys.executable, "-m", "ftwbridge", "serve", "--exit-with-parent"]
+            try:
+                inst.proc, line = self.start(argv, f"{inst.name}.log", env)
+            except StartFailed as exc:
+                if not exc.port_taken or attempt == PORT_TRIES:
+                    raise
+                inst.port, inst.internal_port, inst.admin_port = free_ports(3)
+                continue
+            assert line.startswith("ftwbridge serving "), line
+            return
 
     def start_home(self, name: str, doors: list[Instance], *extra: str) -> Home:
         """Start a stub home dialing `doors` in turn (the first one first)."""
@@ -147,8 +181,13 @@ class Cluster:
         return home
 
 
-def _line(proc: subprocess.Popen[bytes]) -> str:
-    """The child's first line of output, within `BOUND_S`."""
+def _line(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """The child's first line of output, within `BOUND_S`.
+
+    Raises:
+        StartFailed: it exited first, or printed nothing in time; the message has its exit
+            status and the end of `log`, its standard error.
+    """
     assert proc.stdout is not None
     deadline = time.monotonic() + BOUND_S
     buf = b""
@@ -156,13 +195,29 @@ def _line(proc: subprocess.Popen[bytes]) -> str:
         import select
 
         left = deadline - time.monotonic()
-        assert left > 0, "a child did not start in time"
+        if left <= 0:
+            raise StartFailed(f"{proc.args} did not start in time{_said(log)}", port_taken=False)
         ready, _, _ = select.select([proc.stdout], [], [], left)
         if ready:
             chunk = os.read(proc.stdout.fileno(), 4096)
-            assert chunk, f"{proc.args} exited before it started"
+            if not chunk:
+                status = proc.wait(timeout=BOUND_S)
+                said = _said(log)
+                raise StartFailed(
+                    f"{proc.args} exited with status {status} before it started{said}",
+                    port_taken=status == 2 and "in use" in said,
+                )
             buf += chunk
     return buf.split(b"\n", 1)[0].decode()
+
+
+def _said(log: Path) -> str:
+    """The last lines of a child's standard error (`log`), for a failure's message."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()[-15:]
+    except OSError as exc:
+        return f"; its stderr ({log}) cannot be read: {exc}"
+    return f"; its stderr ({log}) ends:\n" + "\n".join(lines)
 
 
 def console(port: int, command: dict[str, Any]) -> Any:
@@ -220,14 +275,13 @@ def running_cluster(
     and forward only over it (`Cluster.cafile`)."""
     key = secrets.token_bytes(32)
     db_url = pg.create_database()
-    *picked, keys_port = free_ports(10)
+    picked = free_ports(9)
     ports = [(picked[i], picked[i + 1], picked[i + 2]) for i in (0, 3, 6)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
     env.update(
         FTWBRIDGE_DATABASE_URL=db_url,
         FTWBRIDGE_MESH_KEY=key.hex(),
         FTWBRIDGE_PUBLIC_URL=f"http://127.0.0.1:{ports[0][0]}",
-        FTWBRIDGE_KEYS_URL=f"tcp://127.0.0.1:{keys_port}",
         FTWBRIDGE_STATE_DIR=str(folder / "cli"),
         FTWBRIDGE_LOG_LEVEL="info",
     )
@@ -249,9 +303,11 @@ def running_cluster(
                 "FTWBRIDGE_INTERNAL_CERTFILE": str(leaf.certfile),
                 "FTWBRIDGE_INTERNAL_KEYFILE": str(leaf.keyfile),
             }
-        argv = [sys.executable, "-m", "ftwbridge", "keys", "--listen", f"127.0.0.1:{keys_port}"]
+        # on a port it picks itself: no other process can take it between choice and bind
+        argv = [sys.executable, "-m", "ftwbridge", "keys", "--listen", "127.0.0.1:0"]
         _proc, line = made.start(argv, "keys.log", keys_env)
-        assert line.startswith("keys service on"), line
+        assert line.startswith("keys service on "), line
+        made.env["FTWBRIDGE_KEYS_URL"] = line.removeprefix("keys service on ").strip()
         for n, (port, internal, admin) in enumerate(ports, 1):
             made.instances[f"b-{n}"] = inst = Instance(f"b-{n}", port, internal, admin)
             if ca is not None:

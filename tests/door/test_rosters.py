@@ -99,3 +99,58 @@ async def test_an_older_roster_never_replaces_a_newer_one_the_store_holds(
             await door.rosters_saved()
         nursery.cancel_scope.cancel()
     assert (await store.roster("h1")) == (4, fourth)  # 4 is newer than the signed 2
+
+
+class SlowStore(MemoryStore):
+    """`MemoryStore` whose roster reads take `READ_S` (MockClock), as a loaded database's do."""
+
+    READ_S = 1.0
+
+    async def roster(self, home: str) -> tuple[int, bytes] | None:
+        found = await super().roster(home)  # read at the start, answered at the end
+        await trio.sleep(self.READ_S)
+        return found
+
+
+async def test_a_store_read_overtaken_by_a_roster_event_is_not_held(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A read of the store begins; before it answers, another instance saves a newer roster
+    and its `roster` event forgets the copy here. The read's older roster is answered to its
+    caller but not held: the next look reads the store again and finds the newer one."""
+    owner = Owner("h1", seed="h1")
+    store = SlowStore()
+    await store.enroll_home("h1", owner.home_public_key)
+    await store.put_roster("h1", owner.roster.seq, owner.signed)
+    door = Door(config=Config(), store=store)
+    signed = owner.put_agent(KEY, _grant(), now_ms=int(time.time() * 1000))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(door.roster, "h1")  # reads the store's roster 1
+        await trio.sleep(SlowStore.READ_S / 2)
+        await store.put_roster("h1", owner.roster.seq, signed)  # another instance saved 2
+        door.forget_roster("h1")  # its `roster` event
+    newest = await door.roster("h1")
+    assert newest is not None and newest.seq == owner.roster.seq and KEY in newest.agents()
+
+
+async def test_a_roster_event_wakes_a_wait_for_a_roster(autojump_clock: trio.abc.Clock) -> None:
+    """`wait_roster` for a home whose uplink is elsewhere looks again when the `roster` event
+    forgets the copy here, and not before (no polling)."""
+    owner = Owner("h1", seed="h1")
+    store = CountingStore()
+    await store.enroll_home("h1", owner.home_public_key)
+    await store.put_roster("h1", owner.roster.seq, owner.signed)
+    door = Door(config=Config(), store=store)
+    found = []
+
+    async def wait() -> None:
+        found.append(await door.wait_roster("h1", lambda roster: KEY in roster.agents()))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(30)
+            assert found == [] and store.roster_reads == 1
+            await store.put_roster("h1", 2, owner.put_agent(KEY, _grant(), now_ms=0))
+            door.forget_roster("h1")
+    assert found[0].seq == owner.roster.seq and store.roster_reads == 2

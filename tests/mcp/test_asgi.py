@@ -266,3 +266,69 @@ async def test_client_gone_reads_a_queued_disconnect_past_unread_body_and_never_
         raise AssertionError("client_gone must not await receive")
 
     assert not client_gone(other)()
+
+
+class Refuser(Service):
+    """Answers from the head alone, as the bearer check's 401 does: the body is never read."""
+
+    async def handle(self, req: HttpRequest) -> HttpResponse:
+        self.seen.append((req.method, "unread"))
+        req.client_gone()  # as `McpService.handle` asks before it answers
+        return HttpResponse(401, {"content-type": "application/json"}, b"{}")
+
+
+class SlowBody(Peer):
+    """A client whose body comes after its head: its events wait for `sent_body`."""
+
+    def __init__(self, *events: dict[str, Any]) -> None:
+        super().__init__(*events)
+        self.sent_body = trio.Event()
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        await self.sent_body.wait()
+        return await super().receive()
+
+
+async def test_an_answer_from_the_head_alone_waits_until_the_body_is_read(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """hypercorn closes a connection whose request is unfinished as soon as the answer is
+    written; a client still sending its body then gets a reset that can destroy the answer
+    (RFC 9112 section 9.6). The body is read (and dropped) first, so the answer comes whole
+    on a connection that stays open."""
+    service, peer = Refuser(), SlowBody(*body(b'{"jsonrpc":', b'"2.0"}'))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(route(service), scope(content_length="15"), peer.receive, peer.send)
+        await trio.sleep(1.0)
+        assert peer.sent == []  # no answer while the body is still coming
+        peer.sent_body.set()
+    assert peer.status == 401 and peer.events == [] and service.seen == [("POST", "unread")]
+
+
+async def test_a_body_that_never_comes_gets_the_answer_after_the_body_bound(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The drain keeps the body's own bounds: a body that never comes holds the answer for
+    `body_timeout_s` (5 s here), no longer; a request with no body is answered at once."""
+    service, peer = Refuser(), Peer({"type": "http.request", "body": b"{", "more_body": True})
+    start = trio.current_time()
+    await route(service)(scope(content_length="15"), peer.receive, peer.send)
+    assert peer.status == 401 and trio.current_time() - start == 5.0
+    service, peer = Refuser(), Peer()  # no body: nothing to wait for
+    await route(service)(scope(), peer.receive, peer.send)
+    assert peer.status == 401 and trio.current_time() - start == 5.0
+
+
+async def test_a_body_the_gone_check_took_is_not_waited_for(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """hypercorn's queue held the whole body when the answer was ready; the check of whether
+    the client left took it (it skips body chunks): the answer goes at once, not after
+    `body_timeout_s`."""
+    send, receive = trio.open_memory_channel[MutableMapping[str, Any]](4)
+    for event in body(b'{"jsonrpc":', b'"2.0"}'):
+        send.send_nowait(event)
+    service, peer = Refuser(), Peer()
+    start = trio.current_time()
+    await route(service)(scope(content_length="15"), receive.receive, peer.send)
+    assert peer.status == 401 and trio.current_time() - start == 0.0

@@ -50,6 +50,16 @@ class Door:
         grant = SimpleNamespace(id="a1", scopes=("ftw.live.read",))
         return Roster({AGENT_KEY: grant} if self.listed else {})
 
+    def forget_roster(self, home: str | None = None) -> None:
+        pass
+
+    async def wait_roster(self, home: str, accept: Any) -> Any:
+        """The roster once it satisfies `accept`; no other roster comes here."""
+        roster = await self.roster(home)
+        if accept(roster):
+            return roster
+        await trio.sleep_forever()
+
 
 @dataclass
 class Roster:

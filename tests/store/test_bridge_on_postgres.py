@@ -23,7 +23,11 @@ from tests.store.conftest import first_line
 from tests.test_cli import _free_port, ftwbridge, refused
 
 BOUND_S = 60.0
-"""Bound on the whole scenario and on each process's first line, seconds (a loaded machine)."""
+"""Bound on each process's first line and each step's wait, seconds (a loaded machine)."""
+SCENARIO_S = 180.0
+"""Bound on the whole bridge's scenario on PostgreSQL, seconds: its seven processes and a
+database outage took 42 s with two busy loops beside a machine already loaded (2026-12-01),
+70 % of the 60 s it had; a bound, never a measurement."""
 HOME = "pg-home"
 
 
@@ -72,7 +76,7 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
         public_url=f"http://127.0.0.1:{port}",
         admin_bind="none",
     )
-    with trio.fail_after(BOUND_S):
+    with trio.fail_after(SCENARIO_S):
         home_key = (await stub_key(HOME))["homeKey"]
         migrated = await _command("db", "migrate", env=env)
         names = [m.name for m in bundled()]

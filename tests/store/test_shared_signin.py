@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import trio
 
 from ftwbridge.keys import KeysService
 from ftwbridge.keys.service import KeysError
@@ -53,6 +54,13 @@ class Door:
 
     def forget_roster(self, home: str | None = None) -> None:
         pass
+
+    async def wait_roster(self, home: str, accept: Any) -> Roster:
+        """The held roster once it satisfies `accept`; no other roster comes here."""
+        if self.roster_held is not None and accept(self.roster_held):
+            return self.roster_held
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
 
     def take_claim(self, digest: bytes, now_ms: int) -> str | None:
         raise AssertionError("shared: claims are taken from the store")
