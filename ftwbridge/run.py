@@ -22,6 +22,7 @@ from ftwbridge.app import Site, create_app
 from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.door.events import DoorEvents
+from ftwbridge.door.listener import serve_door_listener
 from ftwbridge.keys import KeysPort
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import KeysError, forget_dropped
@@ -32,11 +33,18 @@ from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.cimd import MetadataDocuments
-from ftwbridge.oauth.limits import trusted_networks
+from ftwbridge.oauth.limits import client_address, trusted_networks
 from ftwbridge.pool import Pool
 from ftwbridge.proto.roster import Roster
 from ftwbridge.readiness import CHECK_S, Readiness, Verdict
-from ftwbridge.startup import admin_listener, bind, keys_part, main_listener, serving_state
+from ftwbridge.startup import (
+    admin_listener,
+    bind,
+    door_listener,
+    keys_part,
+    main_listener,
+    serving_state,
+)
 from ftwbridge.statewatch import StateWatch, one_bridge
 from ftwbridge.status import Status
 from ftwbridge.store import BridgeStore, StoreError, open_store
@@ -134,6 +142,8 @@ class Bridge:
             else None,
         )
         self.admin_url: str | None = None
+        self.door_url: str | None = None
+        """`ws://host:port/v1/box` of the door's own listener (`door_bind`), once serving."""
         self.state_watch: StateWatch | None = None
         self.node: Node | None = None
         """This instance's part in a cluster (on PostgreSQL), once `serve` has started."""
@@ -392,6 +402,37 @@ class Bridge:
         self.admin_url = f"http://{ahost}:{aport}"
         return admin_sock.detach()
 
+    def _bind_door(self, *fds: int | None) -> socket.socket | None:
+        """The door's own listening socket (`door_bind`), or None when it is not set.
+
+        Raises:
+            StartupError: it cannot bind; the listeners' sockets `fds` are closed.
+        """
+        c = self.config
+        if c.door_bind is None:
+            return None
+        try:
+            return bind(c.door_bind, "door", "door_bind", c.listen_backlog)
+        except StartupError:
+            for fd in fds:
+                if fd is not None:
+                    socket.close(fd)
+            raise
+
+    async def _serve_door(self, sock: socket.socket) -> None:
+        """The door's own listener on `sock` until cancelled (`door.listener`)."""
+        listener = door_listener(
+            self.config,
+            self.door,
+            on_fault=self.metrics.on_connection_fault,
+            exempt=self.site.trusted_proxies,
+            source=lambda peer, forwarded: client_address(
+                peer, forwarded, self.site.trusted_proxies
+            ),
+        )
+        assert self._nursery is not None
+        self.door_url = await self._nursery.start(serve_door_listener, listener, sock)
+
     async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
         c = self.config
         warning = c.url_warning()
@@ -425,6 +466,7 @@ class Bridge:
             exempt=self.site.trusted_proxies,
         )
         admin_fd = self._bind_admin(fd)
+        door_sock = self._bind_door(fd, admin_fd)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
@@ -439,6 +481,8 @@ class Bridge:
             if self.node is not None:
                 await nursery.start(self.node.serve, service, self.metrics)
             await nursery.start(self._serve_http, app, hc)
+            if door_sock is not None:
+                await self._serve_door(door_sock)
             if admin_fd is not None:
                 ac = admin_listener(
                     c,

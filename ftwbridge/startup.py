@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ftwbridge.config import Config, keys_addresses, mesh_key_bytes, split_address
+from ftwbridge.door import Door
+from ftwbridge.door.listener import DoorListener, DoorListenerSettings
 from ftwbridge.edgerules import Connections, EdgeConfig
 from ftwbridge.fairshare import Network
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
@@ -138,3 +140,24 @@ def admin_listener(
     ac.graceful_timeout = 1.0
     ac.backlog = c.listen_backlog  # hypercorn listens again with it (its own: 100)
     return ac
+
+
+def door_listener(
+    c: Config,
+    door: Door,
+    *,
+    on_fault: Callable[[str], None],
+    exempt: tuple[Network, ...],
+    source: Callable[[str, list[str]], str],
+) -> DoorListener:
+    """The door's own listener (`door_bind`): the door's uplinks with their handshake time
+    (`door_handshake_s`), pings (`door_ping_s`), silence (`door_silence_s`) and largest message."""
+    settings = DoorListenerSettings(
+        handshake_s=c.door_handshake_s,
+        silence_s=c.door_silence_s,
+        ping_s=c.door_ping_s,
+        max_message=MAX_MESSAGE_BYTES,
+        exempt=exempt,
+        source=source,
+    )
+    return DoorListener(door.serve_uplink, settings, on_fault)
