@@ -57,6 +57,7 @@ class LeanSocket:
         "_lock",
         "_messages",
         "_parts",
+        "_pending",
         "_size",
         "_stream",
         "closed",
@@ -87,6 +88,7 @@ class LeanSocket:
         self._deadline = math.inf
         """When a read gives up waiting for the peer's Close (after ours), trio time."""
         self._failed = False
+        self._pending = True
         self.closed = False
         """A Close went out or came in: no more messages either way."""
         self.fault: str | None = None
@@ -97,6 +99,10 @@ class LeanSocket:
         while not self._messages:
             if self.closed:
                 raise BoxGone("the box's WebSocket is closed")
+            if self._pending:  # bytes that came with the request head, fed at construction
+                self._pending = False
+                await self._handle_events()
+                continue
             await self._read_once()
         return self._messages.popleft()
 
