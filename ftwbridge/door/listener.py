@@ -27,7 +27,7 @@ from wsproto.connection import Connection, ConnectionType
 from ftwbridge.edgerules import LAST_WORDS_S, MAX_STRANGERS, STRANGERS_PER_SOURCE
 from ftwbridge.fairshare import Network, SlotRefused, Slots, source_key
 
-from .tunnel import WS_GONE, close_ws
+from .tunnel import close_ws
 from .upgrade import Refusal, Upgrade, accept_response, classify_upgrade, refusal_head
 from .wsock import RECV_BYTES, BoxGone, LeanSocket
 
@@ -135,7 +135,7 @@ class DoorListener:
         """The uplink, with its pings, then its close: 1000 when the door left it open, and
         the box's Close waited for (`LeanSocket.drain`)."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._ping, ws)
+            nursery.start_soon(ws.watch, self.settings.ping_s)
             with contextlib.suppress(BoxGone):
                 await self.serve(ws)
             if not ws.closed:
@@ -144,14 +144,6 @@ class DoorListener:
             nursery.cancel_scope.cancel()
         if ws.fault is not None:
             self._report(ws.remote_addr, ws.fault)
-
-    async def _ping(self, ws: LeanSocket) -> None:
-        try:
-            while not ws.closed:
-                await trio.sleep(self.settings.ping_s)
-                await ws.ping()
-        except WS_GONE:
-            pass  # the reader notices the end and closes
 
     def _report(self, peer: str, why: str) -> None:
         log.warning(

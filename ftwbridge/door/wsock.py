@@ -60,8 +60,10 @@ class LeanSocket:
         "_pending",
         "_size",
         "_stream",
+        "_wake",
         "closed",
         "fault",
+        "last_rx",
         "max_message",
         "remote_addr",
         "silence_s",
@@ -86,9 +88,12 @@ class LeanSocket:
         self._parts: list[bytes | bytearray | str] = []
         self._size = 0
         self._deadline = math.inf
-        """When a read gives up waiting for the peer's Close (after ours), trio time."""
+        """When `watch` stops waiting for the peer's Close (after ours), trio time."""
         self._failed = False
         self._pending = True
+        self._wake = trio.CancelScope()
+        self.last_rx = trio.current_time()
+        """When bytes last came, trio time (the silence rule, `watch`)."""
         self.closed = False
         """A Close went out or came in: no more messages either way."""
         self.fault: str | None = None
@@ -125,6 +130,7 @@ class LeanSocket:
         self.closed = True
         wait_s = 0.0 if code in FAILING_CODES else CLOSE_REPLY_S
         self._deadline = min(self._deadline, trio.current_time() + wait_s)
+        self._wake.cancel()  # `watch` looks at the new deadline
         await self.write(self._conn.send(CloseConnection(code=code, reason=reason)))
 
     async def ping(self) -> None:
@@ -167,21 +173,41 @@ class LeanSocket:
             pass
 
     async def _read_once(self) -> None:
-        """One read from the socket into wsproto, and its events handled."""
-        deadline = trio.current_time() + self.silence_s
-        with trio.move_on_at(min(deadline, self._deadline)) as scope:
-            try:
-                data = await self._stream.receive_some(RECV_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-        if scope.cancelled_caught:
-            self._gone()
-            raise BoxGone("the box was silent too long, or sent no Close in reply")
+        """One read from the socket into wsproto, and its events handled. The silence rule
+        and the wait for a Close in reply are `watch`'s: it closes the stream, which ends
+        this read."""
+        try:
+            data = await self._stream.receive_some(RECV_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            data = b""
         if not data:
             self._gone()
-            raise BoxGone("the box's TCP connection ended")
+            raise BoxGone("the box's TCP connection ended, was silent too long, or sent no Close")
+        self.last_rx = trio.current_time()
         self._conn.receive_data(bytes(data))
         await self._handle_events()
+
+    async def watch(self, ping_s: float) -> None:
+        """Until the connection ends: a Ping every `ping_s` seconds, and the stream closed
+        when nothing has come for `silence_s`, or when the wait for the box's Close after ours
+        is over (`close`). Run beside the reader; cancel it when the uplink is done."""
+        next_ping = trio.current_time() + ping_s
+        while True:
+            with trio.CancelScope() as self._wake:
+                await trio.sleep_until(
+                    min(self.last_rx + self.silence_s, self._deadline, next_ping)
+                )
+            now = trio.current_time()
+            if now >= self._deadline or now >= self.last_rx + self.silence_s:
+                self._gone()
+                await trio.aclose_forcefully(self._stream)
+                return
+            if now >= next_ping:
+                next_ping = now + ping_s
+                try:
+                    await self.ping()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
 
     async def _handle_events(self) -> None:
         for event in self._conn.events():
