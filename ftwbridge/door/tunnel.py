@@ -241,22 +241,15 @@ class Uplink:
 
         Cancellation reaches the caller only while it waits its turn, so a cancelled send sent
         nothing; once its turn comes the message goes out whole (shielded, at most `SEND_S`).
-        A free lock is taken without a scheduler turn.
         """
         if self.closed:
             return
-        lock = self._lock
-        if lock.locked():
-            await lock.acquire()  # its turn: the one place a cancellation reaches the caller
-        else:
-            lock.acquire_nowait()  # free: no scheduler turn (the hot path of an open and a call)
         try:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_S):
-                await self.ws.send(data)
+            async with self._lock:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_S):
+                    await self.ws.send(data)
         except WS_GONE as exc:  # the socket is gone: the reader notices and cleans up
             log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
-        finally:
-            lock.release()
 
     async def send_tun(self, sid: int, d: bytes) -> bool:
         """Send one Noise message on tunnel `sid`; False when the home's limit dropped it."""
