@@ -187,6 +187,8 @@ class Initiator:
     ) -> None:
         if not isinstance(our_static, StaticKey):
             our_static = StaticKey(our_static)
+        if prologue is None:
+            prologue = session_prologue(their_static)  # raises for a box key of another size
         if len(their_static) != KEY_BYTES:
             raise LocalProtocolError("remote static key must be 32 bytes")
         box = _box_key_pair(bytes(their_static))
@@ -198,7 +200,7 @@ class Initiator:
             return key._ss[1]
 
         self._ik = IKInitiator(
-            session_prologue(their_static) if prologue is None else prologue,
+            prologue,
             key._pair.private,
             bytes(key._pair.public_bytes),
             box.public,
