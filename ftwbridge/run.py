@@ -429,6 +429,7 @@ class Bridge:
             source=lambda peer, forwarded: client_address(
                 peer, forwarded, self.site.trusted_proxies
             ),
+            connections=self.metrics.listener("door"),
         )
         assert self._nursery is not None
         self.door_url = await self._nursery.start(serve_door_listener, listener, sock)

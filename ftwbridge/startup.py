@@ -149,6 +149,7 @@ def door_listener(
     on_fault: Callable[[str], None],
     exempt: tuple[Network, ...],
     source: Callable[[str, list[str]], str],
+    connections: Connections,
 ) -> DoorListener:
     """The door's own listener (`door_bind`): the door's uplinks with their handshake time
     (`door_handshake_s`), pings (`door_ping_s`), silence (`door_silence_s`) and largest message."""
@@ -160,4 +161,4 @@ def door_listener(
         exempt=exempt,
         source=source,
     )
-    return DoorListener(door.serve_uplink, settings, on_fault)
+    return DoorListener(door.serve_uplink, settings, on_fault, connections)

@@ -24,7 +24,13 @@ import h11
 import trio
 from wsproto.connection import Connection, ConnectionType
 
-from ftwbridge.edgerules import LAST_WORDS_S, MAX_STRANGERS, STRANGERS_PER_SOURCE
+from ftwbridge.edgerules import (
+    LAST_WORDS_S,
+    MAX_STRANGERS,
+    STRANGERS_PER_SOURCE,
+    Connections,
+    State,
+)
 from ftwbridge.fairshare import Network, SlotRefused, Slots, source_key
 
 from .tunnel import close_ws
@@ -58,48 +64,76 @@ class DoorListenerSettings:
     source: Callable[[str, list[str]], str] = lambda peer, _forwarded: peer
 
 
+class _Counted:
+    """What one connection of the door's listener is doing, for `ftwbridge_connections`."""
+
+    __slots__ = ("ws",)
+
+    def __init__(self) -> None:
+        self.ws: LeanSocket | None = None
+
+    @property
+    def connection_state(self) -> State:
+        if self.ws is None:
+            return State.IDLE  # no whole request head yet
+        return State.CLOSING if self.ws.closed else State.WEBSOCKET
+
+
 class DoorListener:
-    """The accept loop's per-connection work (see the module). `open` counts connections now."""
+    """The accept loop's per-connection work (see the module).
+
+    Args:
+        serve: the door's `serve_uplink`, given each upgraded connection.
+        settings: the listener's rules.
+        on_fault: told `websocket` for each connection a peer's bytes ended.
+        connections: where its open connections and its strangers turned away are counted
+            (`ftwbridge_connections{listener="door"}`), if given.
+    """
 
     def __init__(
         self,
         serve: Callable[[LeanSocket], Awaitable[None]],
         settings: DoorListenerSettings,
         on_fault: Callable[[str], None] | None = None,
+        connections: Connections | None = None,
     ) -> None:
         self.serve = serve
         self.settings = settings
         self.on_fault = on_fault
+        self.connections = connections if connections is not None else Connections()
         self.strangers = Slots(MAX_STRANGERS, STRANGERS_PER_SOURCE)
-        self.open = 0
         self.refused = 0
-        """Connections turned away before their 101 (no slot, a bad head, too slow)."""
+        """Connections answered with a refusal before their 101 (a bad head, too slow)."""
 
     async def handle(self, stream: trio.SocketStream) -> None:
         """Serve one accepted connection to its end; raises nothing but cancellation."""
-        self.open += 1
+        counted = _Counted()
+        self.connections.add(counted)
         try:
             peer = _peer(stream)
-            ws = await self._open(stream, peer)
+            ws = counted.ws = await self._open(stream, peer)
             if ws is not None:
                 await self._run(ws)
         except Exception as exc:  # one connection's fault ends that connection alone
             self._report(_peer(stream), f"{type(exc).__name__}: {str(exc)[:200]}")
         finally:
-            self.open -= 1
+            self.connections.discard(counted)
             await trio.aclose_forcefully(stream)
 
     async def _open(self, stream: trio.SocketStream, peer: str) -> LeanSocket | None:
-        """The handshake in a stranger's slot; None when the connection was turned away."""
+        """The handshake in a stranger's slot; None when the connection was turned away
+        (counted `refused` on arrival, `shed` for a lighter address's)."""
         source = source_key(peer, self.settings.exempt)
+        if source is None:
+            return await self._handshake(stream, peer)
         try:
-            if source is None:
-                return await self._handshake(stream, peer)
-            with self.strangers.hold(source) as scope, scope:
-                return await self._handshake(stream, peer)
+            with self.strangers.hold(source) as scope:
+                with scope:
+                    return await self._handshake(stream, peer)
+                how = "shed"  # only reached when a lighter address's arrival cancelled it
         except SlotRefused:
-            pass
-        self.refused += 1
+            how = "refused"
+        self.connections.turned_away[how] += 1
         return None
 
     async def _handshake(self, stream: trio.SocketStream, peer: str) -> LeanSocket | None:
@@ -109,7 +143,6 @@ class DoorListener:
         with trio.move_on_after(self.settings.handshake_s):
             got = await _read_head(stream, h)
         if got is None:  # the peer left
-            self.refused += 1
             return None
         request = got if isinstance(got, h11.Request) else None
         verdict = got if request is None else classify_upgrade(got)  # type: ignore[arg-type]

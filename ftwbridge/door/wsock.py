@@ -6,7 +6,10 @@ one lock that a free send takes without a scheduler turn. It answers pings, keep
 `max_message` bytes (past it: Close 1009, RFC 6455 section 7.4.1), fails a frame wsproto cannot
 parse with Close 1002 (its `ParseFailed` code: 1007 for text that is not UTF-8), closes a
 connection silent for `silence_s`, and after either side's Close waits at most `CLOSE_REPLY_S`
-for the other's before the TCP connection closes (section 7.1.1: the server closes it).
+for the other's before the TCP connection closes (section 7.1.1: the server closes it; a Close
+that fails the connection, 1002, 1009 or the door's 44xx, waits `LAST_WORDS_S`, reading and
+dropping what still comes). Pings and those bounds are kept by `watch`, one task beside the
+reader.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class LeanSocket:
     __slots__ = (
         "_conn",
         "_deadline",
-        "_failed",
+        "_ended",
         "_lock",
         "_messages",
         "_parts",
@@ -89,7 +92,7 @@ class LeanSocket:
         self._size = 0
         self._deadline = math.inf
         """When `watch` stops waiting for the peer's Close (after ours), trio time."""
-        self._failed = False
+        self._ended = False
         self._pending = True
         self._wake = trio.CancelScope()
         self.last_rx = trio.current_time()
@@ -120,7 +123,8 @@ class LeanSocket:
 
     async def close(self, code: int, reason: str = "") -> None:
         """Send a Close with `code` (RFC 6455 section 7.4) once; the reader then waits at most
-        `CLOSE_REPLY_S` for the box's (none when `code` fails the connection). Raises `BoxGone`
+        `CLOSE_REPLY_S` for the box's (`LAST_WORDS_S` when `code` fails the connection, as on
+        the main listener). Raises `BoxGone`
         if a Close went already (`tunnel.close_ws` treats that as done)."""
         if self.closed or self._conn.state not in (
             ConnectionState.OPEN,
@@ -128,7 +132,7 @@ class LeanSocket:
         ):
             raise BoxGone("the box's WebSocket is closed")
         self.closed = True
-        wait_s = 0.0 if code in FAILING_CODES else CLOSE_REPLY_S
+        wait_s = LAST_WORDS_S if code in FAILING_CODES else CLOSE_REPLY_S
         self._deadline = min(self._deadline, trio.current_time() + wait_s)
         self._wake.cancel()  # `watch` looks at the new deadline
         await self.write(self._conn.send(CloseConnection(code=code, reason=reason)))
@@ -167,7 +171,7 @@ class LeanSocket:
         """After the uplink's end: wait for the peer's Close (until the reply deadline), so
         the TCP connection closes after it (RFC 6455 section 7.1.1)."""
         try:
-            while self._conn.state is not ConnectionState.CLOSED and not self._failed:
+            while self._conn.state is not ConnectionState.CLOSED and not self._ended:
                 await self._read_once()
         except BoxGone:
             pass
@@ -227,7 +231,7 @@ class LeanSocket:
             await self._fail(CLOSE_TOO_BIG, f"a message over {self.max_message} bytes")
             return
         self._parts.append(event.data)
-        if event.message_finished:
+        if event.message_finished and not self.closed:
             parts, self._parts, self._size = self._parts, [], 0
             if isinstance(event, TextMessage):
                 self._messages.append("".join(str(p) for p in parts))
@@ -248,19 +252,20 @@ class LeanSocket:
         self._gone()
 
     async def _fail(self, code: int, why: str) -> None:
-        """Fail the WebSocket (RFC 6455 section 7.1.7): a Close with `code`, no wait for the
-        peer's, and the TCP connection closed."""
+        """Fail the WebSocket (RFC 6455 section 7.1.7): a Close with `code`, then what the peer
+        still sends is read and dropped (`drain`) for at most `LAST_WORDS_S`, so that closing
+        with its bytes unread does not reset the connection before our Close is read."""
         self.fault = f"Close {code}: {why}"
         self.closed = True
-        self._failed = True
         self._messages.clear()
+        self._deadline = min(self._deadline, trio.current_time() + LAST_WORDS_S)
+        self._wake.cancel()
         if self._conn.state is ConnectionState.OPEN:
             with trio.move_on_after(LAST_WORDS_S):
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await self.write(self._conn.send(CloseConnection(code=code)))
-        self._gone()
         raise BoxGone(self.fault)
 
     def _gone(self) -> None:
         self.closed = True
-        self._failed = True
+        self._ended = True

@@ -159,6 +159,14 @@ def test_many_idle_connections_leave_nothing_behind(live: LiveBridge) -> None:
     shed = sum(1 for a in answers if a == b"")
     timed_out = sum(1 for a in answers if a.startswith(b"HTTP/1.1 408 "))
     assert shed + timed_out == 300 and shed >= 300 - 256, (shed, timed_out)
+    counted = [
+        float(line.rsplit(" ", 1)[1])
+        for line in live.metrics().splitlines()
+        if line.startswith("ftwbridge_strangers_turned_away_total{")
+        and 'listener="door"' in line
+        and 'how="shed"' in line
+    ]
+    assert counted and counted[0] >= shed, counted
     deadline = time.monotonic() + WAIT_S
     while _fds(pid) > before + 2:
         assert time.monotonic() < deadline, "the idle connections' sockets stay open"
