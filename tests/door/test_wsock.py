@@ -10,7 +10,7 @@ from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Event, Message, Ping, TextMessage
 
 from ftwbridge.door.wsock import BoxGone, LeanSocket
-from ftwbridge.edgerules import CLOSE_REPLY_S
+from ftwbridge.edgerules import CLOSE_REPLY_S, LAST_WORDS_S
 
 SILENCE_S = 45.0
 PING_S = 15.0
@@ -160,3 +160,21 @@ async def test_a_message_over_the_limit_is_refused_as_it_grows(
     assert isinstance(event, CloseConnection) and event.code == 1009
     with pytest.raises(BoxGone):
         await ws.send(b"x")  # closed: no more messages either way
+
+
+async def test_a_failed_socket_drops_what_still_comes_then_lets_go(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """After a Close that fails the connection (1009 here), what the box still sends is read
+    and dropped for `LAST_WORDS_S`, then the stream closes: our Close is not lost to a reset."""
+    ws, box = pair(max_message=1000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ws.watch, PING_S)
+        await box.send(Message(data=b"a" * 1200, message_finished=False))
+        with pytest.raises(BoxGone):
+            await ws.receive()
+        started = trio.current_time()
+        await box.send(Message(data=b"b" * 500, message_finished=False))  # still coming
+        await ws.drain()
+        assert trio.current_time() - started == pytest.approx(LAST_WORDS_S, abs=0.1)
+        nursery.cancel_scope.cancel()
