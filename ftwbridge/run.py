@@ -40,6 +40,7 @@ from ftwbridge.readiness import CHECK_S, Readiness, Verdict
 from ftwbridge.startup import (
     admin_listener,
     bind,
+    bind_door,
     door_listener,
     keys_part,
     main_listener,
@@ -402,23 +403,6 @@ class Bridge:
         self.admin_url = f"http://{ahost}:{aport}"
         return admin_sock.detach()
 
-    def _bind_door(self, *fds: int | None) -> socket.socket | None:
-        """The door's own listening socket (`door_bind`), or None when it is not set.
-
-        Raises:
-            StartupError: it cannot bind; the listeners' sockets `fds` are closed.
-        """
-        c = self.config
-        if c.door_bind is None:
-            return None
-        try:
-            return bind(c.door_bind, "door", "door_bind", c.listen_backlog)
-        except StartupError:
-            for fd in fds:
-                if fd is not None:
-                    socket.close(fd)
-            raise
-
     async def _serve_door(self, sock: socket.socket) -> None:
         """The door's own listener on `sock` until cancelled (`door.listener`)."""
         listener = door_listener(
@@ -467,7 +451,7 @@ class Bridge:
             exempt=self.site.trusted_proxies,
         )
         admin_fd = self._bind_admin(fd)
-        door_sock = self._bind_door(fd, admin_fd)
+        door_sock = bind_door(c, fd, admin_fd)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)

@@ -142,6 +142,23 @@ def admin_listener(
     return ac
 
 
+def bind_door(c: Config, *fds: int | None) -> socket.socket | None:
+    """The door's own listening socket (`door_bind`), or None when it is not set.
+
+    Raises:
+        StartupError: it cannot bind; the other listeners' sockets `fds` are closed first.
+    """
+    if c.door_bind is None:
+        return None
+    try:
+        return bind(c.door_bind, "door", "door_bind", c.listen_backlog)
+    except StartupError:
+        for fd in fds:
+            if fd is not None:
+                socket.close(fd)
+        raise
+
+
 def door_listener(
     c: Config,
     door: Door,
