@@ -144,13 +144,13 @@ class DoorListener:
             got = await _read_head(stream, h)
         if got is None:  # the peer left
             return None
-        request = got if isinstance(got, h11.Request) else None
-        verdict = got if request is None else classify_upgrade(got)  # type: ignore[arg-type]
-        if request is None or not isinstance(verdict, Upgrade):
+        verdict = classify_upgrade(got) if isinstance(got, h11.Request) else got
+        if not isinstance(verdict, Upgrade):  # a refusal: the head's, or no whole head in time
             self.refused += 1
-            assert isinstance(verdict, Refusal)
             await _last_words(stream, refusal_head(verdict))
             return None
+        assert isinstance(got, h11.Request)
+        request = got
         head = h.send(accept_response(verdict.key)) or b""
         trailing, _closed = h.trailing_data
         forwarded = [v.decode("latin-1") for k, v in request.headers if k == b"x-forwarded-for"]
