@@ -88,11 +88,13 @@ async def start(
         public_url=f"http://127.0.0.1:{port}",
         state_dir=state,
         admin_bind=None,
-        **(UNLIMITED | (extra or {})),
+        **({"door_bind": "127.0.0.1:0"} | UNLIMITED | (extra or {})),
     )
     bridge = Bridge(config, keys=KeysService(None))
     await nursery.start(bridge.serve)
-    door = bridge.site.resource.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+    door = bridge.door_url  # the door's own listener; `door_bind=None` in `extra`: the main one
+    if door is None:
+        door = bridge.site.resource.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
     prefix = (
         ["taskset", "-c", str(stub_cpu)] if stub_cpu is not None and shutil.which("taskset") else []
     )

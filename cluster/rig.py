@@ -189,6 +189,7 @@ def instance_settings(
         "bind": f"127.0.0.1:{port}",
         "public_url": public,
         "admin_bind": f"127.0.0.1:{admin}",
+        "door_bind": f"127.0.0.1:{free_port()}",  # HAProxy's `boxes` backend
         "state_dir": str(root / name),
         "database_url": database_url,
         "drain_s": 3,

@@ -141,9 +141,15 @@ class Instance:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     @property
+    def door_port(self) -> int:
+        """The port of its door's own listener (`door_bind`), else its main port."""
+        bind = self.settings.get("door_bind")
+        return int(str(bind).rsplit(":", 1)[1]) if bind else self.port
+
+    @property
     def door_url(self) -> str:
-        """Its own `/v1/box` (not through HAProxy)."""
-        return f"ws://127.0.0.1:{self.port}/v1/box"
+        """Its own `/v1/box` (not through HAProxy): the door's own listener."""
+        return f"ws://127.0.0.1:{self.door_port}/v1/box"
 
     @property
     def config_path(self) -> Path:
@@ -286,10 +292,11 @@ backend bridges
 {servers}
 
 backend boxes
+    # each instance's door listener (door_bind); its readiness is asked of its admin port
     balance {boxes}
     option httpchk GET /readyz
     http-check expect status 200
-{servers}
+{box_servers}
 """
 
 ERRORS = {
@@ -329,6 +336,9 @@ def write_haproxy(
     servers = "\n".join(
         f"    server {i.name} 127.0.0.1:{i.port} check port {i.admin_port}" for i in instances
     )
+    box_servers = "\n".join(
+        f"    server {i.name} 127.0.0.1:{i.door_port} check port {i.admin_port}" for i in instances
+    )
     default_s = Config.model_fields["call_deadline_s"].default
     deadline_s = max(float(i.settings.get("call_deadline_s", default_s)) for i in instances)
     text = HAPROXY_CFG.format(
@@ -337,6 +347,7 @@ def write_haproxy(
         server_ms=round(deadline_s * 1000),
         hard_stop_s=math.ceil(deadline_s) + HARD_STOP_SLACK_S,
         servers=servers,
+        box_servers=box_servers,
         calls=balance(affinity),
         affinity=affinity_lines(affinity, root / MAP_FILE, [i.name for i in instances]),
         boxes="leastconn",

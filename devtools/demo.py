@@ -64,6 +64,7 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
             public_url=f"http://127.0.0.1:{port}",
             state_dir=state,
             admin_bind="127.0.0.1:0",
+            door_bind="127.0.0.1:0",  # the home dials the door's own listener
             pace_calls_burst=60,
             http_burst=60,
             clock_skew_max_ms=DAY_MS,
@@ -74,7 +75,8 @@ async def run_demo(*, once: bool, port: int, state_dir: Path | None) -> int:
         async def run(nursery: trio.Nursery) -> None:
             await nursery.start(bridge.serve)
             url = bridge.site.resource
-            door_url = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+            door_url = bridge.door_url
+            assert door_url is not None
             stub_state = ("--state", str(state / "stub"))  # its roster lives as the bridge's
             _proc, line = await start_stub(nursery, door_url, "--approve-all", *stub_state)
             await bridge.store.enroll_home(DEMO_HOME, bytes.fromhex(line["homeKey"]))

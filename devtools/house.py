@@ -52,6 +52,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ftwbridge.logs",
             "ftwbridge.extras",
             "ftwbridge.idle",
+            # the listeners' connection rules (states, quotas of strangers): the edge's and
+            # the door's own listener both keep them
+            "ftwbridge.edgerules",
         ),
     ),
     # The settings: one frozen model, its rules, its file and its help.
@@ -76,7 +79,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "watch",
         (
             "ftwbridge.edge",
-            "ftwbridge.edgerules",
             "ftwbridge.readiness",
             "ftwbridge.status",
             "ftwbridge.statewatch",

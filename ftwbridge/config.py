@@ -180,6 +180,12 @@ class Config(BaseModel):
     """WebSocket ping interval on the uplinks, seconds."""
     door_silence_s: Seconds = 45.0
     """An uplink (and any connection of the main listener) silent this long is closed, s."""
+    door_bind: str | None = None
+    """host:port of the door's own listener: `/v1/box` alone, WebSocket on trio streams with no
+    HTTP server around it (docs/operations.md, "The door's own listener"); the main listener
+    answers `/v1/box` too. None (the default) turns it off."""
+    door_handshake_s: Seconds = 10.0
+    """How long a connection to the door's own listener may take to send its request head, s."""
 
     token_ttl_s: int = Field(default=3600, gt=0)
     """An access token's lifetime, seconds."""
@@ -230,7 +236,7 @@ class Config(BaseModel):
             " OAuth metadata, the 401 challenge); set public_url to the address they use"
         )
 
-    _address = field_validator("bind", "admin_bind", "internal_bind")(rules.address)
+    _address = field_validator("bind", "admin_bind", "internal_bind", "door_bind")(rules.address)
 
     _http_url = field_validator("public_url")(rules.http_url)
 
@@ -250,6 +256,7 @@ class Config(BaseModel):
 
     _none_words = field_validator(
         "admin_bind",
+        "door_bind",
         "keys_socket",
         "keys_url",
         "mesh_key",

@@ -166,7 +166,7 @@ class _Listeners(Collector):
         yield away
         family = GaugeMetricFamily(
             "ftwbridge_connections",
-            "Open connections by listener (main, admin) and state"
+            "Open connections by listener (main, admin, door) and state"
             " (idle, request, http2, websocket, closing)",
             labels=["listener", "state"],
         )
@@ -281,8 +281,9 @@ class Metrics:
         self.registry.register(_Gauges(pool, door, keys))
 
     def listener(self, name: str) -> Connections:
-        """The open connections of listener `name` (`main`, `admin`): give the result to its
-        `EdgeConfig.connections`; `ftwbridge_connections{listener=name}` reads it."""
+        """The open connections of listener `name` (`main`, `admin`, `door`): give the result
+        to its `EdgeConfig.connections` (the door's own listener: `DoorListener`);
+        `ftwbridge_connections{listener=name}` reads it."""
         connections = self._listeners.listeners.setdefault(name, Connections())
         return connections
 

@@ -4,13 +4,16 @@ authorization server."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ftwbridge.config import Config
 from ftwbridge.config_rules import mesh_key_bytes
 from ftwbridge.door import Door
+from ftwbridge.door.listener import DoorListener
 from ftwbridge.keys import KeysPort
+from ftwbridge.lifecycle import StartupError
 from ftwbridge.mcp.affinity import HomeTags
 from ftwbridge.mcp.auth import TokenCache, TokenMinter
 from ftwbridge.mcp.forwarding import MeshPort
@@ -20,10 +23,15 @@ from ftwbridge.metrics import Metrics
 from ftwbridge.oauth import OAuthService
 from ftwbridge.oauth.answers import OwnerAnswers
 from ftwbridge.oauth.cimd import MetadataDocuments
+from ftwbridge.oauth.limits import client_address
 from ftwbridge.oauth.model import OAuthStore
 from ftwbridge.pool import Pool
 from ftwbridge.site import Site
+from ftwbridge.startup import bind, door_listener
 from ftwbridge.store import BridgeStore
+
+if TYPE_CHECKING:
+    from ftwbridge.mesh.node import Node
 
 
 def mcp_service(
@@ -136,3 +144,44 @@ def sign_in(
         if c.client_metadata_documents
         else None,
     )
+
+
+def door_part(c: Config, door: Door, site: Site, metrics: Metrics) -> DoorListener:
+    """The door's own listener (`door_bind`, `startup.door_listener`): its faults and
+    connections counted in `metrics`, a box's address read through `site`'s trusted proxies."""
+    return door_listener(
+        c,
+        door,
+        on_fault=metrics.on_connection_fault,
+        exempt=site.trusted_proxies,
+        source=lambda peer, forwarded: client_address(peer, forwarded, site.trusted_proxies),
+        connections=metrics.listener("door"),
+    )
+
+
+def cluster_node(
+    c: Config, store: BridgeStore, door: Door, clock: Callable[[], int], port: int, main_fd: int
+) -> Node:
+    """This instance's part in the cluster (`ftwbridge.mesh.node`) on its PostgreSQL `store`,
+    its internal listener bound when `internal_bind` is set.
+
+    Raises:
+        StartupError: the internal listener cannot bind; `main_fd` (the main listener's
+            socket, not yet hypercorn's) is closed.
+    """
+    from ftwbridge.mesh.node import Node
+    from ftwbridge.store.postgres import PgStore
+
+    assert isinstance(store, PgStore)
+    try:
+        return Node.bound(
+            config=c,
+            store=store,
+            door=door,
+            wall_ms=clock,
+            port=port,
+            bind=lambda address: bind(address, "internal", "internal_bind", c.listen_backlog),
+        )
+    except StartupError:
+        socket.close(main_fd)
+        raise

@@ -22,6 +22,7 @@ from ftwbridge.checks import ReadyChecks
 from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.door.events import DoorEvents
+from ftwbridge.door.listener import serve_door_listener
 from ftwbridge.keys import KeysPort
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import forget_dropped
@@ -31,13 +32,21 @@ from ftwbridge.mcp.auth import TokenCache
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics, create_admin_app
 from ftwbridge.oauth.answers import OwnerAnswers
-from ftwbridge.parts import listen_streams, mcp_service, sign_in, token_minter
+from ftwbridge.parts import (
+    cluster_node,
+    door_part,
+    listen_streams,
+    mcp_service,
+    sign_in,
+    token_minter,
+)
 from ftwbridge.pool import Pool
 from ftwbridge.proto.roster import Roster
 from ftwbridge.startup import (
     admin_listener,
     bind,
     bind_admin,
+    bind_door,
     keys_part,
     main_listener,
     serving_state,
@@ -82,6 +91,8 @@ class Bridge:
 
     admin_url: str | None = None
     """The admin listener's URL, once bound (`admin_bind`)."""
+    door_url: str | None = None
+    """`ws://host:port/v1/box` of the door's own listener (`door_bind`), once serving."""
     state_watch: StateWatch | None = None
     """The embedded bridge's watch on its state folder, once serving."""
     node: Node | None = None
@@ -252,28 +263,6 @@ class Bridge:
         finally:
             self._http_done.set()
 
-    def _node(self, port: int, main_fd: int) -> Node:
-        """This instance's part in the cluster (`ftwbridge.mesh.node`), its internal listener
-        bound when `internal_bind` is set (`main_fd`, not yet hypercorn's, closed if not)."""
-        from ftwbridge.mesh.node import Node
-        from ftwbridge.store.postgres import PgStore
-
-        assert isinstance(self.store, PgStore)
-        try:
-            return Node.bound(
-                config=self.config,
-                store=self.store,
-                door=self.door,
-                wall_ms=self.clock,
-                port=port,
-                bind=lambda address: bind(
-                    address, "internal", "internal_bind", self.config.listen_backlog
-                ),
-            )
-        except StartupError:
-            socket.close(main_fd)
-            raise
-
     async def serve(
         self, *, task_status: trio.TaskStatus[Bridge] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -341,6 +330,12 @@ class Bridge:
         )
         return service, app, hc
 
+    async def _serve_door(self, sock: socket.socket) -> None:
+        """The door's own listener on `sock` until cancelled (`door.listener`)."""
+        listener = door_part(self.config, self.door, self.site, self.metrics)
+        assert self._nursery is not None
+        self.door_url = await self._nursery.start(serve_door_listener, listener, sock)
+
     async def _serve(self, task_status: trio.TaskStatus[Bridge]) -> None:
         c = self.config
         warning = c.url_warning()
@@ -354,12 +349,13 @@ class Bridge:
         fd = sock.detach()  # hypercorn owns the listening socket from here on
         self.site.listen_at(host, port, self.config)
         if c.database_url is not None:
-            self.node = self._node(port, fd)
+            self.node = cluster_node(c, self.store, self.door, self.clock, port, fd)
             if self.node.relay is not None:  # agent.request reaches the holder of the home
                 self.oauth.send_to_box = self.node.relay.send
         service, app, hc = self._main(fd)
         bound = bind_admin(c, fd)
         admin_fd, self.admin_url = (None, None) if bound is None else bound
+        door_sock = bind_door(c, fd, admin_fd)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
@@ -374,6 +370,8 @@ class Bridge:
             if self.node is not None:
                 await nursery.start(self.node.serve, service, self.metrics)
             await nursery.start(self._serve_http, app, hc)
+            if door_sock is not None:
+                await self._serve_door(door_sock)
             if admin_fd is not None:
                 ac = admin_listener(
                     c,

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ftwbridge.config import Config, keys_addresses, mesh_key_bytes, split_address
+from ftwbridge.door import Door
+from ftwbridge.door.listener import DoorListener, DoorListenerSettings
 from ftwbridge.edgerules import Connections, EdgeConfig
 from ftwbridge.fairshare import Network
 from ftwbridge.keys import KeysClient, KeysPort, KeysService
@@ -156,3 +158,42 @@ def admin_listener(
     ac.graceful_timeout = 1.0
     ac.backlog = c.listen_backlog  # hypercorn listens again with it (its own: 100)
     return ac
+
+
+def bind_door(c: Config, *fds: int | None) -> socket.socket | None:
+    """The door's own listening socket (`door_bind`), or None when it is not set.
+
+    Raises:
+        StartupError: it cannot bind; the other listeners' sockets `fds` are closed first.
+    """
+    if c.door_bind is None:
+        return None
+    try:
+        return bind(c.door_bind, "door", "door_bind", c.listen_backlog)
+    except StartupError:
+        for fd in fds:
+            if fd is not None:
+                socket.close(fd)
+        raise
+
+
+def door_listener(
+    c: Config,
+    door: Door,
+    *,
+    on_fault: Callable[[str], None],
+    exempt: tuple[Network, ...],
+    source: Callable[[str, list[str]], str],
+    connections: Connections,
+) -> DoorListener:
+    """The door's own listener (`door_bind`): the door's uplinks with their handshake time
+    (`door_handshake_s`), pings (`door_ping_s`), silence (`door_silence_s`) and largest message."""
+    settings = DoorListenerSettings(
+        handshake_s=c.door_handshake_s,
+        silence_s=c.door_silence_s,
+        ping_s=c.door_ping_s,
+        max_message=MAX_MESSAGE_BYTES,
+        exempt=exempt,
+        source=source,
+    )
+    return DoorListener(door.serve_uplink, settings, on_fault, connections)

@@ -185,7 +185,7 @@ async def garbage(s: Soak) -> str:
 
     async def one(kind: str) -> None:
         async with limiter:
-            said[kind][await strangers.visit(kind, s.bridge.port, bound_s)] += 1
+            said[kind][await strangers.visit(kind, s.bridge.door_port, bound_s)] += 1
 
     await trio.sleep(s.t(3))
     async with trio.open_nursery() as nursery:

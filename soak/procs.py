@@ -136,6 +136,8 @@ class BridgeProc:
     children: Children
     port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
+    door_port: int = field(default_factory=free_port)
+    """The door's own listener (`door_bind`): the homes dial it, the strangers visit it."""
     proc: trio.Process | None = None
     logs: list[Path] = field(default_factory=list)
     running: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +154,7 @@ class BridgeProc:
 
     @property
     def door_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/box"
+        return f"ws://127.0.0.1:{self.door_port}/v1/box"
 
     @property
     def state_dir(self) -> Path:
@@ -164,6 +166,7 @@ class BridgeProc:
             "bind": f"127.0.0.1:{self.port}",
             "public_url": self.base,
             "admin_bind": f"127.0.0.1:{self.admin_port}",
+            "door_bind": f"127.0.0.1:{self.door_port}",
             "state_dir": str(self.state_dir),
             **self.settings,
             **overrides,

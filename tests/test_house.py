@@ -27,6 +27,8 @@ TYPE_ONLY_CYCLES = [
     # A helper typed with the owner that binds it, imported under TYPE_CHECKING only: the
     # settings' rules across fields take the `Config` they check.
     ["ftwbridge.config", "ftwbridge.config_rules"],
+    # what a box sends once authenticated, handled for the `Door` that calls it
+    ["ftwbridge.door.dispatch", "ftwbridge.door.door"],
 ]
 
 

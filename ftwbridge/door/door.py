@@ -6,8 +6,10 @@ close: it authenticates the box with its home key, hands its rosters to the door
 `sid`, and applies the per-home limits each way (a `tun` over a limit is dropped and
 counted; the uplink stays up). The pool opens tunnels with `open_tun(home)`. A newer
 authenticated uplink for the same home takes over: the older one is closed with 4409 and its
-tunnels end `superseded`. Silence is bounded by the HTTP server's read timeout (45 s) under
-its WebSocket pings (15 s), which the bridge configures.
+tunnels end `superseded`. What a box sends once authenticated is handled in `dispatch.py`.
+Uplinks come from the door's own listener (`listener.py`, `door_bind`) or from the main
+listener's `/v1/box` (`asgi.py`); either pings every `door_ping_s` (15 s) and closes one silent
+for `door_silence_s` (45 s).
 """
 
 from __future__ import annotations
@@ -29,17 +31,17 @@ from ftwbridge.proto.door import (
     CLOSE_UNKNOWN_HOME,
     NONCE_BYTES,
     decode_door_message,
-    tun_fields,
     verify_door_signature,
 )
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.names import TunEndReason
 from ftwbridge.proto.pacing import TokenBucket
-from ftwbridge.proto.registry import Msg, peer_reason
-from ftwbridge.proto.roster import AgentGrant, Roster, RosterProblem
+from ftwbridge.proto.registry import Msg
+from ftwbridge.proto.roster import AgentGrant, Roster
 from ftwbridge.store import Store
 
+from .dispatch import dispatch
 from .events import DoorEvents
 from .refusals import RefusalLog, RosterBehind, peer_text
 from .rosters import Rosters
@@ -47,7 +49,6 @@ from .stats import DoorStats
 from .tunnel import WS_GONE, HomeOffline, Limits, LocalEnd, Tun, Uplink, WebSocketLike, close_ws
 
 log = logging.getLogger("ftwbridge.door")
-CLAIM_MAX_MS = 600_000
 DOOR_STRANGERS = 1024
 """Uplinks authenticating at once (each has `door_hello_s`), all addresses together; past it
 the address holding the most loses its oldest (`fairshare.FairShare`)."""
@@ -56,7 +57,6 @@ DOOR_STRANGERS_PER_SOURCE = 64
 together after an outage: they authenticate in one round trip, so 64 at once is plenty)."""
 CLOSE_TRY_LATER = 1013
 """RFC 6455 section 7.4.1: the server is overloaded; the box dials again later."""
-"""A claim offer lasts at most 10 minutes, whatever the box says (PROTOCOL.md part C)."""
 
 
 HOOK_DOWN_S = 2.0
@@ -181,7 +181,8 @@ class Door:
     def _dropped_to_box(self) -> None:
         self.stats.dropped_to_box += 1
 
-    def _limits(self, home: str, *, outbound: bool) -> Limits:
+    def limits(self, home: str, *, outbound: bool) -> Limits:
+        """`home`'s door limits toward the box (`outbound`) or from it; they outlive uplinks."""
         lim = self._buckets.get((home, outbound))
         if lim is None:
             c = self.config
@@ -259,7 +260,7 @@ class Door:
         if home is None:
             return
         uplink = Uplink(
-            home, ws, limits=self._limits(home, outbound=True), on_dropped=self._dropped_to_box
+            home, ws, limits=self.limits(home, outbound=True), on_dropped=self._dropped_to_box
         )
         older = self._uplinks.get(home)
         self._uplinks[home] = uplink
@@ -359,56 +360,4 @@ class Door:
             except RemoteProtocolError as exc:
                 await self._bad_message(uplink.ws, str(exc))
                 return
-            await self._dispatch(uplink, env, raw)
-
-    async def _dispatch(self, uplink: Uplink, env: Envelope, raw: str | bytes) -> None:
-        if env.t == Msg.TUN:
-            try:
-                sid, d = tun_fields(env.b)
-            except RemoteProtocolError:
-                return
-            if not self._limits(uplink.home, outbound=False).allow(trio.current_time(), len(raw)):
-                self.stats.dropped_from_box += 1
-                return
-            t = uplink.tuns.get(sid)
-            if t is not None and t.sink is not None:
-                await t.sink(d)  # the warm path: the session's handler, in this task
-            elif t is not None and not t._deliver(d):
-                self.stats.dropped_from_box += 1
-        elif env.t == Msg.TUN_END:
-            b = env.b if isinstance(env.b, dict) else {}
-            end_sid = b.get("sid")
-            t = uplink.tuns.pop(end_sid, None) if isinstance(end_sid, int) else None
-            if t is not None:
-                t._end(peer_reason(b.get("reason")))
-        elif env.t == Msg.CLAIM_OFFER:
-            b = env.b if isinstance(env.b, dict) else {}
-            digest, expires = b.get("codeHash"), b.get("expiresAtMs")
-            if isinstance(digest, bytes) and len(digest) == 32 and isinstance(expires, int):
-                now = self.wall_ms()
-                expires = min(expires, now + CLAIM_MAX_MS)
-                if self.events.claim_offered is not None:
-                    await self.events.claim_offered(uplink.home, digest, expires)
-                    return
-                for old in [d for d, (h, e) in self.claims.items() if h == uplink.home or e <= now]:
-                    del self.claims[old]  # one open offer per home; expired ones go
-                self.claims[digest] = (uplink.home, expires)
-        elif env.t == Msg.AGENT_DENIED:
-            b = env.b if isinstance(env.b, dict) else {}
-            if isinstance(b.get("req"), str) and self.events.agent_denied is not None:
-                await self.events.agent_denied(uplink.home, b["req"])
-        elif env.t == Msg.ROSTER:
-            b = env.b if isinstance(env.b, dict) else {}
-            signed = b.get("roster")
-            if isinstance(signed, bytes):
-                ok, seq, code = await self.rosters.take_roster(uplink.home, signed)
-            else:
-                held = await self.rosters.roster(uplink.home)
-                self.rosters.count_refused(RosterProblem.MALFORMED.value)
-                ok, seq, code = False, held.seq if held else 0, RosterProblem.MALFORMED.value
-            reply = (
-                Envelope(Msg.ROSTER_OK, None, {"seq": seq})
-                if ok
-                else Envelope(Msg.ROSTER_REFUSED, None, {"seq": seq, "code": code})
-            )
-            await uplink.send_raw(reply.encode())
+            await dispatch(self, uplink, env, raw)

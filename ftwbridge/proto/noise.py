@@ -1,7 +1,8 @@
 """Noise IK handshakes and the explicit-`seq` transport (PROTOCOL.md part A).
 
-`Initiator` and `Responder` wrap noiseprotocol's `NoiseConnection` for
-`Noise_IK_25519_ChaChaPoly_SHA256`; `Transport` seals and opens transport messages with
+`Initiator` runs the bridge's side of `Noise_IK_25519_ChaChaPoly_SHA256` (`ik.py`, the
+specification written out); `Responder`, the box's side, wraps noiseprotocol's
+`NoiseConnection`; `Transport` seals and opens transport messages with
 `cryptography`'s ChaCha20-Poly1305: wire = `seq` (8 bytes big-endian) || AEAD(frame), nonce = 4
 zero bytes || `seq` little-endian, associated data = the 8 `seq` bytes. The receiver keeps a
 64-wide replay window that only authenticated messages move; `seq` 2^64-1 is never used.
@@ -24,6 +25,7 @@ from noise.backends.default.keypairs import KeyPair25519
 from noise.connection import Keypair, NoiseConnection
 
 from .errors import LocalProtocolError, RemoteProtocolError
+from .ik import IKInitiator
 from .registry import SESSION_PROLOGUE
 
 PROTOCOL_NAME: Final = b"Noise_IK_25519_ChaChaPoly_SHA256"
@@ -86,30 +88,6 @@ class StaticKey:
         return bytes(self._pair.public_bytes)
 
 
-class _StaticDH:
-    """noiseprotocol's X25519 functions for one handshake, with DH(our static, the box's
-    static) taken from `key` when it was computed before for the same box key object (which
-    `_box_key_pair` keeps); every other DH, and key generation, go to noiseprotocol's own."""
-
-    __slots__ = ("_box", "_dh", "_key")
-
-    def __init__(self, dh: Any, key: StaticKey, box: Any) -> None:
-        self._dh = dh
-        self._key = key
-        self._box = box
-
-    def __getattr__(self, name: str) -> Any:  # klass, dhlen, generate_keypair
-        return getattr(self._dh, name)
-
-    def dh(self, private: Any, public: Any) -> bytes:
-        key, box = self._key, self._box
-        if private is not key._pair.private or public is not box.public:
-            return bytes(self._dh.dh(private, public))
-        if key._ss is None or key._ss[0] is not box:
-            key._ss = (box, bytes(self._dh.dh(private, public)))  # raises as before if bad
-        return key._ss[1]
-
-
 BOX_KEYS_CACHED: Final = 4096
 """Boxes' Noise public keys kept parsed (`_box_key_pair`): one per home an open reaches."""
 
@@ -162,8 +140,7 @@ class _Handshake:
         if their_static is not None:
             if len(their_static) != KEY_BYTES:
                 raise LocalProtocolError("remote static key must be 32 bytes")
-            box = conn.noise_protocol.keypairs["rs"] = _box_key_pair(bytes(their_static))
-            conn.noise_protocol.dh_fn = _StaticDH(conn.noise_protocol.dh_fn, our_static, box)
+            conn.noise_protocol.keypairs["rs"] = _box_key_pair(bytes(their_static))
         if our_ephemeral is None:
             conn.start_handshake()
         else:  # a fixed ephemeral key: test vectors only; noiseprotocol warns about it
@@ -184,15 +161,21 @@ class _Handshake:
         return TransportKeys(bytes(enc), bytes(dec), bytes(self._conn.get_handshake_hash()))
 
 
-class Initiator(_Handshake):
-    """The agent side of IK: `write_message1()` -> bytes, then `read_message2(bytes)` -> keys.
+class Initiator:
+    """The agent side of IK: `write_message1()` -> bytes, then `read_message2(bytes)` -> keys
+    (the handshake itself is `ik.IKInitiator`).
 
     Args:
         our_static: the agent's X25519 private key (32 bytes, or parsed once: `StaticKey`).
         their_static: the box's Noise static public key from the roster (32 bytes).
         prologue: `session_prologue(their_static)` in production; the vectors use `ftw1`.
         our_ephemeral: a fixed ephemeral private key, for test vectors only.
+
+    Raises:
+        LocalProtocolError: a key of the wrong length.
     """
+
+    __slots__ = ("_failed", "_ik", "_written")
 
     def __init__(
         self,
@@ -202,13 +185,35 @@ class Initiator(_Handshake):
         prologue: bytes | None = None,
         our_ephemeral: bytes | None = None,
     ) -> None:
-        super().__init__(
-            initiator=True,
-            our_static=our_static,
-            their_static=their_static,
-            prologue=session_prologue(their_static) if prologue is None else prologue,
-            our_ephemeral=our_ephemeral,
+        if not isinstance(our_static, StaticKey):
+            our_static = StaticKey(our_static)
+        if prologue is None:
+            prologue = session_prologue(their_static)  # raises for a box key of another size
+        if len(their_static) != KEY_BYTES:
+            raise LocalProtocolError("remote static key must be 32 bytes")
+        box = _box_key_pair(bytes(their_static))
+        key = our_static
+
+        def ss() -> bytes:  # DH(our static, the box's), kept with our key for this box
+            if key._ss is None or key._ss[0] is not box:
+                key._ss = (box, key._pair.private.exchange(box.public))
+            return key._ss[1]
+
+        self._ik = IKInitiator(
+            prologue,
+            key._pair.private,
+            bytes(key._pair.public_bytes),
+            box.public,
+            bytes(their_static),
+            ss,
+            None if our_ephemeral is None else X25519PrivateKey.from_private_bytes(our_ephemeral),
         )
+        self._failed = False
+        self._written = False
+
+    def _guard(self) -> None:
+        if self._failed:
+            raise LocalProtocolError("this handshake already failed")
 
     def write_message1(self, payload: bytes = b"") -> bytes:
         """Handshake message 1 (`e, es, s, ss`): 96 bytes plus the payload's 16-byte-tagged length.
@@ -217,8 +222,12 @@ class Initiator(_Handshake):
             LocalProtocolError: called twice or after a failure.
         """
         self._guard()
+        if self._written:
+            self._failed = True
+            raise LocalProtocolError("cannot write message 1: it was written already")
+        self._written = True
         try:
-            return bytes(self._conn.write_message(payload))
+            return self._ik.message1(payload)
         except _NOISE_ERRORS as exc:
             self._failed = True
             raise LocalProtocolError(f"cannot write message 1: {type(exc).__name__}") from exc
@@ -227,19 +236,19 @@ class Initiator(_Handshake):
         """Read message 2 (`e, ee, se`), returning (transport keys, payload).
 
         Raises:
-            RemoteProtocolError: wrong length for an empty payload is allowed only in vectors;
-                a bad MAC, an all-zero DH result, or any other handshake failure.
+            RemoteProtocolError: too short, a bad MAC, an all-zero DH result, or read before
+                message 1 or twice.
         """
         self._guard()
-        if len(message) < MESSAGE2_BYTES:
+        if len(message) < MESSAGE2_BYTES or not self._written:
             self._failed = True
-            raise RemoteProtocolError("handshake message 2 is too short")
+            raise RemoteProtocolError("handshake message 2 is too short, or out of turn")
+        self._failed = True  # one message 2 per handshake, whatever it holds
         try:
-            payload = bytes(self._conn.read_message(message))
+            send, recv, handshake_hash, payload = self._ik.message2(bytes(message))
         except _NOISE_ERRORS as exc:
-            self._failed = True
             raise _noise_error(exc) from exc
-        return self._keys(), payload
+        return TransportKeys(send, recv, handshake_hash), payload
 
 
 class Responder(_Handshake):

@@ -72,6 +72,9 @@ class Env:
 
     @property
     def door_url(self) -> str:
+        """The door's own listener when it serves (the default here), else the main one's."""
+        if self.bridge.door_url is not None:
+            return self.bridge.door_url
         return self.url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
 
     async def add_home(self, name: str, *args: str) -> Home:
@@ -134,6 +137,7 @@ async def start_env(nursery: trio.Nursery, tmp: Path, **config: Any) -> Env:
     settings: dict[str, Any] = {
         "admin_bind": "127.0.0.1:0",
         "bind": "127.0.0.1:0",
+        "door_bind": "127.0.0.1:0",  # the boxes dial the door's own listener
         "public_url": "http://127.0.0.1:0",
     } | config
     cfg = Config(state_dir=tmp, **settings)

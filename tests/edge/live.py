@@ -98,6 +98,8 @@ class LiveBridge:
     tmp: Path
     url: str = ""
     admin_url: str = ""
+    door_port: int = 0
+    """The door's own listener (`door_bind`), which the home dials."""
     tokens: list[str] = field(default_factory=list)
     _checks: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -138,8 +140,11 @@ class LiveBridge:
         """Start the bridge and the home, grant one agent, and mint its token."""
         live = cls(tmp)
         port, admin_port = free_port(), free_port()  # a token's audience names the port
+        live.door_port = free_port()
         config = {
             "bind": f"127.0.0.1:{port}",
+            "door_bind": f"127.0.0.1:{live.door_port}",
+            "door_handshake_s": 3.0,
             "public_url": f"http://127.0.0.1:{port}",
             "admin_bind": f"127.0.0.1:{admin_port}",
             "state_dir": str(tmp / "state"),
@@ -164,7 +169,7 @@ class LiveBridge:
         proc, line = live._spawn("-m", "ftwbridge", "serve", "--config", str(tmp / "bridge.toml"))
         live.url = line.split()[-1]
         live.admin_url = proc.stdout.readline().decode().split()[-1]  # type: ignore[union-attr]
-        door = live.url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+        door = f"ws://127.0.0.1:{live.door_port}/v1/box"
         _, line = live._spawn("-m", "stubbox", "--bridge", door, "--home", HOME, "--seed", HOME)
         console_port = json.loads(line)["console"]
         for n in range(AGENTS):
@@ -218,14 +223,21 @@ class LiveBridge:
         """Whether the bridge process still runs."""
         return self.procs[0].poll() is None
 
-    def connect(self, *, admin: bool = False) -> socket.socket:
-        """A fresh TCP connection to the main (or admin) listener."""
-        return socket.create_connection(self.admin if admin else self.main, timeout=WAIT_S)
+    @property
+    def door(self) -> tuple[str, int]:
+        return "127.0.0.1", self.door_port
 
-    def upgrade(self, path: str = "/v1/box", *, admin: bool = False) -> tuple[socket.socket, bytes]:
+    def connect(self, *, admin: bool = False, door: bool = False) -> socket.socket:
+        """A fresh TCP connection to the main (or admin, or the door's own) listener."""
+        where = self.door if door else self.admin if admin else self.main
+        return socket.create_connection(where, timeout=WAIT_S)
+
+    def upgrade(
+        self, path: str = "/v1/box", *, admin: bool = False, door: bool = False
+    ) -> tuple[socket.socket, bytes]:
         """A WebSocket connection after the 101, and what came after the 101's head."""
-        sock = self.connect(admin=admin)
-        host, port = self.admin if admin else self.main
+        sock = self.connect(admin=admin, door=door)
+        host, port = self.door if door else self.admin if admin else self.main
         sock.sendall(WS_UPGRADE.format(path=path, host=f"{host}:{port}").encode())
         head = b""
         while b"\r\n\r\n" not in head:
@@ -259,9 +271,10 @@ class LiveBridge:
         answer: dict[str, Any] = json.loads(payload)
         return answer
 
-    def door_challenge(self) -> dict[str, Any]:
-        """Open a fresh uplink and read the door's first message (`door.challenge`)."""
-        sock, data = self.upgrade()
+    def door_challenge(self, *, door: bool = False) -> dict[str, Any]:
+        """Open a fresh uplink (on the main listener, or the door's own) and read the door's
+        first message (`door.challenge`)."""
+        sock, data = self.upgrade(door=door)
         with sock:
             sock.settimeout(WAIT_S)
             while len(data) < 2 or len(data) < 2 + (data[1] & 0x7F):
@@ -274,11 +287,12 @@ class LiveBridge:
 
     def assert_serving(self) -> None:
         """The bridge process is up, a normal `/mcp` call reads the home through the existing
-        uplink, and a new uplink is challenged by the door."""
+        uplink, and a new uplink is challenged by the door on either listener."""
         assert self.alive, "the bridge process has stopped"
         answer = self.mcp_status()
         assert "result" in answer and not answer["result"].get("isError"), answer
         assert self.door_challenge()["t"] == "door.challenge"
+        assert self.door_challenge(door=True)["t"] == "door.challenge"
 
     def metrics(self) -> str:
         """The admin listener's `/metrics` text."""

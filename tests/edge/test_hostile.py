@@ -188,10 +188,12 @@ WS_CASES: dict[str, tuple[bytes, set[int]]] = {
 }
 
 
+@pytest.mark.parametrize("listener", ["main", "door"])
 @pytest.mark.parametrize("name", list(WS_CASES))
-def test_websocket_corpus(live: LiveBridge, name: str) -> None:
+def test_websocket_corpus(live: LiveBridge, name: str, listener: str) -> None:
+    """Each case on the main listener's `/v1/box` and on the door's own listener."""
     payload, codes = WS_CASES[name]
-    sock, after_101 = live.upgrade()
+    sock, after_101 = live.upgrade(door=listener == "door")
     with sock:
         # a message over the limit is closed while we still send: then read the close
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -233,12 +235,15 @@ frames = st.builds(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(st.lists(frames, min_size=1, max_size=6), st.integers(0, 3))
-def test_generated_frame_sequences(live: LiveBridge, sequence: list[bytes], cut: int) -> None:
-    """Sequences of frames, valid and not, some cut short mid-frame; the bridge survives each."""
+@given(st.lists(frames, min_size=1, max_size=6), st.integers(0, 3), st.booleans())
+def test_generated_frame_sequences(
+    live: LiveBridge, sequence: list[bytes], cut: int, door: bool
+) -> None:
+    """Sequences of frames, valid and not, some cut short mid-frame, on either listener; the
+    bridge survives each."""
     data = b"".join(sequence)
     data = data[: len(data) - cut] if cut else data
-    sock, _ = live.upgrade()
+    sock, _ = live.upgrade(door=door)
     with sock:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(data)

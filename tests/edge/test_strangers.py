@@ -1,5 +1,5 @@
 """Connections that have not sent a whole request get their own quota on every hypercorn
-listener (ftwbridge/edge.py; docs/operations.md, "Limits that strangers cannot fill"): a
+listener (ftwbridge/edge/; docs/operations.md, "Limits that strangers cannot fill"): a
 thousand idle strangers on raw sockets, from several loopback addresses, hold at most
 `MAX_STRANGERS` of the bridge's sockets, and a box and an assistant still get in."""
 

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from ftwbridge.door import Tun
+from ftwbridge.door.dispatch import dispatch
 from ftwbridge.door.tunnel import ACLOSE_S, Uplink
 from ftwbridge.proto.door import tun as tun_message
 from ftwbridge.proto.envelope import decode_envelope
@@ -51,7 +52,7 @@ async def test_local_causes_reach_the_box_as_closed(
     uplink = next(iter(rig.door._uplinks.values()))
     (tun,) = uplink.tuns.values()
     garbage = tun_message(tun.sid, b"\x00" * 40)  # bytes that fail the session's authentication
-    await rig.door._dispatch(uplink, decode_envelope(garbage), garbage)
+    await dispatch(rig.door, uplink, decode_envelope(garbage), garbage)
     with trio.fail_after(5):
         await rig.pool._wait_until(lambda: not rig.pool.statistics().sessions)
     assert rig.pool.statistics().drops.get("protocol_error") == 1
@@ -87,7 +88,7 @@ async def test_tun_aclose_is_bounded_when_the_send_blocks(
 ) -> None:
     rig = Rig(nursery)
     ws = _Stuck()
-    uplink = Uplink("h1", ws, limits=rig.door._limits("h1", outbound=True), on_dropped=print)
+    uplink = Uplink("h1", ws, limits=rig.door.limits("h1", outbound=True), on_dropped=print)
     tun = Tun(uplink, uplink.new_sid())
     uplink.tuns[tun.sid] = tun
     start = trio.current_time()

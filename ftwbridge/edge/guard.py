@@ -1,0 +1,154 @@
+"""The fault guard of each connection: what a peer's bytes make hypercorn raise ends that
+connection alone (the `ftwbridge.edge` package's docstring has the rules and the names of
+hypercorn used here)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import trio
+from hypercorn.events import Closed, Event, RawData
+from hypercorn.trio.tcp_server import MAX_RECV
+
+from ftwbridge.edgerules import (
+    BAD_REQUEST,
+    CLOSE_PROTOCOL_ERROR,
+    LAST_WORDS_S,
+)
+from ftwbridge.fairshare import SlotRefused, Slots, source_key
+
+from .writes import WritingServer
+
+log = logging.getLogger("ftwbridge.edge")
+
+
+class GuardedTCPServer(WritingServer):
+    """hypercorn's connection handler with one change: a fault ends this connection alone.
+
+    Everything a peer can make hypercorn raise is caught at the two places it surfaces: the
+    read loop (`_read_data`, where received bytes are parsed) and the connection task as a whole
+    (`run`, where errors of the connection's own tasks such as pings arrive). Cancellation is
+    never caught.
+    """
+
+    async def _read_data(self) -> None:
+        parse = self.protocol.handle
+
+        async def handle(event: Event) -> None:
+            if not (self._discarding and isinstance(event, RawData) and event.data):
+                await parse(event)
+
+        self.protocol.handle = handle  # type: ignore[method-assign]
+        try:
+            await self._read_loop()
+        except Exception as exc:
+            await self._fault(exc)
+        finally:
+            self._close_timer.cancel()  # the connection has ended: no Close left to wait for
+            # and no keep-alive timer either: it would hold the socket 5 s more
+            self.idle_task.end()  # type: ignore[attr-defined]
+            if self._upgraded:
+                # hypercorn's WebSocket ping task sleeps `websocket_ping_interval` (the door's
+                # 15 s) between pings, and the connection, its socket and its buffers with it,
+                # waited for it to wake: 100 strangers held 20 MiB for 15 s. What is left of
+                # an ended WebSocket gets `LAST_WORDS_S`, then is cancelled.
+                nursery = self._task_group._nursery
+                if nursery is not None:
+                    scope = nursery.cancel_scope
+                    scope.deadline = min(scope.deadline, trio.current_time() + LAST_WORDS_S)
+
+    async def _read_loop(self) -> None:
+        """hypercorn's `TCPServer._read_data`, with its read timeout in a scope of our own, so
+        that a stream's response lifts it (`_stream`): the bytes read, the end of the loop and
+        the `Closed` it hands on are hypercorn's."""
+        while True:
+            limit = self.config.read_timeout
+            deadline = trio.current_time() + limit if limit and not self._streaming else math.inf
+            with trio.CancelScope(deadline=deadline) as self._read_scope:
+                try:
+                    data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+            if self._read_scope.cancelled_caught:
+                break  # the read timeout: hypercorn's TooSlowError
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
+
+    async def run(self) -> None:
+        """Serve the connection; a fault anywhere in it ends it alone (see the module). Until
+        its first request head is whole it holds a slot of the listener's `strangers`, and
+        ends at once if a lighter peer's arrival sheds it."""
+        connections = getattr(self.config, "connections", None)
+        if connections is not None:
+            connections.add(self)
+        try:
+            strangers: Slots | None = getattr(self.config, "strangers", None)
+            source = self._source()
+            if strangers is None or source is None:
+                await self._run_guarded()
+                return
+            with strangers.hold(source) as scope:
+                self._stranger = (strangers, source, scope)
+                with scope:
+                    await self._run_guarded()
+            if scope.cancelled_caught:
+                log.debug("a connection from %s that sent no request was shed", source)
+                if connections is not None:
+                    connections.turned_away["shed"] += 1
+        except SlotRefused:
+            log.debug("a connection from %s was refused: it holds too many idle ones", source)
+            if connections is not None:
+                connections.turned_away["refused"] += 1
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+        finally:
+            if connections is not None:
+                connections.discard(self)
+
+    def _source(self) -> str | None:
+        """The peer's address, the key of its stranger slots; None when it is exempt."""
+        try:
+            host = str(self.stream.socket.getpeername()[0])
+        except (OSError, AttributeError, IndexError):
+            return "?"
+        return source_key(host, getattr(self.config, "exempt", ()))
+
+    async def _run_guarded(self) -> None:
+        try:
+            await super().run()
+        except BaseExceptionGroup as group:  # the stream is closed by hypercorn's `finally`
+            cancelled, other = group.split(trio.Cancelled)
+            if other is not None and not self._faulted:
+                self._report(other)
+            if cancelled is not None:
+                raise cancelled from None  # the server's own cancellation goes on its way
+            if other is not None and other.split(Exception)[1] is not None:
+                raise  # KeyboardInterrupt and its kind are not a connection's fault
+        except Exception as exc:
+            if not self._faulted:
+                self._report(exc)
+
+    async def _fault(self, exc: Exception) -> None:
+        """Say what can still be said, close the socket, and end every task of the connection."""
+        if not self._faulted:
+            self._report(exc)
+        last_words = b""
+        if self._bytes_sent == 0 and not self._upgraded:
+            last_words = BAD_REQUEST
+        elif self._upgraded and not self._close_sent:
+            last_words = CLOSE_PROTOCOL_ERROR
+        with trio.move_on_after(LAST_WORDS_S):
+            if last_words:
+                try:
+                    async with self.send_lock:
+                        await self.stream.send_all(last_words)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                    pass  # the peer is gone already; closing is all that is left
+        with trio.CancelScope(shield=True):
+            await self.stream.aclose()
+        nursery = self._task_group._nursery
+        if nursery is not None:
+            nursery.cancel_scope.cancel()

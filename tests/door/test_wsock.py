@@ -1,0 +1,180 @@
+"""`door.wsock.LeanSocket` on memory streams, with trio's MockClock: its timing rules (pings,
+the silence rule, the wait for a Close in reply) and its limits (RFC 6455 sections 5 and 7)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+from wsproto.connection import Connection, ConnectionType
+from wsproto.events import BytesMessage, CloseConnection, Event, Message, Ping, TextMessage
+
+from ftwbridge.door.wsock import BoxGone, LeanSocket
+from ftwbridge.edgerules import CLOSE_REPLY_S, LAST_WORDS_S
+
+SILENCE_S = 45.0
+PING_S = 15.0
+
+
+class Box:
+    """The box's end: wsproto's client `Connection` over the other memory stream."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.conn = Connection(ConnectionType.CLIENT)
+
+    async def send(self, event: Event) -> None:
+        await self.stream.send_all(self.conn.send(event))
+
+    async def events(self) -> list[Event]:
+        """What the door has sent so far (waits for at least one read); [] once it closed."""
+        data = await self.stream.receive_some(65536)
+        if not data:
+            return []
+        self.conn.receive_data(data)
+        return list(self.conn.events())
+
+
+def pair(max_message: int = 65536) -> tuple[LeanSocket, Box]:
+    ours, theirs = trio.testing.memory_stream_pair()
+    ws = LeanSocket(
+        ours,
+        Connection(ConnectionType.SERVER),
+        "192.0.2.1",
+        silence_s=SILENCE_S,
+        max_message=max_message,
+    )
+    return ws, Box(theirs)
+
+
+async def test_messages_either_way_text_and_fragments(autojump_clock: trio.abc.Clock) -> None:
+    ws, box = pair()
+    await box.send(Message(data=b"ab", message_finished=False))
+    await box.send(Message(data=b"cd"))
+    await box.send(TextMessage(data="hi"))
+    assert await ws.receive() == b"abcd"
+    assert await ws.receive() == "hi"
+    await ws.send(b"\x01\x02")
+    [event] = await box.events()
+    assert isinstance(event, BytesMessage) and event.data == b"\x01\x02"
+
+
+async def test_pings_then_silence_closes(autojump_clock: trio.abc.Clock) -> None:
+    """A Ping every `ping_s`; a box that answers none is let go `silence_s` after its last bytes."""
+    ws, box = pair()
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ws.watch, PING_S)
+        with pytest.raises(BoxGone):
+            await ws.receive()
+        nursery.cancel_scope.cancel()
+    took = trio.current_time() - started
+    assert SILENCE_S <= took < SILENCE_S + 1, took
+    events = []
+    while more := await box.events():
+        events += more
+    assert [type(e) for e in events] == [Ping, Ping]  # at 15 s and 30 s; at 45 s it closed
+
+
+async def test_a_box_that_answers_pings_is_not_silent(autojump_clock: trio.abc.Clock) -> None:
+    ws, box = pair()
+
+    async def answer_pings() -> None:
+        while events := await box.events():
+            for event in events:
+                if isinstance(event, Ping):
+                    await box.send(event.response())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ws.watch, PING_S)
+        nursery.start_soon(answer_pings)
+        with trio.move_on_after(SILENCE_S * 4) as scope:
+            await ws.receive()  # no message comes; pongs keep it open
+        assert scope.cancelled_caught
+        nursery.cancel_scope.cancel()
+
+
+async def test_our_close_waits_for_the_reply_then_lets_go(autojump_clock: trio.abc.Clock) -> None:
+    """A Close from another task while the reader waits: the box sends none back, so the
+    stream closes `CLOSE_REPLY_S` later (RFC 6455 section 7.1.1)."""
+    ws, box = pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ws.watch, PING_S)
+
+        async def reader() -> None:
+            with pytest.raises(BoxGone):
+                await ws.receive()
+            await ws.drain()
+
+        nursery.start_soon(reader)
+        await trio.sleep(1)
+        started = trio.current_time()
+        await ws.close(4409, "superseded")
+        [event] = await box.events()
+        assert isinstance(event, CloseConnection) and event.code == 4409
+        while await box.stream.receive_some(65536):
+            pass  # the door closes the stream
+        assert trio.current_time() - started == pytest.approx(CLOSE_REPLY_S, abs=0.1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_boxs_close_is_answered(autojump_clock: trio.abc.Clock) -> None:
+    ws, box = pair()
+    await box.send(CloseConnection(code=1000))
+    with pytest.raises(BoxGone):
+        await ws.receive()
+    [event] = await box.events()
+    assert isinstance(event, CloseConnection) and event.code == 1000
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"\x82\x01a", 1002),  # unmasked: a client must mask (section 5.1)
+        (b"\x89\xfe\x00\x80" + bytes(4) + bytes(128), 1002),  # a ping over 125 bytes
+        (b"\x81\x82\x00\x00\x00\x00\xff\xfe", 1007),  # text that is not UTF-8
+    ],
+)
+async def test_a_broken_frame_fails_the_socket(
+    autojump_clock: trio.abc.Clock, raw: bytes, code: int
+) -> None:
+    ws, box = pair()
+    await box.stream.send_all(raw)
+    with pytest.raises(BoxGone):
+        await ws.receive()
+    assert ws.fault is not None and str(code) in ws.fault
+    [event] = await box.events()
+    assert isinstance(event, CloseConnection) and event.code == code
+
+
+async def test_a_message_over_the_limit_is_refused_as_it_grows(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Refused past `max_message` while it still comes (1009): never buffered whole."""
+    ws, box = pair(max_message=1000)
+    await box.send(Message(data=b"a" * 600, message_finished=False))
+    await box.send(Message(data=b"a" * 600, message_finished=False))
+    with pytest.raises(BoxGone):
+        await ws.receive()
+    [event] = await box.events()
+    assert isinstance(event, CloseConnection) and event.code == 1009
+    with pytest.raises(BoxGone):
+        await ws.send(b"x")  # closed: no more messages either way
+
+
+async def test_a_failed_socket_drops_what_still_comes_then_lets_go(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """After a Close that fails the connection (1009 here), what the box still sends is read
+    and dropped for `LAST_WORDS_S`, then the stream closes: our Close is not lost to a reset."""
+    ws, box = pair(max_message=1000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ws.watch, PING_S)
+        await box.send(Message(data=b"a" * 1200, message_finished=False))
+        with pytest.raises(BoxGone):
+            await ws.receive()
+        started = trio.current_time()
+        await box.send(Message(data=b"b" * 500, message_finished=False))  # still coming
+        await ws.drain()
+        assert trio.current_time() - started == pytest.approx(LAST_WORDS_S, abs=0.1)
+        nursery.cancel_scope.cancel()
