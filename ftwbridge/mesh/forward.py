@@ -31,7 +31,7 @@ from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import StoreError
-from ftwbridge.store.directory import Directory, Holder
+from ftwbridge.store.directory import Holder, Holders
 
 from . import signing
 from .hop import STREAM_TIMEOUT, dumps, end_to_end, passed_on, token_digest
@@ -68,7 +68,8 @@ class Forwarder:
     """Forwards `/mcp` requests to their home's holder.
 
     Args:
-        directory: who holds which home.
+        directory: who holds which home (`KnownHolders`: in memory, no query per call); told
+            of each holder that answered 421 or was not reached.
         holds: async (home, epoch) -> whether this instance holds the home at that claim.
         here: home -> whether the home's uplink is connected to this instance now; such a
             call is answered here with no directory lookup (default: never).
@@ -84,7 +85,7 @@ class Forwarder:
     def __init__(
         self,
         *,
-        directory: Directory,
+        directory: Holders,
         holds: Callable[[str, int], Awaitable[bool]],
         here: Callable[[str], bool] = lambda home: False,
         http: httpx2.AsyncClient,
@@ -225,6 +226,7 @@ class Forwarder:
             )
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             self.stats.unreachable += 1
+            self._directory.forget(home, holder, unreachable=True)
             log.warning(
                 "forward of home %s: instance %s at %s not reached (%s)%s",
                 home,
@@ -245,6 +247,7 @@ class Forwarder:
             return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_lost"})
         if resp.status_code == 421 and resp.headers.get(MOVED):
             self.stats.moved += 1
+            self._directory.forget(home, holder)
             log.info(
                 "forward of home %s: %s no longer holds it at epoch %d",
                 home,
@@ -312,6 +315,7 @@ class Forwarder:
                     "POST", holder.url + PATH, headers=headers, content=body, timeout=STREAM_TIMEOUT
                 ) as r:
                     if r.status_code == 421 and r.headers.get(MOVED):
+                        self._directory.forget(home, holder)
                         raise httpx2.ConnectError("the holder no longer holds the home")
                     resp.status = r.status_code
                     resp.headers = end_to_end(r.headers)
@@ -320,6 +324,8 @@ class Forwarder:
                 self.stats.forwarded += 1
             except httpx2.TransportError as exc:
                 self.stats.holder_lost += 1
+                if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+                    self._directory.forget(home, holder, unreachable=True)
                 log.warning(
                     "listen of home %s at instance %s ended (%s)", home, holder.instance, exc
                 )

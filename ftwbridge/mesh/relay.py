@@ -32,7 +32,7 @@ from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.registry import Msg
 from ftwbridge.store import StoreError
-from ftwbridge.store.directory import Directory
+from ftwbridge.store.directory import Holders
 
 from . import signing
 
@@ -65,7 +65,7 @@ class BoxRelay:
     def __init__(
         self,
         *,
-        directory: Directory,
+        directory: Holders,
         here: Callable[[str], bool],
         send_here: SendHere,
         http: httpx2.AsyncClient,
@@ -139,6 +139,7 @@ class BoxRelay:
             try:
                 resp = await self._http.post(holder.url + RELAY_PATH, headers=headers, content=body)
             except httpx2.TransportError as exc:
+                self._directory.forget(home, holder, unreachable=True)
                 log.warning(
                     "agent.request for home %s: instance %s not reached (%s)",
                     home,
@@ -148,8 +149,10 @@ class BoxRelay:
                 continue
             if resp.status_code == 204:
                 return
-            if resp.status_code == 421 and resp.headers.get(MOVED) and attempt == 1:
-                continue
+            if resp.status_code == 421 and resp.headers.get(MOVED):
+                self._directory.forget(home, holder)
+                if attempt == 1:
+                    continue
             if resp.status_code != 503:
                 log.warning(
                     "agent.request for home %s: instance %s answered %d: %s",

@@ -32,10 +32,14 @@ class Directory:
     def __init__(self, *holders: Holder | None) -> None:
         self.holders = list(holders)
         self.lookups = 0
+        self.forgotten: list[tuple[str, Holder, bool]] = []
 
     async def holder(self, home: str) -> Holder | None:
         self.lookups += 1
         return self.holders[min(self.lookups, len(self.holders)) - 1]
+
+    def forget(self, home: str, holder: Holder, *, unreachable: bool = False) -> None:
+        self.forgotten.append((home, holder, unreachable))
 
 
 async def _never_held(home: str, epoch: int) -> bool:
@@ -50,7 +54,7 @@ def _forwarder(
     require_tls: bool = False,
 ) -> Forwarder:
     return Forwarder(
-        directory=directory,  # type: ignore[arg-type]
+        directory=directory,
         holds=_never_held,
         here=here,
         http=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
@@ -139,6 +143,7 @@ async def test_a_421_from_the_holder_means_one_more_lookup() -> None:
     answer = await _forwarder(directory, moved_then_ok).forward("h", _request(), BODY, 1)
     assert isinstance(answer, HttpResponse) and answer.status == 200
     assert urls == ["http://b2.internal:8782/mcp", "http://b3.internal:8782/mcp"]
+    assert directory.forgotten == [("h", B2, False)]  # the next lookup must not name b-2
     # moved twice: the call ends in words rather than chasing the home
     directory = Directory(B2, B3)
 
@@ -159,10 +164,12 @@ async def test_a_holder_not_reached_is_looked_up_again_and_tried_once_more() -> 
             raise httpx2.ConnectError("connection refused", request=request)
         return httpx2.Response(200, content=b"{}")
 
-    fwd = _forwarder(Directory(B2, B3), refused_then_ok)
+    directory = Directory(B2, B3)
+    fwd = _forwarder(directory, refused_then_ok)
     answer = await fwd.forward("h", _request(), BODY, 1)
     assert isinstance(answer, HttpResponse) and answer.status == 200
     assert len(urls) == 2 and fwd.stats.unreachable == 1
+    assert directory.forgotten == [("h", B2, True)]
     # the new lookup finds the home here now (the box redialed this instance): answered here
     fwd = _forwarder(Directory(B2, Holder("b-1", 9, "")), refused_then_ok)
     urls.clear()
