@@ -23,8 +23,10 @@ from ftwbridge.store.known import KnownHolders
 from ftwbridge.store.pg_directory import PgDirectory
 from ftwbridge.store.postgres import PgStore
 
-from .forward import Forwarder, new_client
+from .channel import HopClient
+from .forward import Forwarder
 from .holdings import Holdings
+from .hop import new_client
 from .listener import create_internal_app
 from .relay import BoxRelay, add_relay_route
 from .signing import Checker, mesh_key_bytes
@@ -72,9 +74,10 @@ class Node:
         self._door = door
         self.holdings = Holdings(self.directory, door)
         verify = None if config.mesh_cafile is None else client_context(config.mesh_cafile)
-        self._http = new_client(
+        self._http = new_client(  # relayed door messages
             config.call_deadline_s + CALL_SLACK_S, keep_alive_s=config.keep_alive_s, verify=verify
         )
+        self._hop = HopClient(idle_s=config.keep_alive_s / 2, tls=verify)  # forwarded calls
         self.forwarder: Forwarder | None = None
         self.relay: BoxRelay | None = None
         """Sends `agent.request` to a home's box wherever its uplink is (with forwarding)."""
@@ -92,7 +95,7 @@ class Node:
                 directory=self.known,
                 holds=self.holdings.holds,
                 here=door.online,
-                http=self._http,
+                hop=self._hop,
                 key=mesh_key_bytes(config.mesh_key),
                 wall_ms=wall_ms,
                 http_burst=config.http_burst,
@@ -174,6 +177,7 @@ class Node:
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
+                await self._hop.aclose()
                 await self._http.aclose()
 
     def _internal_route(self, service: McpService, metrics: Metrics, mesh_key: str) -> Any:

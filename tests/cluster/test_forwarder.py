@@ -1,12 +1,15 @@
-"""The forwarder's decisions, with a directory in memory and httpx2's
-`MockTransport` as the other instances: when it answers here, what it sends, when it looks up
-again and sends once more, and when a call ends because its holder failed. No sockets; trio's
-clock only paces the entry's guard."""
+"""The forwarder's decisions, with a directory in memory and a hop channel whose other
+instances are functions of httpx2's request and response values (`MockHop`): when it answers
+here, what it sends, when it looks up again and sends once more, and when a call ends because
+its holder failed. No sockets; trio's clock only paces the entry's guard. The channel itself
+over real sockets: tests/cluster/test_channel.py."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import httpx2
 import pytest
@@ -14,6 +17,7 @@ import trio
 
 from ftwbridge.mcp.server import HttpRequest, HttpResponse
 from ftwbridge.mesh import signing
+from ftwbridge.mesh.channel import Answer, HopClient, Lost, NotReached
 from ftwbridge.mesh.forward import Forwarder
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import hash_token
@@ -42,13 +46,37 @@ class Directory:
         self.forgotten.append((home, holder, unreachable))
 
 
+class MockHop(HopClient):
+    """`HopClient` whose holders are `handler`: a `httpx2.ConnectError` it raises means not
+    reached, any other transport error lost after sending."""
+
+    def __init__(self, handler: Callable[[httpx2.Request], Any]) -> None:
+        super().__init__(idle_s=1)
+        self.handler = handler
+
+    async def request(
+        self, url: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> Answer:
+        request = httpx2.Request(method, url + path, headers=headers, content=body)
+        try:
+            resp = self.handler(request)
+            if inspect.isawaitable(resp):
+                resp = await resp
+        except httpx2.ConnectError as exc:
+            raise NotReached(str(exc)) from exc
+        except httpx2.TransportError as exc:
+            raise Lost(str(exc)) from exc
+        pairs = [(k.lower(), v) for k, v in resp.headers.multi_items()]
+        return Answer(resp.status_code, pairs, resp.content)
+
+
 async def _never_held(home: str, epoch: int) -> bool:
     return False
 
 
 def _forwarder(
     directory: Directory,
-    handler: Callable[[httpx2.Request], httpx2.Response],
+    handler: Callable[[httpx2.Request], Any],
     here: Callable[[str], bool] = lambda home: False,
     *,
     require_tls: bool = False,
@@ -57,7 +85,7 @@ def _forwarder(
         directory=directory,
         holds=_never_held,
         here=here,
-        http=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+        hop=MockHop(handler),
         key=KEY,
         wall_ms=lambda: NOW,
         http_burst=1,
