@@ -20,6 +20,7 @@ FIN, which would make a request on it `Lost`).
 
 from __future__ import annotations
 
+import re
 import select
 import ssl
 from collections.abc import AsyncIterator, Iterable
@@ -162,7 +163,7 @@ class HopClient:
         self._tls = tls
         self._connect_s = connect_s
         self._slots = trio.Semaphore(max_connections)
-        self._max_idle = max_connections
+        self._max_idle = max_connections  # also the most under way at once
         self._idle: dict[str, list[_Conn]] = {}
         self._origins: dict[str, _Origin] = {}
         self.connections = 0
@@ -238,15 +239,14 @@ class HopClient:
             Lost: see `Lost`.
         """
         origin = self._origin(url)
+        head = _request_head(method, path, origin.authority, headers, len(body))
         conn = await self._take(url, origin)
-        head = [("host", origin.authority), ("content-length", str(len(body))), *headers]
-        try:
-            data = conn.h11.send(h11.Request(method=method, target=path, headers=head))
-            data += conn.h11.send(h11.Data(data=body)) or b""
-            data += conn.h11.send(h11.EndOfMessage()) or b""
-        except h11.LocalProtocolError as exc:  # a header no HTTP/1.1 request may carry
-            await trio.aclose_forcefully(conn.stream)
-            raise NotReached(f"the request cannot be sent ({exc})") from exc
+        # h11 keeps the connection's state; the head it would write is `head`, made above
+        # with one check of every header instead of its per-header expressions
+        frame = [("host", origin.authority), ("content-length", str(len(body)))]
+        conn.h11.send(h11.Request(method=method, target=path, headers=frame))
+        data = head + (conn.h11.send(h11.Data(data=body)) or b"")
+        conn.h11.send(h11.EndOfMessage())
         try:
             await conn.stream.send_all(data or b"")
             while True:
@@ -268,10 +268,13 @@ class HopClient:
             Lost: see `Lost` (never send it again).
         """
         try:
-            with trio.fail_after(self._connect_s):
-                await self._slots.acquire()
-        except trio.TooSlowError:
-            raise NotReached(f"{POOL_CONNECTIONS} forwards under way already") from None
+            self._slots.acquire_nowait()  # a free slot without a turn of the scheduler
+        except trio.WouldBlock:
+            try:
+                with trio.fail_after(self._connect_s):
+                    await self._slots.acquire()
+            except trio.TooSlowError:
+                raise NotReached(f"{self._max_idle} forwards under way already") from None
         try:
             conn, head = await self._open(url, method, path, headers, body)
             try:
@@ -324,6 +327,35 @@ class HopClient:
         for conns in idle.values():
             for conn in conns:
                 await trio.aclose_forcefully(conn.stream)
+
+
+def _request_head(
+    method: str, path: str, authority: str, headers: list[tuple[str, str]], length: int
+) -> bytes:
+    """The request's head (RFC 9112 section 3: request line, `Host`, `Content-Length`, then
+    `headers`, each `name: value`).
+
+    Raises:
+        NotReached: a name or value no HTTP/1.1 request may carry (a CR, LF or NUL anywhere, a
+            colon or space in a name, an empty name, or a character beyond Latin-1).
+    """
+    names = [name for name, _ in headers]
+    values = "".join(value for _, value in headers)
+    if not all(names) or _BAD_NAME.search("".join(names)) or _BAD_VALUE.search(values):
+        raise NotReached("the request cannot be sent (a header no HTTP/1.1 request may carry)")
+    lines = [f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: {length}\r\n"]
+    lines += [f"{name}: {value}\r\n" for name, value in headers]
+    lines.append("\r\n")
+    try:
+        return "".join(lines).encode("latin-1")
+    except UnicodeEncodeError:
+        raise NotReached("the request cannot be sent (a header beyond Latin-1)") from None
+
+
+_BAD_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+"""Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
+_BAD_VALUE = re.compile(r"[\r\n\0]")
+"""Never in a field value (RFC 9110 section 5.5)."""
 
 
 def _decoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:

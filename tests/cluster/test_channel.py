@@ -14,6 +14,7 @@ from typing import Any
 import h11
 import pytest
 import trio
+import trio.testing
 
 from cluster.ca import ClusterCA
 from ftwbridge.mesh import channel
@@ -128,13 +129,16 @@ async def test_no_holder_listening_is_not_reached() -> None:
 
 async def test_a_header_no_request_may_carry_is_never_sent() -> None:
     async def holder(stream: trio.abc.Stream) -> None:
-        assert await stream.receive_some(100) == b""  # connected, then closed: nothing sent
+        raise AssertionError("never connected to")
 
     with trio.fail_after(BOUND_S):
         async with trio.open_nursery() as nursery:
             url = await _serve(nursery, holder)
-            with pytest.raises(NotReached, match="cannot be sent"):
-                await HopClient(idle_s=30).request(url, "POST", "/mcp", [("x", "a\r\nb: c")], b"")
+            hop = HopClient(idle_s=30)
+            for bad in [("x", "a\r\nb: c"), ("x y", "1"), ("", "1"), ("x", "\0"), ("x", "€")]:
+                with pytest.raises(NotReached, match="cannot be sent"):
+                    await hop.request(url, "POST", "/mcp", [("ok", "1"), bad], b"")
+            assert hop.connections == 0
             nursery.cancel_scope.cancel()
 
 
@@ -237,3 +241,20 @@ async def test_over_tls_the_cluster_ca_is_verified(tmp_path: Path) -> None:
                     url.replace("https", "http"), "POST", "/mcp", [], b""
                 )
             nursery.cancel_scope.cancel()
+
+
+async def test_past_its_forwards_at_once_a_request_is_not_reached(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def holder(stream: trio.abc.Stream) -> None:
+        await _read_request(stream)
+        await trio.sleep_forever()  # answers nothing: the one slot stays taken
+
+    hop = HopClient(idle_s=30, max_connections=1)
+    async with trio.open_nursery() as nursery:
+        url = await _serve(nursery, holder)
+        nursery.start_soon(hop.request, url, "POST", "/mcp", [], b"")
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(NotReached, match="under way"):
+            await hop.request(url, "POST", "/mcp", [], b"")
+        nursery.cancel_scope.cancel()
