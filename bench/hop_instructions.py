@@ -8,11 +8,12 @@ and b2 (the holder), each under valgrind's callgrind with counting off, and stub
 boxes dial b2 alone, so b2 holds every home. After warm-up calls, counting is turned on in
 both instances for `--calls` sequential `tools/call status` (2026-07-28) on one keep-alive
 connection, first straight to b2 (`direct`), then to b1, which forwards each to b2 (`hop`).
-Also counts the database's transactions (`pg_stat_database`; each statement an instance runs
-is one) over each case, less those of the idle window, per call.
+Also reads b1's `ftwbridge_mesh_holder_lookups_total` over the hop's calls: the database
+lookups of a holder per forwarded call.
 Prints millions of instructions per call at each instance and in all, and what the hop adds
 (`hop` at b1 + b2, less `direct` at b2). What the instances do meanwhile with no call (lease
-renewals, timers) is counted for `IDLE_S` after, and taken off in proportion. PostgreSQL's own work is not counted (another
+renewals, timers) is counted for `IDLE_S` before and after, and taken off in proportion; it
+leaves about 0.3 M of noise per figure. PostgreSQL's own work is not counted (another
 process): the forward's database lookups show only as the instance's side of the query.
 
 With `--base REV` it measures that git revision too (checked out in a temporary worktree, run
@@ -46,15 +47,13 @@ from run import MODERN_BODY, MODERN_HEADERS  # type: ignore[import-not-found]  #
 import cluster.procs  # noqa: E402
 import cluster.rig  # noqa: E402
 from cluster.rig import Options, open_cluster  # noqa: E402
-from ftwbridge.store.postgres import PgStore  # noqa: E402
 
 HEADERS = dict(line.split(": ", 1) for line in MODERN_HEADERS.strip().splitlines())
 WARM_CALLS = 40
-FLUSH_S = 11.0
-"""How long PostgreSQL 15 may take to count an idle backend's transactions, s (10 s)."""
-IDLE_S = 20.0
-"""How long the instances' work with no calls (renewals, timers) is counted, s: it is taken
-off each case in proportion to the case's duration."""
+IDLE_S = 30.0
+"""How long the instances' work with no calls (lease renewals, timers: about 10 M instructions
+a second each under callgrind) is counted, s, once before the calls and once after: their
+mean rate is taken off each case in proportion to the case's duration."""
 INSTANCES = ("b1", "b2")
 
 
@@ -91,19 +90,16 @@ async def _control(pids: dict[str, int], *args: str) -> None:
         )
 
 
-async def _transactions(store: PgStore) -> int:
-    """The database's transactions so far (every statement of an instance is one), once the
-    backends have flushed their counts (`FLUSH_S`)."""
-    await trio.sleep(FLUSH_S)
-
-    def work(db: Any) -> int:
-        row = db.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
-            " WHERE datname = current_database()"
-        ).fetchone()
-        return int(row[0])
-
-    return await store.query(work)
+async def _lookups(c: Any) -> float | None:
+    """b1's database lookups of a holder so far (`ftwbridge_mesh_holder_lookups_total`;
+    None at a revision that has no such counter: it looked the holder up on every call)."""
+    url = f"http://127.0.0.1:{c.instance('b1').admin_port}/metrics"
+    async with httpx2.AsyncClient(timeout=300) as http:
+        text = (await http.get(url)).text
+    for row in text.splitlines():
+        if row.startswith("ftwbridge_mesh_holder_lookups_total "):
+            return float(row.split()[1])
+    return None
 
 
 async def _calls(http: httpx2.AsyncClient, url: str, tokens: list[str], n: int) -> None:
@@ -134,11 +130,12 @@ async def measure(calls: int, out: Path) -> dict[str, float]:
         tokens = [h.token for h in c.homes]
         pids = {n: c.instance(n).child.pid for n in INSTANCES}  # type: ignore[union-attr]
         async with httpx2.AsyncClient(timeout=300) as http:
-            for case, entry in (("direct", "b2"), ("hop", "b1"), ("idle", "")):
+            cases = (("idle1", ""), ("direct", "b2"), ("hop", "b1"), ("idle2", ""))
+            for case, entry in cases:
                 url = c.instance(entry).url if entry else ""
                 if url:
                     await _calls(http, url, tokens, WARM_CALLS)
-                before = await _transactions(c.store)
+                before = await _lookups(c)
                 await _control(pids, "-z")
                 await _control(pids, "-i", "on")
                 started = trio.current_time()
@@ -151,14 +148,16 @@ async def measure(calls: int, out: Path) -> dict[str, float]:
                 await _control(pids, "-d")
                 for name in INSTANCES:
                     figures[f"{case}_{name}"] = _totals(out, name) / 1e6
-                figures[f"{case}_tx_s"] = trio.current_time() - started + FLUSH_S
-                figures[f"{case}_tx"] = await _transactions(c.store) - before - 1
+                after = await _lookups(c)
+                if case == "hop":
+                    figures["hop_lookups"] = (
+                        -1.0 if before is None or after is None else (after - before) / calls
+                    )
     for case in ("direct", "hop"):  # less what each instance does meanwhile with no calls
         for name in INSTANCES:
-            idle = figures[f"idle_{name}"] / figures["idle_s"] * figures[f"{case}_s"]
+            rate = (figures[f"idle1_{name}"] + figures[f"idle2_{name}"]) / (2 * IDLE_S)
+            idle = rate * figures[f"{case}_s"]
             figures[f"{case}_{name}"] = (figures[f"{case}_{name}"] - idle) / calls
-        idle_tx = figures["idle_tx"] / figures["idle_tx_s"] * figures[f"{case}_tx_s"]
-        figures[f"{case}_queries"] = (figures[f"{case}_tx"] - idle_tx) / calls
     figures["direct"] = figures["direct_b1"] + figures["direct_b2"]
     figures["hop"] = figures["hop_b1"] + figures["hop_b2"]
     figures["added"] = figures["hop"] - figures["direct"]
@@ -184,10 +183,11 @@ def checkout(rev: str) -> Iterator[Path]:
 
 def line(name: str, f: dict[str, float]) -> str:
     """One result as a line of text."""
+    lookups = "1 (no counter)" if f["hop_lookups"] < 0 else f"{f['hop_lookups']:.2f}"
     return (
         f"{name:16} direct {f['direct']:6.3f} M (b2 {f['direct_b2']:.3f})   hop {f['hop']:6.3f} M"
         f" (b1 {f['hop_b1']:.3f} + b2 {f['hop_b2']:.3f})   the hop adds {f['added']:6.3f} M;"
-        f" database statements per call: direct {f['direct_queries']:.2f}, hop {f['hop_queries']:.2f}"
+        f" holder lookups in the database per forwarded call: {lookups}"
     )
 
 

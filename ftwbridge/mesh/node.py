@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ftwbridge import edge
 from ftwbridge.config import CALL_SLACK_S, Config
@@ -166,6 +168,8 @@ class Node:
             StoreError: (before started) the database does not answer, or another running
                 instance has this `instance_id`.
         """
+        known = _KnownMetrics(self.known)
+        metrics.registry.register(known)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.directory.serve, self.holdings.lost)
@@ -176,6 +180,7 @@ class Node:
                     log.info("instance %s: internal listener at %s", self.instance_id, url)
                 task_status.started()
         finally:
+            metrics.registry.unregister(known)
             with trio.CancelScope(shield=True):
                 await self._hop.aclose()
                 await self._http.aclose()
@@ -221,6 +226,28 @@ class Node:
             hc.certfile, hc.keyfile = str(c.internal_certfile), str(c.internal_keyfile)
         hc.backlog = c.listen_backlog  # hypercorn listens again with it (100)
         return hc
+
+
+class _KnownMetrics(Collector):
+    """`ftwbridge_mesh_holder_lookups_total` (the database lookups of a home's holder: the
+    in-memory directory's misses, none a call in steady state) and `ftwbridge_mesh_holders_known`
+    (homes whose holder is known in memory)."""
+
+    def __init__(self, known: KnownHolders) -> None:
+        self._known = known
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._known.statistics()
+        yield CounterMetricFamily(
+            "ftwbridge_mesh_holder_lookups",
+            "Database lookups of a home's holder (misses of the holders known in memory).",
+            value=stats["lookups"],
+        )
+        yield GaugeMetricFamily(
+            "ftwbridge_mesh_holders_known",
+            "Homes whose holder this instance knows in memory.",
+            value=stats["homes"],
+        )
 
 
 async def _serve_internal(

@@ -32,7 +32,7 @@ from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.registry import Msg
 from ftwbridge.store import StoreError
-from ftwbridge.store.directory import Holders
+from ftwbridge.store.directory import Holder, Holders
 
 from . import signing
 
@@ -97,6 +97,22 @@ class BoxRelay:
             )
             raise HomeOffline(home)
 
+    def _signed(self, holder: Holder, body: bytes) -> dict[str, str]:
+        """The relayed request's headers, signed for `holder` at its epoch (`signing`)."""
+        headers = signing.sign(
+            self._key,
+            sender=self._directory.instance_id,
+            method="POST",
+            path=RELAY_PATH,
+            to=holder.instance,
+            epoch=holder.epoch,
+            body=body,
+            now_ms=self._wall_ms(),
+            headers=[("content-type", "application/json")],
+        )
+        headers["content-type"] = "application/json"
+        return headers
+
     async def send(self, home: str, env: Envelope) -> None:
         """Send `env` to `home`'s box: through this door when its uplink is here, else to its
         holder's internal listener (a 421 or an unreachable holder: one fresh lookup and one
@@ -124,18 +140,7 @@ class BoxRelay:
                 await self._send_here(home, env)
                 return
             self._check_tls(home, holder.instance, holder.url)
-            headers = signing.sign(
-                self._key,
-                sender=self._directory.instance_id,
-                method="POST",
-                path=RELAY_PATH,
-                to=holder.instance,
-                epoch=holder.epoch,
-                body=body,
-                now_ms=self._wall_ms(),
-                headers=[("content-type", "application/json")],
-            )
-            headers["content-type"] = "application/json"
+            headers = self._signed(holder, body)
             try:
                 resp = await self._http.post(holder.url + RELAY_PATH, headers=headers, content=body)
             except httpx2.TransportError as exc:
