@@ -9,7 +9,9 @@ before) runs twice under valgrind's callgrind, with no requests and with `--requ
 time on one keep-alive connection; the difference over the requests is the instructions of one
 request and its answer, both ends together (the holder's side is the same bare h11 server in
 every case, so the difference between clients is the clients'). `--tls` puts both on TLS with a
-throwaway CA (`cluster/ca.py`), as `make cluster`'s hop is.
+throwaway CA (`cluster/ca.py`), as `make cluster`'s hop is. `--holder edge` serves the holder
+with hypercorn through `ftwbridge.edge` and a plain ASGI app, as the internal listener does: the
+difference with the bare h11 holder is what a lean h11 listener could save at the holder.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import h11
 import trio
@@ -73,7 +76,33 @@ async def _holder(stream: trio.abc.Stream) -> None:
             return
 
 
-async def _run(client: str, requests: int, tls_dir: str | None) -> None:
+async def _asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The holder as a plain ASGI app (what `mesh/streams.StreamingRoute` is) for `--holder
+    edge`: the body read, then the answer in one `http.response.body`."""
+    if scope["type"] == "lifespan":
+        while True:
+            kind = (await receive())["type"].rsplit(".", 1)[1]  # startup, shutdown
+            await send({"type": f"lifespan.{kind}.complete"})
+            if kind == "shutdown":
+                return
+    while (await receive()).get("more_body"):
+        pass
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(ANSWER))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": ANSWER})
+
+
+async def _edge_holder(nursery: trio.Nursery) -> str:
+    from ftwbridge import edge
+
+    config = edge.EdgeConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    urls: list[str] = await nursery.start(edge.serve, _asgi, config)
+    return urls[0]
+
+
+async def _run(client: str, requests: int, tls_dir: str | None, holder: str = "h11") -> None:
     import ssl
 
     from ftwbridge.mesh.channel import HopClient
@@ -97,6 +126,8 @@ async def _run(client: str, requests: int, tls_dir: str | None) -> None:
             listeners = [trio.SSLListener(listener, server_tls, https_compatible=True)]
         await nursery.start(trio.serve_listeners, _holder, listeners)
         url = f"{'https' if server_tls else 'http'}://127.0.0.1:{port}"
+        if holder == "edge":
+            url = await _edge_holder(nursery)
         if client == "hop":
             hop = HopClient(idle_s=60, tls=client_tls)
             for _ in range(requests):
@@ -112,10 +143,11 @@ async def _run(client: str, requests: int, tls_dir: str | None) -> None:
         nursery.cancel_scope.cancel()
 
 
-def _count(client: str, requests: int, tls: bool, tmp: Path) -> int:
-    out = tmp / f"cg.{client}.{requests}.{tls}"
+def _count(client: str, requests: int, tls: bool, holder: str, tmp: Path) -> int:
+    out = tmp / f"cg.{client}.{requests}.{tls}.{holder}"
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
     argv += [sys.executable, __file__, "--inner", client, "--requests", str(requests)]
+    argv += ["--holder", holder]
     if tls:
         argv += ["--tls"]
     subprocess.run(argv, check=True, capture_output=True, cwd=tmp)
@@ -130,16 +162,23 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--tls", action="store_true", help="both ends on TLS")
     p.add_argument("--client", choices=("hop", "httpx2"), help="only this client")
+    p.add_argument(
+        "--holder",
+        choices=("h11", "edge"),
+        default="h11",
+        help="the holder: a bare h11 server (h11), or hypercorn through ftwbridge.edge with a"
+        " plain ASGI app, as the internal listener is (edge; plain TCP only)",
+    )
     p.add_argument("--inner", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.inner:
         with tempfile.TemporaryDirectory() as t:
-            trio.run(_run, args.inner, args.requests, t if args.tls else None)
+            trio.run(_run, args.inner, args.requests, t if args.tls else None, args.holder)
         return
     with tempfile.TemporaryDirectory() as t:
         for client in [args.client] if args.client else ["hop", "httpx2"]:
-            none = _count(client, 1, args.tls, Path(t))
-            many = _count(client, 1 + args.requests, args.tls, Path(t))
+            none = _count(client, 1, args.tls, args.holder, Path(t))
+            many = _count(client, 1 + args.requests, args.tls, args.holder, Path(t))
             per = (many - none) / args.requests / 1e6
             print(
                 f"{client:7} {'TLS' if args.tls else 'TCP'}: {per:.3f} M instructions per request"
