@@ -103,10 +103,13 @@ class _Conn:
         self.eof = False
 
     def dead(self) -> bool:
-        """Whether the holder closed it (or sent anything) while it was idle."""
+        """Whether the holder closed it (or sent anything) while it was idle (`poll`, not
+        `select`, which refuses descriptors past 1023)."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLPRI)
         try:
-            return bool(select.select([self.fd], [], [], 0)[0])
-        except (OSError, ValueError):
+            return bool(poller.poll(0))
+        except OSError:
             return True
 
     async def next_event(self, read_s: float | None = None) -> object:

@@ -6,6 +6,7 @@ cluster's CA. Every wait is bounded (`BOUND_S`)."""
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -258,3 +259,34 @@ async def test_past_its_forwards_at_once_a_request_is_not_reached(
         with pytest.raises(NotReached, match="under way"):
             await hop.request(url, "POST", "/mcp", [], b"")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_connection_is_reused_when_the_process_has_many_descriptors() -> None:
+    """Past descriptor 1023 (a busy instance's uplinks and calls), the idle check still works."""
+
+    async def holder(stream: trio.abc.Stream) -> None:
+        while True:
+            await _read_request(stream)
+            await stream.send_all(OK)
+
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if min(hard, 4096) < 1200:
+        pytest.skip("the process may not open 1200 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        hop = HopClient(idle_s=30)
+        with trio.fail_after(BOUND_S):
+            async with trio.open_nursery() as nursery:
+                url = await _serve(nursery, holder)
+                for _ in range(3):
+                    assert (await hop.request(url, "POST", "/mcp", [], b"")).status == 200
+                assert hop.connections == 1
+                await hop.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
