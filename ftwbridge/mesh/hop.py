@@ -37,7 +37,8 @@ HOP_BY_HOP = frozenset(
 def new_client(
     deadline_s: float, *, keep_alive_s: float, verify: ssl.SSLContext | None = None
 ) -> httpx2.AsyncClient:
-    """The HTTP client forwards go through: `CONNECT_S` to connect or get a pooled
+    """The HTTP client relayed door messages go through (`relay.BoxRelay`; forwarded calls
+    go through `channel.HopClient`): `CONNECT_S` to connect or get a pooled
     connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
     redirects, no environment proxies; `https://` holders verified with `verify` (the
     cluster's CA, `mesh.tls.client_context`; None: the system's CAs).
