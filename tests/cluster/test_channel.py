@@ -192,7 +192,7 @@ async def test_a_stream_comes_piece_by_piece_and_a_silent_one_is_lost() -> None:
         conn.receive_data(b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
         conn.next_event()
         head = h11.Response(status_code=200, headers=[("content-type", "text/event-stream")])
-        await stream.send_all(conn.send(head) + conn.send(h11.Data(data=b"one")))  # type: ignore[operator]
+        await stream.send_all(conn.send(head) + conn.send(h11.Data(data=b"one")))
         await more.wait()
         await stream.send_all(conn.send(h11.Data(data=b"two")) or b"")
         await trio.sleep_forever()  # then silence

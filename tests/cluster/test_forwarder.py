@@ -275,7 +275,7 @@ async def test_with_tls_required_an_agent_request_is_never_relayed_in_clear() ->
         raise AssertionError("not here")
 
     relay = BoxRelay(
-        directory=Directory(B2),  # type: ignore[arg-type]
+        directory=Directory(B2),
         here=lambda home: False,
         send_here=send_here,
         http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
@@ -301,7 +301,7 @@ async def test_a_holder_that_never_answers_ends_the_call_by_its_deadline(
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
-    fwd = _forwarder(Directory(B2), frozen)  # type: ignore[arg-type]
+    fwd = _forwarder(Directory(B2), frozen)
     start = trio.current_time()
     req = replace(_request(), work_ends=start + 24.5)
     ended = await fwd.forward("h", req, BODY, 1)
@@ -311,7 +311,7 @@ async def test_a_holder_that_never_answers_ends_the_call_by_its_deadline(
     assert one.headers["ftw-budget-ms"] == "24000"
     assert fwd.stats.late == 1
     # a lookup that does not come back by then is not a send: unreachable, not late
-    fwd = _forwarder(SlowDirectory(), frozen)  # type: ignore[arg-type]
+    fwd = _forwarder(SlowDirectory(), frozen)
     req = replace(_request(), work_ends=trio.current_time() + 3)
     ended = await fwd.forward("h", req, BODY, 1)
     assert ended == Refusal("E_UNAVAILABLE", {"reason": "holder_unreachable"})
@@ -324,3 +324,28 @@ class SlowDirectory(Directory):
     async def holder(self, home: str) -> Holder | None:
         await trio.sleep_forever()
         raise AssertionError("unreachable")
+
+
+async def test_a_relayed_agent_request_forgets_a_holder_that_moved_or_is_not_reached() -> None:
+    from ftwbridge.mesh.relay import BoxRelay
+    from ftwbridge.proto.envelope import Envelope
+
+    answers = iter([httpx2.Response(421, headers={"ftw-mesh-moved": "1"}), httpx2.Response(204)])
+
+    def holder(request: httpx2.Request) -> httpx2.Response:
+        return next(answers)
+
+    async def send_here(home: str, env: Envelope) -> None:
+        raise AssertionError("not here")
+
+    directory = Directory(B2, B3)
+    relay = BoxRelay(
+        directory=directory,
+        here=lambda home: False,
+        send_here=send_here,
+        http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
+        key=KEY,
+        wall_ms=lambda: NOW,
+    )
+    await relay.send("h", Envelope("agent.request", None, {"req": "r1"}))
+    assert directory.forgotten == [("h", B2, False)] and directory.lookups == 2
