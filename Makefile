@@ -114,12 +114,14 @@ bench-opens: $(STAMP)
 	$(BIN)/python bench/opens.py --instructions
 
 # Instructions per call of the bridge and each peer (sdk-trio, sdk-uvicorn, the TypeScript SDK's
-# server on Node) under valgrind's callgrind: a figure a busy machine cannot move.
+# server on Node) under valgrind's callgrind: a figure a busy machine cannot move; then what the
+# cluster hop adds to a call (bench/hop_instructions.py: two instances, PostgreSQL).
 # BENCH_BASE=REV also measures the bridge at that git revision (docs/performance.md).
-bench-instructions: $(STAMP) $(PEERS)
+bench-instructions: $(STAMP) $(PEERS) postgres haproxy
 	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	cd bench && ../$(BIN)/python instructions.py $(if $(BENCH_BASE),--base $(BENCH_BASE))
+	$(BIN)/python bench/hop_instructions.py $(if $(BENCH_BASE),--base $(BENCH_BASE))
 
 # Scheduler turns per warm bridged call (bench/turns.py): trio's run loop counted by an
 # instrument, with where the bridge's tasks gave up the CPU; about 15 s, no load can move it.

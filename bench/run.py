@@ -481,6 +481,14 @@ def main() -> None:
     affinity = json.loads(hop_lines[-1])  # cluster_affinity.measure, by mode
     cluster["balancer"] = {"hop_share": affinity["learned"]["share"], "mode": "learned"}
     callgrind = callgrind_figures()
+    print("what the hop adds under callgrind (bench/hop_instructions.py):", flush=True)
+    hop = _last_json([PY, str(BENCH / "hop_instructions.py"), "--json"])["bridge"]
+    print(f"  {hop}", flush=True)
+    for row in cluster["hop"]:
+        if row["connections"] == 1:  # the goals' row: one connection
+            row["added_minstr_per_call"] = hop["added"]
+            lookups = hop.get("hop_lookups", -1)
+            row["db_queries_per_call"] = None if lookups < 0 else lookups
     print("live streams (bench/listen.py):", flush=True)
     listen = listen_case()
     result = {

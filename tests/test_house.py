@@ -7,14 +7,6 @@ from __future__ import annotations
 
 from devtools import house
 
-RESHAPED_NOW = {
-    # Being reshaped right now by the lean door listener and the cluster directory work; their
-    # authors split them as they land. Nothing else may join this list.
-    "ftwbridge/edge.py",
-    "ftwbridge/door/door.py",
-    "ftwbridge/mesh/node.py",
-}
-
 LONG_ON_PURPOSE = {
     # The strict CBOR check runs on every frame a box sends: one loop over the head bytes, with
     # the tables bound to locals; a helper per item would cost a Python call per CBOR item
@@ -32,21 +24,13 @@ TYPE_ONLY_CYCLES = [
 ]
 
 
-def _reshaped(where: str) -> bool:
-    return where.split(":")[0] in RESHAPED_NOW
-
-
 def test_modules_stay_within_400_lines() -> None:
-    big = [(w, n) for w, n in house.figures().big_modules if not _reshaped(w)]
+    big = house.figures().big_modules
     assert big == []
 
 
 def test_functions_stay_within_60_lines() -> None:
-    long = [
-        (w, n)
-        for w, n in house.figures().long_functions
-        if not _reshaped(w) and w not in LONG_ON_PURPOSE
-    ]
+    long = [(w, n) for w, n in house.figures().long_functions if w not in LONG_ON_PURPOSE]
     assert long == []
 
 

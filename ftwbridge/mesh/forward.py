@@ -2,8 +2,8 @@
 another instance"): a `/mcp` request whose token's home is held by another instance goes
 there whole, signed, and its answer comes back as it was (the hop's HTTP: `mesh/hop.py`).
 
-`Forwarder.forward` decides with the directory, sends with one shared `httpx2.AsyncClient`
-(bounded pool and timeouts), and keeps to these rules: at most one hop; after a 421
+`Forwarder.forward` decides with the directory (in memory: `store/known.py`), sends over the
+hop's own channel (`mesh/channel.py`: HTTP/1.1 on pooled connections), and keeps to these rules: at most one hop; after a 421
 from the holder (it lost the home) or a holder that cannot be reached, one fresh lookup and
 one more try within the call's deadline; a holder that fails after the request went out ends
 the call at once (`E_UNAVAILABLE {reason: holder_lost}`), never sent twice. The whole forward
@@ -21,7 +21,6 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import httpx2
 import trio
 
 from ftwbridge.mcp import deadline, inbound
@@ -31,11 +30,11 @@ from ftwbridge.proto.names import Code
 from ftwbridge.proto.pacing import TokenBucket
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import StoreError
-from ftwbridge.store.directory import Directory, Holder
+from ftwbridge.store.directory import Holder, Holders
 
 from . import signing
-from .hop import STREAM_TIMEOUT, dumps, end_to_end, passed_on, token_digest
-from .hop import new_client as new_client
+from .channel import HopClient, Lost, NotReached
+from .hop import STREAM_READ_S, dumps, end_to_end, has_header, passed_on, token_digest
 
 log = logging.getLogger("ftwbridge.mesh")
 
@@ -68,11 +67,12 @@ class Forwarder:
     """Forwards `/mcp` requests to their home's holder.
 
     Args:
-        directory: who holds which home.
+        directory: who holds which home (`KnownHolders`: in memory, no query per call); told
+            of each holder that answered 421 or was not reached.
         holds: async (home, epoch) -> whether this instance holds the home at that claim.
         here: home -> whether the home's uplink is connected to this instance now; such a
             call is answered here with no directory lookup (default: never).
-        http: the client of `new_client`, owned by the caller.
+        hop: the channel to other instances (`channel.HopClient`), owned by the caller.
         key: the 32-byte `mesh_key`.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
         http_burst, http_per_s: the per-agent limit; the coarse guard is `GUARD_FACTOR` times it.
@@ -84,10 +84,10 @@ class Forwarder:
     def __init__(
         self,
         *,
-        directory: Directory,
+        directory: Holders,
         holds: Callable[[str, int], Awaitable[bool]],
         here: Callable[[str], bool] = lambda home: False,
-        http: httpx2.AsyncClient,
+        hop: HopClient,
         key: bytes,
         wall_ms: Callable[[], int],
         http_burst: float,
@@ -97,7 +97,7 @@ class Forwarder:
         self._directory = directory
         self._holds = holds
         self._here = here
-        self._http = http
+        self._hop = hop
         self._key = key
         self._wall_ms = wall_ms
         self._guard_burst = http_burst * GUARD_FACTOR
@@ -220,31 +220,31 @@ class Forwarder:
         headers = self._signed_headers(req, body, holder, budget)
         sent[0] = True
         try:
-            resp = await self._http.request(
-                req.method, holder.url + PATH, headers=headers, content=body
-            )
-        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            resp = await self._hop.request(holder.url, req.method, PATH, headers, body)
+        except NotReached as exc:
             self.stats.unreachable += 1
+            self._directory.forget(home, holder, unreachable=True)
             log.warning(
                 "forward of home %s: instance %s at %s not reached (%s)%s",
                 home,
                 holder.instance,
                 holder.url,
-                type(exc).__name__,
+                exc,
                 "; looking it up again" if again else "",
             )
             return None
-        except httpx2.TransportError as exc:  # sent, then the holder failed: never again
+        except Lost as exc:  # sent, then the holder failed: never again
             self.stats.holder_lost += 1
             log.warning(
                 "forward of home %s: instance %s failed while answering (%s); call ended",
                 home,
                 holder.instance,
-                type(exc).__name__,
+                exc,
             )
             return Refusal(Code.E_UNAVAILABLE, {"reason": "holder_lost"})
-        if resp.status_code == 421 and resp.headers.get(MOVED):
+        if resp.status == 421 and has_header(resp.headers, MOVED):
             self.stats.moved += 1
+            self._directory.forget(home, holder)
             log.info(
                 "forward of home %s: %s no longer holds it at epoch %d",
                 home,
@@ -253,7 +253,7 @@ class Forwarder:
             )
             return None
         self.stats.forwarded += 1
-        return HttpResponse(resp.status_code, end_to_end(resp.headers), resp.content)
+        return HttpResponse(resp.status, end_to_end(resp.headers), resp.body)
 
     def _signed_headers(
         self, req: HttpRequest, body: bytes, holder: Holder, budget_ms: int | None = None
@@ -308,18 +308,21 @@ class Forwarder:
 
         async def relay(write: Write) -> None:
             try:
-                async with self._http.stream(
-                    "POST", holder.url + PATH, headers=headers, content=body, timeout=STREAM_TIMEOUT
+                async with self._hop.stream(
+                    holder.url, "POST", PATH, headers, body, read_s=STREAM_READ_S
                 ) as r:
-                    if r.status_code == 421 and r.headers.get(MOVED):
-                        raise httpx2.ConnectError("the holder no longer holds the home")
-                    resp.status = r.status_code
+                    if r.status == 421 and has_header(r.headers, MOVED):
+                        self._directory.forget(home, holder)
+                        raise Lost("the holder no longer holds the home")
+                    resp.status = r.status
                     resp.headers = end_to_end(r.headers)
-                    async for chunk in r.aiter_raw():
+                    async for chunk in r.chunks():
                         await write(chunk)
                 self.stats.forwarded += 1
-            except httpx2.TransportError as exc:
+            except (NotReached, Lost) as exc:
                 self.stats.holder_lost += 1
+                if isinstance(exc, NotReached):
+                    self._directory.forget(home, holder, unreachable=True)
                 log.warning(
                     "listen of home %s at instance %s ended (%s)", home, holder.instance, exc
                 )

@@ -1,4 +1,5 @@
-"""The internal hop's HTTP: the client forwards go through (its bounds and pool), and which
+"""The internal hop's HTTP: the client relayed door messages go through (its bounds and pool;
+forwarded calls go through `mesh/channel.py`), and which
 headers cross the hop either way (RFC 9110 section 7.6.1: never a connection's own; a
 bearer token only as its SHA-256, `mesh/signing.py`)."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Iterable
 
 import httpx2
 
@@ -35,7 +37,8 @@ HOP_BY_HOP = frozenset(
 def new_client(
     deadline_s: float, *, keep_alive_s: float, verify: ssl.SSLContext | None = None
 ) -> httpx2.AsyncClient:
-    """The HTTP client forwards go through: `CONNECT_S` to connect or get a pooled
+    """The HTTP client relayed door messages go through (`relay.BoxRelay`; forwarded calls
+    go through `channel.HopClient`): `CONNECT_S` to connect or get a pooled
     connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
     redirects, no environment proxies; `https://` holders verified with `verify` (the
     cluster's CA, `mesh.tls.client_context`; None: the system's CAs).
@@ -58,19 +61,26 @@ def new_client(
     )
 
 
-STREAM_TIMEOUT = httpx2.Timeout(60.0, connect=CONNECT_S, pool=CONNECT_S)
-"""A forwarded listen stream's bounds: `CONNECT_S` to connect, and 60 s for each read (four
-of the holder's keep-alive comments at their 15 s default)."""
+STREAM_READ_S = 60.0
+"""A forwarded listen stream's bound on each read, s (four of the holder's keep-alive comments
+at their 15 s default)."""
 
 
-def end_to_end(headers: httpx2.Headers) -> dict[str, str]:
-    """A holder's answer headers passed back to the client: the end-to-end ones, without
-    its `Date` and `Server` (this instance's HTTP server sends its own)."""
-    return {
-        k: v
-        for k, v in headers.items()
-        if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")
-    }
+def end_to_end(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """A holder's answer headers (lower-case names) passed back to the client: the end-to-end
+    ones, without its `Date` and `Server` (this instance's HTTP server sends its own); a name
+    sent twice is joined with ", " (RFC 9110 section 5.3)."""
+    out: dict[str, str] = {}
+    for k, v in headers:
+        if k in HOP_BY_HOP or k in ("date", "server"):
+            continue
+        out[k] = f"{out[k]}, {v}" if k in out else v
+    return out
+
+
+def has_header(headers: Iterable[tuple[str, str]], name: str) -> bool:
+    """Whether `headers` (lower-case names) carry `name` with a value that is not empty."""
+    return any(k == name and v for k, v in headers)
 
 
 def passed_on(headers: dict[str, list[str]], *, drop_authorization: bool) -> list[tuple[str, str]]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ftwbridge import edge
 from ftwbridge.config import CALL_SLACK_S, Config
@@ -20,11 +22,14 @@ from ftwbridge.door import Door
 from ftwbridge.mcp.server import McpService
 from ftwbridge.metrics import Metrics
 from ftwbridge.store.events import Event
+from ftwbridge.store.known import KnownHolders
 from ftwbridge.store.pg_directory import PgDirectory
 from ftwbridge.store.postgres import PgStore
 
-from .forward import Forwarder, new_client
+from .channel import HopClient
+from .forward import Forwarder
 from .holdings import Holdings
+from .hop import new_client
 from .listener import create_internal_app
 from .relay import BoxRelay, add_relay_route
 from .signing import Checker
@@ -66,18 +71,22 @@ class Node:
             url="" if internal is None else internal[1],
             wall_ms=wall_ms,
         )
+        self.known = KnownHolders(self.directory.holder, instance_id=self.directory.instance_id)
+        """Every home's holder in memory: what forwards and relays look up (no query a call)."""
+        self.directory.on_present = self.known.present
         self._door = door
         self.holdings = Holdings(self.directory, door)
         verify = None if config.mesh_cafile is None else client_context(config.mesh_cafile)
-        self._http = new_client(
+        self._http = new_client(  # relayed door messages
             config.call_deadline_s + CALL_SLACK_S, keep_alive_s=config.keep_alive_s, verify=verify
         )
+        self._hop = HopClient(idle_s=config.keep_alive_s / 2, tls=verify)  # forwarded calls
         self.forwarder: Forwarder | None = None
         self.relay: BoxRelay | None = None
         """Sends `agent.request` to a home's box wherever its uplink is (with forwarding)."""
         if internal is not None and config.mesh_key is not None:
             self.relay = BoxRelay(
-                directory=self.directory,
+                directory=self.known,
                 here=door.online,
                 send_here=door.send_to_box,
                 http=self._http,
@@ -86,10 +95,10 @@ class Node:
                 require_tls=verify is not None,
             )
             self.forwarder = Forwarder(
-                directory=self.directory,
+                directory=self.known,
                 holds=self.holdings.holds,
                 here=door.online,
-                http=self._http,
+                hop=self._hop,
                 key=mesh_key_bytes(config.mesh_key),
                 wall_ms=wall_ms,
                 http_burst=config.http_burst,
@@ -128,9 +137,11 @@ class Node:
         return self.directory.instance_id
 
     async def hear(self, event: Event) -> None:
-        """An event of the database: a `takeover` of a home held here closes its uplink
-        (4409) at once; a `roster` of a home held elsewhere drops the one the door keeps in
-        memory (the entry's token check reads the newest from the store)."""
+        """An event of the database: a `takeover` names the home's holder to `known`, and
+        one of a home held here closes its uplink (4409) at once; a `roster` of a home held
+        elsewhere drops the one the door keeps in memory (the entry's token check reads the
+        newest from the store)."""
+        self.known.hear(event)
         home = self.directory.hear(event)
         if home is not None:
             await self.holdings.lost(home)
@@ -138,7 +149,9 @@ class Node:
             self._door.forget_roster(event.home)
 
     def gap(self) -> None:
-        """Events were lost: drop every roster held in memory for homes held elsewhere."""
+        """Events were lost: drop every roster held in memory for homes held elsewhere, and
+        every holder known in memory (each is looked up again once)."""
+        self.known.gap()
         self._door.forget_roster()
 
     async def serve(
@@ -156,52 +169,86 @@ class Node:
             StoreError: (before started) the database does not answer, or another running
                 instance has this `instance_id`.
         """
-        c = self._config
+        known = _KnownMetrics(self.known)
+        metrics.registry.register(known)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.directory.serve, self.holdings.lost)
-                if self._internal is not None and c.mesh_key is not None:
+                if self._internal is not None and self._config.mesh_key is not None:
                     fd, url = self._internal
-                    checker = Checker(mesh_key_bytes(c.mesh_key), self.instance_id)
-                    app = create_internal_app(
-                        max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s
-                    )
-                    add_relay_route(
-                        app,
-                        checker=checker,
-                        holds=self.holdings.holds,
-                        send_here=self._door.send_to_box,
-                        wall_ms=self._wall_ms,
-                        on_refused=metrics.on_mesh_refused,
-                    )
-                    streaming = StreamingRoute(  # forwarded POSTs, listen streams included
-                        app,
-                        service=service,
-                        checker=checker,
-                        wall_ms=self._wall_ms,
-                        max_body_bytes=c.max_body_bytes,
-                        body_timeout_s=c.body_timeout_s,
-                        on_refused=metrics.on_mesh_refused,
-                    )
-                    hc = edge.EdgeConfig()
-                    hc.on_connection_fault = metrics.on_connection_fault
-                    hc.connections = metrics.listener("internal")
-                    hc.stream_write_s = c.listen_stuck_s
-                    hc.bind = [f"fd://{fd}"]
-                    hc.accesslog = None
-                    hc.errorlog = logging.getLogger("hypercorn.error")
-                    hc.read_timeout = int(c.door_silence_s)
-                    hc.keep_alive_timeout = c.keep_alive_s
-                    hc.graceful_timeout = 1.0
-                    if c.internal_certfile is not None and c.internal_keyfile is not None:
-                        hc.certfile, hc.keyfile = str(c.internal_certfile), str(c.internal_keyfile)
-                    hc.backlog = c.listen_backlog  # hypercorn listens again with it (100)
-                    await nursery.start(_serve_internal, streaming, hc)
+                    route = self._internal_route(service, metrics, self._config.mesh_key)
+                    await nursery.start(_serve_internal, route, self._edge(metrics, fd))
                     log.info("instance %s: internal listener at %s", self.instance_id, url)
                 task_status.started()
         finally:
+            metrics.registry.unregister(known)
             with trio.CancelScope(shield=True):
+                await self._hop.aclose()
                 await self._http.aclose()
+
+    def _internal_route(self, service: McpService, metrics: Metrics, mesh_key: str) -> Any:
+        """The internal listener's ASGI app: forwarded `/mcp` (`StreamingRoute`, listen
+        streams included) in front of the relayed door messages' route."""
+        c = self._config
+        checker = Checker(mesh_key_bytes(mesh_key), self.instance_id)
+        app = create_internal_app(max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s)
+        add_relay_route(
+            app,
+            checker=checker,
+            holds=self.holdings.holds,
+            send_here=self._door.send_to_box,
+            wall_ms=self._wall_ms,
+            on_refused=metrics.on_mesh_refused,
+        )
+        return StreamingRoute(
+            app,
+            service=service,
+            checker=checker,
+            wall_ms=self._wall_ms,
+            max_body_bytes=c.max_body_bytes,
+            body_timeout_s=c.body_timeout_s,
+            on_refused=metrics.on_mesh_refused,
+        )
+
+    def _edge(self, metrics: Metrics, fd: int) -> edge.EdgeConfig:
+        """The internal listener's server settings, on the bound socket `fd`."""
+        c = self._config
+        hc = edge.EdgeConfig()
+        hc.on_connection_fault = metrics.on_connection_fault
+        hc.connections = metrics.listener("internal")
+        hc.stream_write_s = c.listen_stuck_s
+        hc.bind = [f"fd://{fd}"]
+        hc.accesslog = None
+        hc.errorlog = logging.getLogger("hypercorn.error")
+        hc.read_timeout = int(c.door_silence_s)
+        hc.keep_alive_timeout = c.keep_alive_s
+        hc.graceful_timeout = 1.0
+        if c.internal_certfile is not None and c.internal_keyfile is not None:
+            hc.certfile, hc.keyfile = str(c.internal_certfile), str(c.internal_keyfile)
+        hc.backlog = c.listen_backlog  # hypercorn listens again with it (100)
+        return hc
+
+
+class _KnownMetrics(Collector):
+    """`ftwbridge_mesh_holder_lookups_total` (the database lookups of a home's holder: the
+    in-memory directory's misses, none a call in steady state) and `ftwbridge_mesh_holders_known`
+    (homes whose holder is known in memory)."""
+
+    def __init__(self, known: KnownHolders) -> None:
+        self._known = known
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._known.statistics()
+        yield CounterMetricFamily(
+            "ftwbridge_mesh_holder_lookups",
+            "Database lookups of a home's holder (misses of the holders known in memory).",
+            value=stats["lookups"],
+        )
+        yield GaugeMetricFamily(
+            "ftwbridge_mesh_holders_known",
+            "Homes whose holder this instance knows in memory.",
+            value=stats["homes"],
+        )
 
 
 async def _serve_internal(

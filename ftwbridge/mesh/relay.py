@@ -32,7 +32,7 @@ from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import RemoteProtocolError
 from ftwbridge.proto.registry import Msg
 from ftwbridge.store import StoreError
-from ftwbridge.store.directory import Directory, Holder
+from ftwbridge.store.directory import Holder, Holders
 
 from . import signing
 
@@ -65,7 +65,7 @@ class BoxRelay:
     def __init__(
         self,
         *,
-        directory: Directory,
+        directory: Holders,
         here: Callable[[str], bool],
         send_here: SendHere,
         http: httpx2.AsyncClient,
@@ -96,6 +96,22 @@ class BoxRelay:
                 url,
             )
             raise HomeOffline(home)
+
+    def _signed(self, holder: Holder, body: bytes) -> dict[str, str]:
+        """The relayed request's headers, signed for `holder` at its epoch (`signing`)."""
+        headers = signing.sign(
+            self._key,
+            sender=self._directory.instance_id,
+            method="POST",
+            path=RELAY_PATH,
+            to=holder.instance,
+            epoch=holder.epoch,
+            body=body,
+            now_ms=self._wall_ms(),
+            headers=[("content-type", "application/json")],
+        )
+        headers["content-type"] = "application/json"
+        return headers
 
     async def send(self, home: str, env: Envelope) -> None:
         """Send `env` to `home`'s box: through this door when its uplink is here, else to its
@@ -128,8 +144,10 @@ class BoxRelay:
                 continue
             if resp.status_code == 204:
                 return
-            if resp.status_code == 421 and resp.headers.get(MOVED) and attempt == 1:
-                continue
+            if resp.status_code == 421 and resp.headers.get(MOVED):
+                self._directory.forget(home, holder)
+                if attempt == 1:
+                    continue
             if resp.status_code != 503:
                 log.warning(
                     "agent.request for home %s: instance %s answered %d: %s",
@@ -145,21 +163,11 @@ class BoxRelay:
         """POST the signed relay `body` to `holder`'s internal listener; None when it cannot
         be reached (logged)."""
         self._check_tls(home, holder.instance, holder.url)
-        headers = signing.sign(
-            self._key,
-            sender=self._directory.instance_id,
-            method="POST",
-            path=RELAY_PATH,
-            to=holder.instance,
-            epoch=holder.epoch,
-            body=body,
-            now_ms=self._wall_ms(),
-            headers=[("content-type", "application/json")],
-        )
-        headers["content-type"] = "application/json"
+        headers = self._signed(holder, body)
         try:
             return await self._http.post(holder.url + RELAY_PATH, headers=headers, content=body)
         except httpx2.TransportError as exc:
+            self._directory.forget(home, holder, unreachable=True)
             log.warning(
                 "agent.request for home %s: instance %s not reached (%s)",
                 home,

@@ -70,6 +70,29 @@ class Directory(Protocol):
         ...
 
 
+class Holders(Protocol):
+    """Where calls for a home go: its holder, looked up (`store/known.KnownHolders` keeps them
+    in memory), and told when a holder proved wrong."""
+
+    @property
+    def instance_id(self) -> str:
+        """This instance's id."""
+        ...
+
+    async def holder(self, home: str) -> Holder | None:
+        """The home's holder now, or None when no live instance holds it.
+
+        Raises:
+            StoreError: the database was asked and does not answer.
+        """
+        ...
+
+    def forget(self, home: str, holder: Holder, *, unreachable: bool = False) -> None:
+        """`holder` answered 421 "moved" for `home`, or (`unreachable`) was not reached: the
+        next lookup must not name it again on what was known."""
+        ...
+
+
 class LocalDirectory:
     """`Directory` of one process: every home whose uplink is here is held here, and no one
     else can take one over."""
@@ -104,3 +127,6 @@ class LocalDirectory:
         """See `Directory.holder`."""
         epoch = self._held.get(home)
         return None if epoch is None else Holder(self.instance_id, epoch, "")
+
+    def forget(self, home: str, holder: Holder, *, unreachable: bool = False) -> None:
+        """See `Holders.forget`: nothing is kept beyond the truth here."""

@@ -6,7 +6,9 @@ outside the pool) keeps a session advisory lock `(LOCK_SPACE, lock_id)`, which P
 drops the moment that connection ends (a `kill -9`ed process, a lost host's TCP reset); and
 its lease, renewed every `renew_s` seconds by one UPDATE of its `instances` row, has not run
 out (the backstop for a host that vanished without a reset, whose connection PostgreSQL only
-notices after TCP keepalives). `holder` counts only present instances.
+notices after TCP keepalives). `holder` counts only present instances, and each renewal
+tells `on_present` which instances are present (`store/known.py` keeps holders in memory with
+it, so no call runs a query).
 
 Leases are written and compared on one clock, the database's (`DB_NOW_MS`): an instance whose
 own clock is off never ends another's lease early or keeps its own past its time, so a skewed
@@ -46,13 +48,17 @@ DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 SKEW_WARN_MS = 2_000
 """An instance's clock this far from the database's (ms) is worth a warning."""
 
-_HOLDER = f"""
-SELECT u.instance_id, u.epoch, i.url FROM uplinks AS u JOIN instances AS i USING (instance_id)
-WHERE u.home = %s AND i.lease_until_ms > {DB_NOW_MS} AND EXISTS (
+_LOCKED = """EXISTS (
     SELECT 1 FROM pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid::bigint = %s AND l.objid::bigint = i.lock_id)
+      AND l.classid::bigint = %s AND l.objid::bigint = i.lock_id)"""
+_HOLDER = f"""
+SELECT u.instance_id, u.epoch, i.url FROM uplinks AS u JOIN instances AS i USING (instance_id)
+WHERE u.home = %s AND i.lease_until_ms > {DB_NOW_MS} AND {_LOCKED}
+"""
+_PRESENT = f"""
+SELECT i.instance_id, i.url FROM instances AS i WHERE i.lease_until_ms > {DB_NOW_MS} AND {_LOCKED}
 """
 
 
@@ -91,6 +97,9 @@ class PgDirectory:
         self._held: dict[str, int] = {}
         self._failing = False
         self._skewed = False
+        self.on_present: Callable[[dict[str, str]], None] | None = None
+        """Told after each renewal the instances present (presence lock held, lease running),
+        by id with their internal URL."""
 
     async def _thread(self, work: Callable[[], T]) -> T:
         """`work` on the presence connection, one at a time, waited for even when cancelled
@@ -184,7 +193,7 @@ class PgDirectory:
         logs one warning and returns []."""
         before = dict(self._held)
 
-        def work() -> tuple[dict[str, int], int]:
+        def work() -> tuple[dict[str, int], int, dict[str, str]]:
             for attempt in (1, 2):  # a connection found broken is made again at once
                 if self._presence is None or self._presence.closed:
                     self._presence = self._become_present(first=False)
@@ -200,7 +209,9 @@ class PgDirectory:
                         "SELECT home, epoch FROM uplinks WHERE instance_id = %s",
                         (self.instance_id,),
                     ).fetchall()
-                    return {str(home): int(epoch) for home, epoch in rows}, skew
+                    present = db.execute(_PRESENT, (LOCK_SPACE,)).fetchall()
+                    held = {str(home): int(epoch) for home, epoch in rows}
+                    return held, skew, {str(i): str(url) for i, url in present}
                 except psycopg.OperationalError:
                     db.close()
                     if attempt == 2:
@@ -208,7 +219,7 @@ class PgDirectory:
             raise AssertionError("unreachable")
 
         try:
-            held, skew_ms = await self._thread(work)
+            held, skew_ms, present = await self._thread(work)
         except StoreError as exc:
             if not self._failing:
                 log.warning("directory: %s; this instance's lease is renewed when it answers", exc)
@@ -218,6 +229,8 @@ class PgDirectory:
             log.warning("directory: %s answers again", self._store.where)
             self._failing = False
         self._tell_skew(skew_ms)
+        if self.on_present is not None:
+            self.on_present(present)
         lost = [h for h, e in before.items() if held.get(h) != e and self._held.get(h) == e]
         for home in lost:
             del self._held[home]

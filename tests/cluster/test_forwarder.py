@@ -1,12 +1,15 @@
-"""The forwarder's decisions, with a directory in memory and httpx2's
-`MockTransport` as the other instances: when it answers here, what it sends, when it looks up
-again and sends once more, and when a call ends because its holder failed. No sockets; trio's
-clock only paces the entry's guard."""
+"""The forwarder's decisions, with a directory in memory and a hop channel whose other
+instances are functions of httpx2's request and response values (`MockHop`): when it answers
+here, what it sends, when it looks up again and sends once more, and when a call ends because
+its holder failed. No sockets; trio's clock only paces the entry's guard. The channel itself
+over real sockets: tests/cluster/test_channel.py."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import httpx2
 import pytest
@@ -14,6 +17,7 @@ import trio
 
 from ftwbridge.mcp.server import HttpRequest, HttpResponse
 from ftwbridge.mesh import signing
+from ftwbridge.mesh.channel import Answer, HopClient, Lost, NotReached
 from ftwbridge.mesh.forward import Forwarder
 from ftwbridge.proto.refusal import Refusal
 from ftwbridge.store import hash_token
@@ -32,10 +36,38 @@ class Directory:
     def __init__(self, *holders: Holder | None) -> None:
         self.holders = list(holders)
         self.lookups = 0
+        self.forgotten: list[tuple[str, Holder, bool]] = []
 
     async def holder(self, home: str) -> Holder | None:
         self.lookups += 1
         return self.holders[min(self.lookups, len(self.holders)) - 1]
+
+    def forget(self, home: str, holder: Holder, *, unreachable: bool = False) -> None:
+        self.forgotten.append((home, holder, unreachable))
+
+
+class MockHop(HopClient):
+    """`HopClient` whose holders are `handler`: a `httpx2.ConnectError` it raises means not
+    reached, any other transport error lost after sending."""
+
+    def __init__(self, handler: Callable[[httpx2.Request], Any]) -> None:
+        super().__init__(idle_s=1)
+        self.handler = handler
+
+    async def request(
+        self, url: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> Answer:
+        request = httpx2.Request(method, url + path, headers=headers, content=body)
+        try:
+            resp = self.handler(request)
+            if inspect.isawaitable(resp):
+                resp = await resp
+        except httpx2.ConnectError as exc:
+            raise NotReached(str(exc)) from exc
+        except httpx2.TransportError as exc:
+            raise Lost(str(exc)) from exc
+        pairs = [(k.lower(), v) for k, v in resp.headers.multi_items()]
+        return Answer(resp.status_code, pairs, resp.content)
 
 
 async def _never_held(home: str, epoch: int) -> bool:
@@ -44,16 +76,16 @@ async def _never_held(home: str, epoch: int) -> bool:
 
 def _forwarder(
     directory: Directory,
-    handler: Callable[[httpx2.Request], httpx2.Response],
+    handler: Callable[[httpx2.Request], Any],
     here: Callable[[str], bool] = lambda home: False,
     *,
     require_tls: bool = False,
 ) -> Forwarder:
     return Forwarder(
-        directory=directory,  # type: ignore[arg-type]
+        directory=directory,
         holds=_never_held,
         here=here,
-        http=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+        hop=MockHop(handler),
         key=KEY,
         wall_ms=lambda: NOW,
         http_burst=1,
@@ -139,6 +171,7 @@ async def test_a_421_from_the_holder_means_one_more_lookup() -> None:
     answer = await _forwarder(directory, moved_then_ok).forward("h", _request(), BODY, 1)
     assert isinstance(answer, HttpResponse) and answer.status == 200
     assert urls == ["http://b2.internal:8782/mcp", "http://b3.internal:8782/mcp"]
+    assert directory.forgotten == [("h", B2, False)]  # the next lookup must not name b-2
     # moved twice: the call ends in words rather than chasing the home
     directory = Directory(B2, B3)
 
@@ -159,10 +192,12 @@ async def test_a_holder_not_reached_is_looked_up_again_and_tried_once_more() -> 
             raise httpx2.ConnectError("connection refused", request=request)
         return httpx2.Response(200, content=b"{}")
 
-    fwd = _forwarder(Directory(B2, B3), refused_then_ok)
+    directory = Directory(B2, B3)
+    fwd = _forwarder(directory, refused_then_ok)
     answer = await fwd.forward("h", _request(), BODY, 1)
     assert isinstance(answer, HttpResponse) and answer.status == 200
     assert len(urls) == 2 and fwd.stats.unreachable == 1
+    assert directory.forgotten == [("h", B2, True)]
     # the new lookup finds the home here now (the box redialed this instance): answered here
     fwd = _forwarder(Directory(B2, Holder("b-1", 9, "")), refused_then_ok)
     urls.clear()
@@ -240,7 +275,7 @@ async def test_with_tls_required_an_agent_request_is_never_relayed_in_clear() ->
         raise AssertionError("not here")
 
     relay = BoxRelay(
-        directory=Directory(B2),  # type: ignore[arg-type]
+        directory=Directory(B2),
         here=lambda home: False,
         send_here=send_here,
         http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
@@ -266,7 +301,7 @@ async def test_a_holder_that_never_answers_ends_the_call_by_its_deadline(
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
-    fwd = _forwarder(Directory(B2), frozen)  # type: ignore[arg-type]
+    fwd = _forwarder(Directory(B2), frozen)
     start = trio.current_time()
     req = replace(_request(), work_ends=start + 24.5)
     ended = await fwd.forward("h", req, BODY, 1)
@@ -276,7 +311,7 @@ async def test_a_holder_that_never_answers_ends_the_call_by_its_deadline(
     assert one.headers["ftw-budget-ms"] == "24000"
     assert fwd.stats.late == 1
     # a lookup that does not come back by then is not a send: unreachable, not late
-    fwd = _forwarder(SlowDirectory(), frozen)  # type: ignore[arg-type]
+    fwd = _forwarder(SlowDirectory(), frozen)
     req = replace(_request(), work_ends=trio.current_time() + 3)
     ended = await fwd.forward("h", req, BODY, 1)
     assert ended == Refusal("E_UNAVAILABLE", {"reason": "holder_unreachable"})
@@ -289,3 +324,28 @@ class SlowDirectory(Directory):
     async def holder(self, home: str) -> Holder | None:
         await trio.sleep_forever()
         raise AssertionError("unreachable")
+
+
+async def test_a_relayed_agent_request_forgets_a_holder_that_moved_or_is_not_reached() -> None:
+    from ftwbridge.mesh.relay import BoxRelay
+    from ftwbridge.proto.envelope import Envelope
+
+    answers = iter([httpx2.Response(421, headers={"ftw-mesh-moved": "1"}), httpx2.Response(204)])
+
+    def holder(request: httpx2.Request) -> httpx2.Response:
+        return next(answers)
+
+    async def send_here(home: str, env: Envelope) -> None:
+        raise AssertionError("not here")
+
+    directory = Directory(B2, B3)
+    relay = BoxRelay(
+        directory=directory,
+        here=lambda home: False,
+        send_here=send_here,
+        http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
+        key=KEY,
+        wall_ms=lambda: NOW,
+    )
+    await relay.send("h", Envelope("agent.request", None, {"req": "r1"}))
+    assert directory.forgotten == [("h", B2, False)] and directory.lookups == 2

@@ -92,6 +92,15 @@ async def test_a_call_entering_elsewhere_is_answered_by_the_holder(cluster: Clus
             await metric(cluster, "b-1", 'ftwbridge_tool_calls_total{outcome="ok",tool="status"}')
             >= 6
         )
+        # the entries know the holder in memory: no database lookup for a forwarded call
+        lookups = "ftwbridge_mesh_holder_lookups_total"
+        before = {entry.name: await metric(cluster, entry.name, lookups) for entry in (b2, b3)}
+        for _ in range(5):
+            for entry in (b2, b3):
+                assert not (await call_status(entry.mcp, token, "2026-07-28")).is_error
+        for entry in (b2, b3):
+            assert await metric(cluster, entry.name, lookups) == before[entry.name]
+            assert await metric(cluster, entry.name, "ftwbridge_mesh_holders_known") >= 1
 
 
 async def test_a_listen_entering_elsewhere_is_served_by_the_holder(cluster: Cluster) -> None:

@@ -1,0 +1,191 @@
+"""What the hop's channel alone costs per request, under callgrind (docs/performance.md, "The
+cluster hop"): a forward-sized request and answer between a client and a bare h11 holder in one
+process, on loopback.
+
+    .venv/bin/python bench/hop_channel.py [--requests 300] [--tls]
+
+Each client (`hop`: `mesh/channel.HopClient`; `httpx2`: the `httpx2.AsyncClient` forwards used
+before) runs twice under valgrind's callgrind, with no requests and with `--requests`, one at a
+time on one keep-alive connection; the difference over the requests is the instructions of one
+request and its answer, both ends together (the holder's side is the same bare h11 server in
+every case, so the difference between clients is the clients'). `--tls` puts both on TLS with a
+throwaway CA (`cluster/ca.py`), as `make cluster`'s hop is. `--holder edge` serves the holder
+with hypercorn through `ftwbridge.edge` and a plain ASGI app, as the internal listener does: the
+difference with the bare h11 holder is what a lean h11 listener could save at the holder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import h11
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BODY = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"status","arguments":{}}}'
+HEADERS = [
+    ("content-type", "application/json"),
+    ("accept", "application/json, text/event-stream"),
+    ("mcp-protocol-version", "2026-07-28"),
+    ("mcp-method", "tools/call"),
+    ("mcp-name", "status"),
+    ("ftw-budget-ms", "29000"),
+    ("ftw-mesh-from", "b1"),
+    ("ftw-mesh-to", "b2;3"),
+    ("ftw-mesh-ts", "1790000000000"),
+    ("ftw-mesh-nonce", "00" * 16),
+    ("ftw-mesh-token", "11" * 32),
+    ("ftw-mesh-signed", "accept,content-type,ftw-budget-ms,mcp-method,mcp-name"),
+    ("ftw-mesh-sig", "22" * 32),
+]
+ANSWER = (
+    b'{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"' + b"x" * 500 + b'"}]}}'
+)
+
+
+async def _holder(stream: trio.abc.Stream) -> None:
+    conn = h11.Connection(h11.SERVER)
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            conn.receive_data(data)
+        elif isinstance(event, h11.EndOfMessage):
+            head = h11.Response(
+                status_code=200,
+                headers=[
+                    ("content-type", "application/json"),
+                    ("content-length", str(len(ANSWER))),
+                ],
+            )
+            out = conn.send(head) or b""
+            out += conn.send(h11.Data(data=ANSWER)) or b""
+            out += conn.send(h11.EndOfMessage()) or b""
+            await stream.send_all(out)
+            conn.start_next_cycle()
+        elif isinstance(event, h11.ConnectionClosed):
+            return
+
+
+async def _asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The holder as a plain ASGI app (what `mesh/streams.StreamingRoute` is) for `--holder
+    edge`: the body read, then the answer in one `http.response.body`."""
+    if scope["type"] == "lifespan":
+        while True:
+            kind = (await receive())["type"].rsplit(".", 1)[1]  # startup, shutdown
+            await send({"type": f"lifespan.{kind}.complete"})
+            if kind == "shutdown":
+                return
+    while (await receive()).get("more_body"):
+        pass
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(ANSWER))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": ANSWER})
+
+
+async def _edge_holder(nursery: trio.Nursery) -> str:
+    from ftwbridge import edge
+
+    config = edge.EdgeConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    urls: list[str] = await nursery.start(edge.serve, _asgi, config)
+    return urls[0]
+
+
+async def _run(client: str, requests: int, tls_dir: str | None, holder: str = "h11") -> None:
+    import ssl
+
+    from ftwbridge.mesh.channel import HopClient
+    from ftwbridge.mesh.hop import new_client
+    from ftwbridge.mesh.tls import client_context, server_context
+
+    server_tls: ssl.SSLContext | None = None
+    client_tls: ssl.SSLContext | None = None
+    if tls_dir is not None:
+        from cluster.ca import ClusterCA
+
+        ca = ClusterCA(Path(tls_dir))
+        leaf = ca.leaf("holder")
+        server_tls = server_context(leaf.certfile, leaf.keyfile)
+        client_tls = client_context(ca.cafile)
+    async with trio.open_nursery() as nursery:
+        (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listener.socket.getsockname()[1]
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = [listener]
+        if server_tls is not None:
+            listeners = [trio.SSLListener(listener, server_tls, https_compatible=True)]
+        await nursery.start(trio.serve_listeners, _holder, listeners)
+        url = f"{'https' if server_tls else 'http'}://127.0.0.1:{port}"
+        if holder == "edge":
+            url = await _edge_holder(nursery)
+        if client == "hop":
+            hop = HopClient(idle_s=60, tls=client_tls)
+            for _ in range(requests):
+                answer = await hop.request(url, "POST", "/mcp", HEADERS, BODY)
+                assert answer.status == 200
+            await hop.aclose()
+        else:
+            http = new_client(60, keep_alive_s=120, verify=client_tls)
+            for _ in range(requests):
+                r = await http.request("POST", url + "/mcp", headers=HEADERS, content=BODY)
+                assert r.status_code == 200
+            await http.aclose()
+        nursery.cancel_scope.cancel()
+
+
+def _count(client: str, requests: int, tls: bool, holder: str, tmp: Path) -> int:
+    out = tmp / f"cg.{client}.{requests}.{tls}.{holder}"
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    argv += [sys.executable, __file__, "--inner", client, "--requests", str(requests)]
+    argv += ["--holder", holder]
+    if tls:
+        argv += ["--tls"]
+    subprocess.run(argv, check=True, capture_output=True, cwd=tmp)
+    lines = out.read_text(errors="replace").splitlines()
+    return max(int(x.split()[1]) for x in lines if x.startswith(("totals:", "summary:")))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--requests", type=int, default=300)
+    p.add_argument("--tls", action="store_true", help="both ends on TLS")
+    p.add_argument("--client", choices=("hop", "httpx2"), help="only this client")
+    p.add_argument(
+        "--holder",
+        choices=("h11", "edge"),
+        default="h11",
+        help="the holder: a bare h11 server (h11), or hypercorn through ftwbridge.edge with a"
+        " plain ASGI app, as the internal listener is (edge; plain TCP only)",
+    )
+    p.add_argument("--inner", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.inner:
+        with tempfile.TemporaryDirectory() as t:
+            trio.run(_run, args.inner, args.requests, t if args.tls else None, args.holder)
+        return
+    with tempfile.TemporaryDirectory() as t:
+        for client in [args.client] if args.client else ["hop", "httpx2"]:
+            none = _count(client, 1, args.tls, args.holder, Path(t))
+            many = _count(client, 1 + args.requests, args.tls, args.holder, Path(t))
+            per = (many - none) / args.requests / 1e6
+            print(
+                f"{client:7} {'TLS' if args.tls else 'TCP'}: {per:.3f} M instructions per request"
+                " and answer, both ends",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

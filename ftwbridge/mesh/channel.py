@@ -1,0 +1,365 @@
+"""The forward's channel to other instances: HTTP/1.1 (h11, sans-I/O) on long-lived, pooled trio
+streams, over TLS when the holder's URL is `https://` (`mesh/tls.py`), instead of a general HTTP
+client (docs/performance.md, "The cluster hop": h11 on trio does a request and its answer in
+about a third of the instructions).
+
+`HopClient.request` sends one request whole (head and body in one send) and reads its answer
+whole; `HopClient.stream` sends one and yields the answer's pieces as they come (a forwarded
+listen stream; that connection is never pooled). The one distinction the forward's rules need
+is kept exact:
+
+- `NotReached`: nothing was sent. The holder could not be connected to within `CONNECT_S`
+  (refused, no route, TLS handshake refused), or `POOL_CONNECTIONS` forwards are under way.
+- `Lost`: the request went out (or may have), then the connection failed, was closed, timed
+  out reading a stream, or answered what is not HTTP/1.1: the caller never sends it again.
+
+A pooled connection is reused only while idle for less than `idle_s` (half the holder's
+keep-alive) and while nothing can be read from it (a holder that closed it idle has sent its
+FIN, which would make a request on it `Lost`).
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import ssl
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import h11
+import trio
+
+CONNECT_S = 2.0
+"""The longest a forward waits to connect to the holder (or for a free slot), s."""
+POOL_CONNECTIONS = 64
+"""Forwards under way at once at most, all holders together; as many idle ones are kept."""
+RECEIVE_BYTES = 65_536
+"""The most read from a connection at once, bytes."""
+ANSWER_MAX_BYTES = 16 * 1024 * 1024
+"""The largest answer `request` reads, bytes (16 MiB); a larger one is `Lost`."""
+
+
+class NotReached(Exception):
+    """The holder was not reached: nothing was sent (the words say why)."""
+
+
+class Lost(Exception):
+    """The request went out (or may have), then the holder's answer failed (the words say
+    how): it must never be sent again."""
+
+
+@dataclass(slots=True)
+class Answer:
+    """A holder's answer: `status`, `headers` (lower-case names, in order) and `body`."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+
+
+@dataclass(slots=True)
+class StreamAnswer:
+    """A streamed answer's head; `chunks()` yields its body's pieces as they come."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    _conn: _Conn = field(repr=False)
+    _read_s: float = field(repr=False)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's pieces until it ends.
+
+        Raises:
+            Lost: the connection failed, or nothing came for the stream's `read_s`.
+        """
+        while True:
+            event = await self._conn.next_event(self._read_s)
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return
+
+
+@dataclass(slots=True)
+class _Origin:
+    https: bool
+    host: str
+    port: int
+    authority: str
+
+
+class _Conn:
+    """One connection to a holder: its trio stream, its h11 state, when it became idle."""
+
+    __slots__ = ("eof", "fd", "h11", "idle_since", "stream")
+
+    def __init__(self, stream: trio.abc.Stream, fd: int) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.fd = fd
+        self.idle_since = 0.0
+        self.eof = False
+
+    def dead(self) -> bool:
+        """Whether the holder closed it (or sent anything) while it was idle (`poll`, not
+        `select`, which refuses descriptors past 1023)."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLPRI)
+        try:
+            return bool(poller.poll(0))
+        except OSError:
+            return True
+
+    async def next_event(self, read_s: float | None = None) -> object:
+        """The next event of the answer, reading as needed (each read within `read_s`).
+
+        Raises:
+            Lost: the connection failed, closed, or sent what is not an HTTP/1.1 answer.
+        """
+        while True:
+            try:
+                event = self.h11.next_event()
+                if event is not h11.NEED_DATA:
+                    if isinstance(event, h11.ConnectionClosed):
+                        raise Lost("the holder closed the connection before its answer ended")
+                    return event
+                if read_s is None:
+                    data = await self.stream.receive_some(RECEIVE_BYTES)
+                else:
+                    with trio.fail_after(read_s):
+                        data = await self.stream.receive_some(RECEIVE_BYTES)
+                self.eof = not data
+                self.h11.receive_data(bytes(data))
+            except h11.RemoteProtocolError as exc:
+                if self.eof:
+                    raise Lost("the holder closed the connection before its answer ended") from exc
+                raise Lost(f"the holder's answer is not HTTP/1.1 ({exc})") from exc
+            except (trio.BrokenResourceError, OSError) as exc:
+                raise Lost(f"the connection failed ({type(exc).__name__})") from exc
+            except trio.TooSlowError:
+                raise Lost(f"nothing came for {read_s} s") from None
+
+
+class HopClient:
+    """HTTP/1.1 to other instances on pooled connections (see the module).
+
+    Args:
+        idle_s: a pooled connection idle this long (seconds) is closed, never reused: half
+            the holders' `keep_alive_s`, so a request never crosses the holder's idle close.
+        tls: the TLS client context for `https://` holders (`tls.client_context`: the
+            cluster's CA); None: the system's CAs.
+        connect_s: see `CONNECT_S` (seconds).
+        max_connections: see `POOL_CONNECTIONS`.
+    """
+
+    def __init__(
+        self,
+        *,
+        idle_s: float,
+        tls: ssl.SSLContext | None = None,
+        connect_s: float = CONNECT_S,
+        max_connections: int = POOL_CONNECTIONS,
+    ) -> None:
+        self._idle_s = idle_s
+        self._tls = tls
+        self._connect_s = connect_s
+        self._slots = trio.Semaphore(max_connections)
+        self._max_idle = max_connections  # also the most under way at once
+        self._idle: dict[str, list[_Conn]] = {}
+        self._origins: dict[str, _Origin] = {}
+        self.connections = 0
+        """Connections made so far (a counter that only grows)."""
+
+    def _origin(self, url: str) -> _Origin:
+        origin = self._origins.get(url)
+        if origin is None:
+            parts = urlsplit(url)
+            https = parts.scheme == "https"
+            port = parts.port or (443 if https else 80)
+            origin = _Origin(https, parts.hostname or "", port, parts.netloc)
+            self._origins[url] = origin
+        return origin
+
+    async def _connect(self, origin: _Origin) -> _Conn:
+        """A new connection to `origin`.
+
+        Raises:
+            NotReached: not connected within `connect_s`.
+        """
+        try:
+            with trio.fail_after(self._connect_s):
+                tcp = await trio.open_tcp_stream(origin.host, origin.port)
+                fd = tcp.socket.fileno()
+                stream: trio.abc.Stream = tcp
+                if origin.https:
+                    context = self._tls or ssl.create_default_context()
+                    tls = trio.SSLStream(
+                        tcp, context, server_hostname=origin.host, https_compatible=True
+                    )
+                    try:
+                        await tls.do_handshake()
+                    except BaseException:
+                        await trio.aclose_forcefully(tcp)
+                        raise
+                    stream = tls
+        except trio.TooSlowError:
+            raise NotReached(f"no connection within {self._connect_s} s") from None
+        except (OSError, trio.BrokenResourceError) as exc:
+            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+            raise NotReached(f"connection refused or failed ({cause})") from exc
+        self.connections += 1
+        return _Conn(stream, fd)
+
+    async def _take(self, url: str, origin: _Origin) -> _Conn:
+        now = trio.current_time()
+        idle = self._idle.get(url)
+        while idle:
+            conn = idle.pop()
+            if now - conn.idle_since < self._idle_s and not conn.dead():
+                return conn
+            await trio.aclose_forcefully(conn.stream)
+        return await self._connect(origin)
+
+    async def _give_back(self, url: str, conn: _Conn) -> None:
+        reusable = conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE
+        pooled = sum(len(v) for v in self._idle.values())
+        if not reusable or pooled >= self._max_idle:
+            await trio.aclose_forcefully(conn.stream)
+            return
+        conn.h11.start_next_cycle()
+        conn.idle_since = trio.current_time()
+        self._idle.setdefault(url, []).append(conn)
+
+    async def _open(
+        self, url: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[_Conn, h11.Response]:
+        """Send the request on a connection of the pool (or a new one) and read its head.
+
+        Raises:
+            NotReached: see `NotReached` (nothing was sent).
+            Lost: see `Lost`.
+        """
+        origin = self._origin(url)
+        head = _request_head(method, path, origin.authority, headers, len(body))
+        conn = await self._take(url, origin)
+        # h11 keeps the connection's state; the head it would write is `head`, made above
+        # with one check of every header instead of its per-header expressions
+        frame = [("host", origin.authority), ("content-length", str(len(body)))]
+        conn.h11.send(h11.Request(method=method, target=path, headers=frame))
+        data = head + (conn.h11.send(h11.Data(data=body)) or b"")
+        conn.h11.send(h11.EndOfMessage())
+        try:
+            await conn.stream.send_all(data or b"")
+            while True:
+                event = await conn.next_event()
+                if isinstance(event, h11.Response):
+                    return conn, event
+        except BaseException:
+            await trio.aclose_forcefully(conn.stream)
+            raise
+
+    async def request(
+        self, url: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> Answer:
+        """Send `method path` with `headers` and `body` to the instance at `url` (scheme, host
+        and port) and return its whole answer. The caller's cancel scope bounds it.
+
+        Raises:
+            NotReached: see `NotReached` (nothing was sent).
+            Lost: see `Lost` (never send it again).
+        """
+        try:
+            self._slots.acquire_nowait()  # a free slot without a turn of the scheduler
+        except trio.WouldBlock:
+            try:
+                with trio.fail_after(self._connect_s):
+                    await self._slots.acquire()
+            except trio.TooSlowError:
+                raise NotReached(f"{self._max_idle} forwards under way already") from None
+        try:
+            conn, head = await self._open(url, method, path, headers, body)
+            try:
+                answer = Answer(head.status_code, _decoded(head.headers))
+                chunks: list[bytes] = []
+                size = 0
+                while not isinstance(event := await conn.next_event(), h11.EndOfMessage):
+                    if isinstance(event, h11.Data):
+                        size += len(event.data)
+                        if size > ANSWER_MAX_BYTES:
+                            raise Lost(f"an answer larger than {ANSWER_MAX_BYTES} bytes")
+                        chunks.append(bytes(event.data))
+                answer.body = b"".join(chunks)
+            except BaseException:
+                await trio.aclose_forcefully(conn.stream)
+                raise
+            await self._give_back(url, conn)
+            return answer
+        finally:
+            self._slots.release()
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        url: str,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        *,
+        read_s: float,
+    ) -> AsyncIterator[StreamAnswer]:
+        """As `request`, but yields the answer's head at once and its body as it comes
+        (`StreamAnswer.chunks`, each read within `read_s` seconds); the connection is
+        closed when the block ends, never pooled.
+
+        Raises:
+            NotReached: see `NotReached` (nothing was sent).
+            Lost: see `Lost` (never send it again).
+        """
+        conn, head = await self._open(url, method, path, headers, body)
+        try:
+            yield StreamAnswer(head.status_code, _decoded(head.headers), conn, read_s)
+        finally:
+            await trio.aclose_forcefully(conn.stream)
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                await trio.aclose_forcefully(conn.stream)
+
+
+def _request_head(
+    method: str, path: str, authority: str, headers: list[tuple[str, str]], length: int
+) -> bytes:
+    """The request's head (RFC 9112 section 3: request line, `Host`, `Content-Length`, then
+    `headers`, each `name: value`).
+
+    Raises:
+        NotReached: a name or value no HTTP/1.1 request may carry (a CR, LF or NUL anywhere, a
+            colon or space in a name, an empty name, or a character beyond Latin-1).
+    """
+    names = [name for name, _ in headers]
+    values = "".join(value for _, value in headers)
+    if not all(names) or _BAD_NAME.search("".join(names)) or _BAD_VALUE.search(values):
+        raise NotReached("the request cannot be sent (a header no HTTP/1.1 request may carry)")
+    lines = [f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: {length}\r\n"]
+    lines += [f"{name}: {value}\r\n" for name, value in headers]
+    lines.append("\r\n")
+    try:
+        return "".join(lines).encode("latin-1")
+    except UnicodeEncodeError:
+        raise NotReached("the request cannot be sent (a header beyond Latin-1)") from None
+
+
+_BAD_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+"""Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
+_BAD_VALUE = re.compile(r"[\r\n\0]")
+"""Never in a field value (RFC 9110 section 5.5)."""
+
+
+def _decoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
