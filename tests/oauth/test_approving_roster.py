@@ -123,8 +123,8 @@ async def approved_code(rig: Rig) -> tuple[dict[str, str], bytes]:
     pending = await x.oauth.start(params | {"scope": "ftw.live.read"})
     code = new_code()
     digest = code_hash(code)
-    assert digest is not None and h.door.on_claim is not None
-    await h.door.on_claim(HOME, digest, int(time.time() * 1000) + 600_000)
+    assert digest is not None
+    await h.oauth.answers.claim_offered(HOME, digest, int(time.time() * 1000) + 600_000)
     asked = await x.oauth.claim(pending.id, pending.csrf, code)
     assert asked.agent_key is not None and len(sent) == 1
     now_ms = int(time.time() * 1000)

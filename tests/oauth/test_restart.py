@@ -69,8 +69,12 @@ async def exchange(http: httpx2.AsyncClient, base: str, client_id: str, code: st
 
 
 async def test_sign_ins_survive_a_restart(nursery: trio.Nursery, tmp_path: Path) -> None:
-    port = free_port()
-    settings = {"bind": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}"}
+    port, door_port = free_port(), free_port()
+    settings = {
+        "bind": f"127.0.0.1:{port}",
+        "public_url": f"http://127.0.0.1:{port}",
+        "door_bind": f"127.0.0.1:{door_port}",  # the home dials the same door after the restart
+    }
     base = settings["public_url"]
     async with httpx2.AsyncClient(timeout=REAL_WAIT_S, follow_redirects=False) as http:
         async with trio.open_nursery() as first_run:
