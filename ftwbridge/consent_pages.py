@@ -57,7 +57,8 @@ def add_authorize(app: QuartTrio, site: Site, oauth: OAuthService) -> None:
                 asked = await oauth.claim(
                     req, str(form.get("csrf", "")), str(form.get("code", "")), site.client()
                 )
-                step.outcome, step.client = asked.status, asked.client_id
+                # a right code asked the home; its answer may already be in (`--approve-all`)
+                step.outcome, step.client = ConsentStatus.ASKED, asked.client_id
                 step.home = asked.home or "-"
         except OAuthError as exc:
             pending = await oauth.get(req)

@@ -4,11 +4,15 @@ at home, code exchanged, refresh, revocation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import httpx2
 import pytest
 import trio
 
 from ftwbridge.oauth.audit import safe
+from ftwbridge.oauth.model import ConsentStatus, Pending
 from tests.e2e.env import REAL_WAIT_S, Env
 from tests.oauth.helpers import authorize_params, form_fields, pkce
 from tests.oauth.test_flow import REDIRECT, signed_in
@@ -118,3 +122,32 @@ async def test_a_denial_at_home_is_audited(env: Env, caplog: pytest.LogCaptureFi
                 await trio.sleep(0.05)
     assert any(line.startswith("signin=home status=denied") for line in _lines(caplog))
     assert _metric(env, "home", "denied") == 1
+
+
+async def test_a_right_code_is_audited_asked_when_the_home_answers_first(
+    env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The box may approve before the claim's audit line is written (a box that approves at
+    once, over a fast door): the claim step still says what it did, `asked`."""
+    caplog.set_level("INFO", logger="ftwbridge.audit")
+    home = await env.add_home("h1")
+    oauth = env.bridge.oauth
+    claim = oauth.claim
+
+    async def answered_first(*args: Any) -> Pending:
+        asked = await claim(*args)
+        return replace(asked, status=ConsentStatus.APPROVED)  # the owner's answer came first
+
+    monkeypatch.setattr(oauth, "claim", answered_first)
+    base = env.bridge.site.public_url
+    async with httpx2.AsyncClient(timeout=REAL_WAIT_S, follow_redirects=False) as http:
+        reg = await http.post(base + "/oauth/register", json={"redirect_uris": [REDIRECT]})
+        _, challenge = pkce()
+        params = authorize_params(reg.json()["client_id"], REDIRECT, challenge)
+        form = form_fields((await http.get(base + "/authorize", params=params)).text)
+        code = (await home.console(op="claim"))["code"]
+        r = await http.post(base + "/authorize", data=form | {"code": code})
+        assert r.status_code == 303
+    steps = [line.split()[:2] for line in _lines(caplog)]
+    assert ["signin=claim", "status=asked"] in steps, steps
+    assert _metric(env, "claim", "asked") == 1
