@@ -112,7 +112,11 @@ async def test_the_view_renders_the_stub_home_live(
     assert still["shown"] == still["want"], still  # a fed answer's lastOkMs is not a stale source
     want = seen["energy"]["want"]
     assert seen["energy"]["shown"] == want, seen["energy"]
-    assert want["importKWh"].endswith(" kWh") and want["selfSufficiencyPercent"].endswith(" %")
+    assert want["importKWh"].endswith(" kWh")
+    if energy["figures"]["selfSufficiencyPercent"] is None:  # just past the home's midnight
+        assert want["selfSufficiencyPercent"] == "\u2013", want  # no use yet: no figure, a dash
+    else:
+        assert want["selfSufficiencyPercent"].endswith(" %"), want
     assert want["importCost"].endswith(" " + energy["figures"]["currency"]), want
     assert seen["energy_head"].startswith("Today") and energy["label"] in seen["energy_head"]
     assert seen["soc"] == f"{first['battery_soc'] / 10:.1f} %"
