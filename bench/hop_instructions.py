@@ -42,6 +42,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
 from bridge_server import UNLIMITED  # type: ignore[import-not-found]  # noqa: E402
+from callgrind import dump_total  # type: ignore[import-not-found]  # noqa: E402
 from run import MODERN_BODY, MODERN_HEADERS  # type: ignore[import-not-found]  # noqa: E402
 
 import cluster.procs  # noqa: E402
@@ -79,8 +80,7 @@ def _under_callgrind(out: Path) -> None:
 def _totals(out: Path, name: str) -> int:
     """The instructions of `name`'s newest dump."""
     newest = max(out.glob(f"{name}.out.*"), key=lambda f: int(f.name.rsplit(".", 1)[1]))
-    lines = newest.read_text(errors="replace").splitlines()
-    return max(int(x.split()[1]) for x in lines if x.startswith(("totals:", "summary:")))
+    return int(dump_total(newest))
 
 
 async def _control(pids: dict[str, int], *args: str) -> None:
@@ -166,14 +166,16 @@ async def measure(calls: int, out: Path) -> dict[str, float]:
 
 @contextlib.contextmanager
 def checkout(rev: str) -> Iterator[Path]:
-    """A temporary git worktree of `rev` holding this script, removed afterwards."""
+    """A temporary git worktree of `rev` holding this script (and `callgrind.py`), removed
+    afterwards."""
     with tempfile.TemporaryDirectory() as t:
         path = Path(t) / "base"
         subprocess.run(
             ["git", "worktree", "add", "-q", "--detach", str(path), rev], cwd=ROOT, check=True
         )
         try:
-            (path / "bench" / Path(__file__).name).write_bytes(Path(__file__).read_bytes())
+            for mine in (Path(__file__), BENCH / "callgrind.py"):  # this script and its reader
+                (path / "bench" / mine.name).write_bytes(mine.read_bytes())
             yield path
         finally:
             subprocess.run(

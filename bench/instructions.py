@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from callgrind import total  # type: ignore[import-not-found]
 from run import (
     BENCH,
     MODERN_BODY,
@@ -63,15 +64,6 @@ def _post(conn: http.client.HTTPConnection, token: str) -> None:
     data = resp.read()
     if resp.status != 200 or b'"isError":true' in data:
         raise RuntimeError(f"call failed: {resp.status} {data[:200]!r}")
-
-
-def _total(out: Path) -> int:
-    total = 0
-    for f in out.parent.glob(out.name + "*"):
-        for line in f.read_text(errors="replace").splitlines():
-            if line.startswith(("totals:", "summary:")):
-                total = max(total, int(line.split()[1]))
-    return total
 
 
 @dataclass(frozen=True)
@@ -157,7 +149,7 @@ def measure(server: Server, calls: int, tmp: Path) -> float:
         conn.close()
     finally:
         stop(proc)
-    return _total(out) / calls / 1e6
+    return total(out) / calls / 1e6
 
 
 @contextlib.contextmanager

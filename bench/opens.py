@@ -45,6 +45,7 @@ import trio  # noqa: E402
 
 sys.path.append(BENCH)
 from bridge_server import start, warm  # type: ignore[import-not-found]  # noqa: E402
+from callgrind import total  # type: ignore[import-not-found]  # noqa: E402
 
 AGENTS = 16
 
@@ -146,12 +147,8 @@ def instructions(per_round: int, *, main_door: bool = False) -> None:
         subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
         proc.stdin.close()
         proc.wait(timeout=120)
-        total = 0
-        for f in out.parent.glob(out.name + "*"):
-            for text in f.read_text(errors="replace").splitlines():
-                if text.startswith(("totals:", "summary:")):
-                    total = max(total, int(text.split()[1]))
-    print(json.dumps({"bridge_minstr_per_open": round(total / per_round / 1e6, 3)}))
+        counted = total(out)
+    print(json.dumps({"bridge_minstr_per_open": round(counted / per_round / 1e6, 3)}))
 
 
 if __name__ == "__main__":
