@@ -24,7 +24,7 @@ from ftwbridge.config import Config
 from ftwbridge.mcp.tools import TOOLS
 
 from .affinity import MAP_FILE, affinity_lines, balance
-from .procs import PY, CannotStart, Child, start_child, wait_port
+from .procs import PY, CannotStart, Child, free_port, start_child, wait_port
 
 PG_READY = "database system is ready to accept connections"
 """The line PostgreSQL logs once it takes connections."""
@@ -167,13 +167,37 @@ class Instance:
             CannotStart: it exited or did not serve within `procs.WAIT_S`.
         """
         argv = [*self.prefix, PY, "-m", "ftwbridge", "serve", "--config", str(self.config_path)]
-        self.child = await start_child(
-            nursery,
-            f"instance {self.name}",
-            [*argv, "--exit-with-parent"],
-            self.root / f"{self.name}.log",
-            ready="ftwbridge serving",
-        )
+        first = self.child is None
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                self.child = await start_child(
+                    nursery,
+                    f"instance {self.name}",
+                    [*argv, "--exit-with-parent"],
+                    self.root / f"{self.name}.log",
+                    ready="ftwbridge serving",
+                )
+                return
+            except CannotStart as exc:
+                # a port picked free and released was taken meanwhile by another program: on
+                # a first start (before HAProxy's configuration names them) pick new ones
+                if not (first and "the port is in use" in str(exc)) or attempt == PORT_TRIES:
+                    raise
+                self._new_ports()
+
+    def _new_ports(self) -> None:
+        """Pick new free ports for its listeners and write its settings file again."""
+        self.port, self.admin_port, self.internal_port = free_port(), free_port(), free_port()
+        self.settings["bind"] = f"127.0.0.1:{self.port}"
+        self.settings["admin_bind"] = f"127.0.0.1:{self.admin_port}"
+        self.settings["internal_bind"] = f"127.0.0.1:{self.internal_port}"
+        if self.settings.get("door_bind"):
+            self.settings["door_bind"] = f"127.0.0.1:{free_port()}"
+        self.write_config()
+
+
+PORT_TRIES = 3
+"""Starts of one instance on new ports when a port it was given is taken before it binds."""
 
 
 def _toml(value: Any) -> str:
