@@ -155,9 +155,9 @@ class Config(BaseModel):
     body_timeout_s: Seconds = 10.0
     """The longest a request body may take to arrive, seconds (408 past it)."""
     keep_alive_s: Seconds = 5.0
-    """How long an HTTP/1.1 connection of the main and internal listeners may wait idle for
-    its next request before the bridge closes it, seconds (hypercorn's `keep_alive_timeout`;
-    5 s is its default). A proxy that keeps idle connections to the bridge must drop them
+    """How long an HTTP/1.1 connection of the main, admin and internal listeners may wait
+    idle for its next request before the bridge closes it, seconds (hypercorn's
+    `keep_alive_timeout`; 5 s is its default). A proxy that keeps idle connections to the bridge must drop them
     sooner, or never keep them (docs/operations.md, "Keep-alive behind a proxy")."""
 
     listen_backlog: Annotated[int, Field(ge=16, le=65535)] = 1024

@@ -148,11 +148,13 @@ def main_listener(
 def admin_listener(
     c: Config, fd: int, *, on_fault: Callable[[str], None], connections: Connections
 ) -> EdgeConfig:
-    """The admin listener's settings on the bound socket `fd` (`/metrics`, health)."""
+    """The admin listener's settings on the bound socket `fd` (`/metrics`, health); an idle
+    connection is closed after `keep_alive_s`, as on the main listener."""
     ac = EdgeConfig()
     ac.on_connection_fault = on_fault
     ac.connections = connections
     ac.bind = [f"fd://{fd}"]
+    ac.keep_alive_timeout = c.keep_alive_s
     ac.accesslog = None
     ac.errorlog = logging.getLogger("hypercorn.error")
     ac.graceful_timeout = 1.0
