@@ -9,10 +9,10 @@ alone: its last words (a `400` when nothing was sent yet), the socket closed, it
 cancelled, one warning line and `EdgeConfig.on_connection_fault(kind)`. Its listeners speak
 HTTP only: the door's WebSocket has a listener of its own (`ftwbridge.door.listener`, on
 wsproto and h11 alone), and the main listener refuses `/v1/box` and every WebSocket handshake
-in words (`ftwbridge.app.NoDoorHere`), so no connection here is ever upgraded to one. A `text/event-stream` response (a listen stream,
-docs/live.md) lifts the read timeout while it is under way, its writes bounded by
-`EdgeConfig.stream_write_s` instead (docs/operations.md, "One connection's fault ends only
-that connection", has the rest of the rules).
+in words (`ftwbridge.app.NoDoorHere`), so no connection here is ever upgraded to one. A
+`text/event-stream` response (a listen stream, docs/live.md) lifts the read timeout while it
+is under way, its writes bounded by `EdgeConfig.stream_write_s` instead (docs/operations.md,
+"One connection's fault ends only that connection", has the rest of the rules).
 
 Its rooms: `accept.py` (`serve`, the accept loop), `guard.py` (`GuardedTCPServer`: the read
 side and the fault guard), `writes.py` (`WritingServer`, its base: the write path, the state

@@ -75,9 +75,9 @@ class WritingServer(TCPServer):
           follow: hypercorn's own refusals (`content-length: 0`) race the app's answer, and
           their order decides how the connection ends;
         - on the hot path (a held head with what follows it) the send lock is taken without a
-          scheduler turn when it is free, and the empty chunk that ends a response with a length writes nothing. Everything else goes
-          through hypercorn's own write (`_write(turn=True)`), turns included: its error paths
-          depend on them;
+          scheduler turn when it is free, and the empty chunk that ends a response with a
+          length writes nothing. Everything else goes through hypercorn's own write
+          (`_write(turn=True)`), turns included: its error paths depend on them;
         - every write is bounded by the listener's read timeout (`_send_all`): a peer that
           takes none of our bytes is let go, not waited for as long as it keeps the socket.
         """
