@@ -92,9 +92,8 @@ async def start(
     )
     bridge = Bridge(config, keys=KeysService(None))
     await nursery.start(bridge.serve)
-    door = bridge.door_url  # the door's own listener; `door_bind=None` in `extra`: the main one
-    if door is None:
-        door = bridge.site.resource.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+    door = bridge.door_url  # the door's own listener
+    assert door is not None  # set once the bridge serves
     prefix = (
         ["taskset", "-c", str(stub_cpu)] if stub_cpu is not None and shutil.which("taskset") else []
     )

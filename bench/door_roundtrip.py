@@ -1,5 +1,6 @@
-"""What one WebSocket round trip at the door costs: the main listener (hypercorn) against the
-door's own listener (wsproto on a trio stream).
+"""What one WebSocket round trip at the door costs on the door's own listener (wsproto on a trio
+stream), against a floor with no WebSocket at all. (The main listener, hypercorn, served the
+door too until it refused `/v1/box`; docs/performance.md keeps its last figures.)
 
     python bench/door_roundtrip.py [--messages 2000] [--size 200]
 
@@ -31,9 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from callgrind import total  # type: ignore[import-not-found]
 
-from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.door.listener import DoorListener, DoorListenerSettings, serve_door_listener
-from ftwbridge.edge import EdgeConfig, serve
 
 UPGRADE = (
     b"GET /v1/box HTTP/1.1\r\nHost: b\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -55,10 +54,6 @@ async def echo(ws: Any) -> None:
         await ws.send(await ws.receive())
 
 
-async def not_found(scope: Any, receive: Any, send: Any) -> None:
-    raise RuntimeError("only /v1/box here")
-
-
 async def raw_echo(stream: trio.SocketStream) -> None:
     """The floor: no WebSocket at all, the answer's bytes written for each read (the 101 to
     the upgrade, then the echo's length in zeros)."""
@@ -77,17 +72,9 @@ async def start(nursery: trio.Nursery, which: str) -> int:
     if which == "raw":
         listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))]
         nursery.start_soon(trio.serve_listeners, raw_echo, listeners)
-    elif which == "own":
+    else:
         settings = DoorListenerSettings(handshake_s=10, silence_s=45, ping_s=15, max_message=65536)
         await nursery.start(serve_door_listener, DoorListener(echo, settings), sock)
-    else:
-        config = EdgeConfig()
-        config.bind = [f"fd://{sock.detach()}"]
-        config.websocket_ping_interval = 15
-        config.read_timeout = 45
-        config.websocket_max_message_size = 65536
-        config.accesslog = None
-        await nursery.start(serve, DoorRoute(not_found, echo), config)
     return port
 
 
@@ -120,7 +107,7 @@ async def child(which: str, messages: int, size: int) -> None:
 
 
 def count(which: str, messages: int, size: int) -> float:
-    """Instructions per round trip of server `which` (`main` or `own`), in millions."""
+    """Instructions per round trip of server `which` (`raw` or `own`), in millions."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
@@ -155,5 +142,5 @@ if __name__ == "__main__":
     if args.child:
         trio.run(child, args.child, args.messages, args.size)
     else:
-        figures = {w: round(count(w, args.messages, args.size), 4) for w in ("raw", "main", "own")}
+        figures = {w: round(count(w, args.messages, args.size), 4) for w in ("raw", "own")}
         print(json.dumps({"minstr_per_round_trip": figures}))

@@ -8,7 +8,7 @@ rounds of `--per-round` opens are measured, 64 at a time. The bridge's CPU is th
 `time.process_time`, which other load on the machine moves far less than wall time.
 
     python bench/opens.py [--rounds 5] [--per-round 300] [--profile FILE] [--py-spy FILE]
-    python bench/opens.py --instructions [--per-round 300] [--main-door]
+    python bench/opens.py --instructions [--per-round 300]
 
 Prints each round, then one JSON line with the medians (and every round). `--profile` runs
 cProfile over the measured rounds and writes its stats to FILE, with the calls per open of the
@@ -18,7 +18,7 @@ collapsed stacks (`-f raw`) to FILE. `--instructions` runs the bridge under valg
 with counting off, turns it on (`callgrind_control`) for one round of `--per-round` opens only,
 and prints the bridge's instructions per open: a figure the machine's other load cannot move
 (the stub home, in its own process, is not counted). The homes dial the door's own listener
-(`door_bind`); `--main-door` has them dial `/v1/box` on the main listener (hypercorn) instead.
+(`door_bind`), the only one that serves `/v1/box`.
 """
 
 from __future__ import annotations
@@ -66,8 +66,7 @@ async def main(args: argparse.Namespace) -> None:
                 stub_cpu=1,
                 state=Path(tmp),
                 extra={"warm_sessions": total + 100}
-                | ({"handshake_s": 120.0} if args.gate else {})  # callgrind is ~50x slower
-                | ({"door_bind": None} if args.main_door else {}),
+                | ({"handshake_s": 120.0} if args.gate else {}),  # callgrind is ~50x slower
             )
             await warm(bridge, granted[: args.warmup])
             spy = None
@@ -121,7 +120,7 @@ async def main(args: argparse.Namespace) -> None:
     )
 
 
-def instructions(per_round: int, *, main_door: bool = False) -> None:
+def instructions(per_round: int) -> None:
     """Run this bench under callgrind, counting one round of `per_round` opens only; print the
     instructions per open."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,7 +128,6 @@ def instructions(per_round: int, *, main_door: bool = False) -> None:
         argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
         argv += [f"--callgrind-out-file={out}", sys.executable, __file__, "--gate"]
         argv += ["--rounds", "1", "--per-round", str(per_round), "--warmup", "100"]
-        argv += ["--main-door"] if main_door else []
         log = (Path(tmp) / "stderr").open("wb")
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
         assert proc.stdin is not None and proc.stdout is not None
@@ -160,15 +158,10 @@ if __name__ == "__main__":
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--py-spy", default="")
     p.add_argument("--instructions", action="store_true")
-    p.add_argument(
-        "--main-door",
-        action="store_true",
-        help="the homes dial /v1/box on the main listener (hypercorn), not the door's own",
-    )
     p.add_argument("--gate", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.instructions:
-        instructions(args.per_round, main_door=args.main_door)
+        instructions(args.per_round)
         sys.exit(0)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # the stub home is started pinned to CPU 1

@@ -142,9 +142,9 @@ class Instance:
 
     @property
     def door_port(self) -> int:
-        """The port of its door's own listener (`door_bind`), else its main port."""
-        bind = self.settings.get("door_bind")
-        return int(str(bind).rsplit(":", 1)[1]) if bind else self.port
+        """The port of its door's own listener (`door_bind`, else that setting's default)."""
+        bind = self.settings.get("door_bind") or Config.model_fields["door_bind"].default
+        return int(str(bind).rsplit(":", 1)[1])
 
     @property
     def door_url(self) -> str:
@@ -191,8 +191,7 @@ class Instance:
         self.settings["bind"] = f"127.0.0.1:{self.port}"
         self.settings["admin_bind"] = f"127.0.0.1:{self.admin_port}"
         self.settings["internal_bind"] = f"127.0.0.1:{self.internal_port}"
-        if self.settings.get("door_bind"):
-            self.settings["door_bind"] = f"127.0.0.1:{free_port()}"
+        self.settings["door_bind"] = f"127.0.0.1:{free_port()}"
         self.write_config()
 
 

@@ -1,8 +1,9 @@
-"""The HTTP shell: `/mcp` and `/v1/box` on plain ASGI, the rest in a Quart-trio app.
+"""The HTTP shell of the main listener: `/mcp` on plain ASGI, the rest in a Quart-trio app.
 
 Thin on purpose. `/mcp` goes to `McpService` through `ftwbridge.mcp.asgi.McpRoute` (Host and
-Origin checks, a bounded body), the box WebSocket to the door through `DoorRoute`; the OAuth
-endpoints, the consent pages and the RFC 9728 metadata are Quart routes.
+Origin checks, a bounded body); the OAuth endpoints, the consent pages and the RFC 9728
+metadata are Quart routes. `/v1/box` and every WebSocket are refused in words (`NoDoorHere`):
+the boxes' uplinks have the door's own listener (`door_bind`, `ftwbridge.door.listener`).
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
 
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from ftwbridge.consent_pages import NO_STORE, add_consent_pages
-from ftwbridge.door import Door
-from ftwbridge.door.asgi import DoorRoute
 from ftwbridge.framing import framing_and_coding
 from ftwbridge.front import add_front_page
 from ftwbridge.mcp.asgi import (
@@ -37,6 +37,54 @@ from ftwbridge.statewords import oauth_words
 from ftwbridge.store import StoreError
 
 log = logging.getLogger("ftwbridge.app")
+
+DOOR_PATH: Final = "/v1/box"
+Asgi = Callable[..., Awaitable[None]]  # any ASGI 3 app (Quart's types its events finer)
+Message = MutableMapping[str, Any]
+
+
+class NoDoorHere:
+    """An ASGI app: the main listener's answer to `/v1/box` and to any WebSocket, else `app`.
+
+    The boxes' uplinks have a listener of their own (`door_bind`, `ftwbridge.door.listener`)
+    and the main one speaks no WebSocket, so a request for `/v1/box` (a plain one or a
+    WebSocket opening handshake) and a WebSocket handshake to any other path get a 404 with a
+    sentence naming `door_bind` and the door's port (`site.door_port`), plain text, and the
+    connection closes after it. A WebSocket handshake is refused by any status but 101 (RFC
+    6455 section 4.2.2, step 5); the answer is sent by the ASGI spec's WebSocket Denial
+    Response extension (`websocket.http.response`), which hypercorn offers.
+    """
+
+    __slots__ = ("app", "site")
+
+    def __init__(self, app: Asgi, site: Site) -> None:
+        self.app = app
+        self.site = site
+
+    async def __call__(
+        self, scope: Message, receive: Callable[[], Awaitable[Message]], send: Asgi
+    ) -> None:
+        kind = scope["type"]
+        if kind == "lifespan" or (kind == "http" and scope.get("path") != DOOR_PATH):
+            await self.app(scope, receive, send)
+            return
+        where = f"the door's own listener (door_bind, port {self.site.door_port} on this bridge)"
+        if scope.get("path") == DOOR_PATH:
+            words = (
+                f"This port does not serve the box's uplink: {DOOR_PATH} is on {where}; point"
+                f" the box, or the proxy's route for {DOOR_PATH}, at that port."
+            )
+        else:
+            words = f"This port speaks no WebSocket; the box's uplink, {DOOR_PATH}, is on {where}."
+        body = (words + "\n").encode()
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        prefix = "http" if kind == "http" else "websocket.http"
+        await send({"type": f"{prefix}.response.start", "status": 404, "headers": headers})
+        await send({"type": f"{prefix}.response.body", "body": body})
 
 
 CORS = {"access-control-allow-origin": "*", "access-control-allow-headers": CORS_REQUEST_HEADERS}
@@ -170,13 +218,13 @@ def create_app(
     *,
     site: Site,
     service: McpService,
-    door: Door,
     max_body_bytes: int,
     body_timeout_s: float,
     oauth: OAuthService | None = None,
-) -> DoorRoute:
-    """Build the ASGI app: the box WebSocket `/v1/box` straight to `door` (`DoorRoute`), the
-    rest in Quart; routes read `site` at request time (its URL is set once bound)."""
+) -> NoDoorHere:
+    """Build the main listener's ASGI app: `/mcp` straight to `service` (`McpRoute`), the
+    rest in Quart, `/v1/box` and every WebSocket refused (`NoDoorHere`); routes read `site`
+    at request time (its URL and the door's port are set once bound)."""
     app = QuartTrio("ftwbridge")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.config["BODY_TIMEOUT"] = body_timeout_s
@@ -223,4 +271,4 @@ def create_app(
         max_body_bytes=max_body_bytes,
         body_timeout_s=body_timeout_s,
     )
-    return DoorRoute(mcp, door.serve_uplink, site.scope_client)  # `/v1/box`, `/mcp` skip Quart
+    return NoDoorHere(mcp, site)  # `/mcp` skips Quart

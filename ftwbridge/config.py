@@ -62,7 +62,7 @@ class Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bind: str = "127.0.0.1:8780"
-    """host:port the HTTP listener binds (/mcp and /v1/box); port 0 picks a free one."""
+    """host:port of the main listener (/mcp, OAuth; boxes dial door_bind); 0 picks a free port."""
     public_url: str | None = None
     """The URL assistants reach; `/mcp` under it is the OAuth resource (RFC 8707). None
     (unset) follows `bind`: see `site_url`."""
@@ -180,10 +180,9 @@ class Config(BaseModel):
     """WebSocket ping interval on the uplinks, seconds."""
     door_silence_s: Seconds = 45.0
     """An uplink (and any connection of the main listener) silent this long is closed, s."""
-    door_bind: str | None = None
-    """host:port of the door's own listener: `/v1/box` alone, WebSocket on trio streams with no
-    HTTP server around it (docs/operations.md, "The door's own listener"); the main listener
-    answers `/v1/box` too. None (the default) turns it off."""
+    door_bind: str = "127.0.0.1:8783"
+    """host:port of the door's own listener, the only one serving `/v1/box` (docs/operations.md,
+    "The door's own listener"): WebSocket on trio streams, no HTTP server; it cannot be off."""
     door_handshake_s: Seconds = 10.0
     """How long a connection to the door's own listener may take to send its request head, s."""
 
@@ -238,6 +237,8 @@ class Config(BaseModel):
 
     _address = field_validator("bind", "admin_bind", "internal_bind", "door_bind")(rules.address)
 
+    _door_always = field_validator("door_bind", mode="before")(rules.door_always)
+
     _http_url = field_validator("public_url")(rules.http_url)
 
     _postgres_url = field_validator("database_url")(rules.postgres_url)
@@ -256,7 +257,6 @@ class Config(BaseModel):
 
     _none_words = field_validator(
         "admin_bind",
-        "door_bind",
         "keys_socket",
         "keys_url",
         "mesh_key",

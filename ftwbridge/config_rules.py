@@ -77,6 +77,17 @@ def address(value: str | None) -> str | None:
     return value
 
 
+def door_always(value: Any) -> Any:
+    """`door_bind`: the door always has its own listener, so "" and "none" (which turn other
+    listeners off) are refused in words rather than read as an address."""
+    if isinstance(value, str) and value.strip().lower() in ("", "none"):
+        raise ValueError(
+            "must be a host:port: the door always has its own listener (the main one refuses"
+            " /v1/box); the default is 127.0.0.1:8783"
+        )
+    return value
+
+
 def http_url(value: str | None) -> str | None:
     """`public_url`: an http:// or https:// URL with a host."""
     if value is not None and not re.match(r"https?://[^/\s]+", value):

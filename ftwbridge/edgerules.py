@@ -1,6 +1,7 @@
-"""What the edge's listeners hold and count, apart from hypercorn's insides (`ftwbridge.edge`):
-the last words a faulted connection gets, the states of a connection, the open connections of
-one listener, and `EdgeConfig`, hypercorn's public `Config` with the guard's settings."""
+"""What the bridge's listeners hold and count, apart from hypercorn's insides (`ftwbridge.edge`):
+the last words a faulted connection gets, the door's WebSocket closing times, the states of a
+connection, the open connections of one listener, and `EdgeConfig`, hypercorn's public
+`Config` with the guard's settings."""
 
 from __future__ import annotations
 
@@ -18,37 +19,22 @@ SERVER_ERROR: Final = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 )
 """What replaces a held response head whose body will never come (its app failed before it)."""
-CLOSE_PROTOCOL_ERROR: Final = b"\x88\x02\x03\xea"
-"""An unmasked server Close frame with code 1002 (RFC 6455 sections 5.5.1 and 7.4.1)."""
 LAST_WORDS_S: Final = 1.0
 """How long the guard tries to send its last words before it closes the socket (seconds)."""
 CLOSE_REPLY_S: Final = 2.0
-"""How long a peer has to answer our WebSocket Close before the socket is closed (seconds);
-hypercorn alone waits for the read timeout (45 s on the door), a socket held per stranger."""
+"""How long a box has to answer the door's WebSocket Close before the socket is closed
+(seconds; `door.wsock`): waiting for the silence rule (45 s) would hold a socket per stranger."""
 FAILING_CODES: Final = frozenset({1002, 1003, 1007, 1008, 1009, 1010, 1011, 4400, 4401, 4403})
-"""Close codes that fail the connection (RFC 6455 section 7.1.7; the door's refusals): from
-then on what the peer still sends (the rest of a message over the limit) is read and dropped
+"""Close codes that fail the door's WebSocket (RFC 6455 section 7.1.7; the door's refusals):
+from then on what the peer still sends (the rest of a message over the limit) is read and dropped
 unparsed, and the socket closes after `LAST_WORDS_S` at most; reading on meanwhile keeps the
 kernel from answering with a reset that would discard our Close."""
-PEER_FAULTS: Final = {
-    1002: "a frame that breaks RFC 6455 section 5",
-    1007: "text that is not UTF-8",
-    1009: "a message over the size limit",
-}
-"""Close codes that hypercorn's WebSocket layer (wsproto) sends for what the peer sent; our
-app never closes with them, so the guard reports such a Close as the connection's fault."""
-
-
 MAX_STRANGERS: Final = 1024
 """Connections of one listener that have not sent a whole request head yet, all peers
 together; past it the peer address holding the most loses its oldest (`fairshare`)."""
 STRANGERS_PER_SOURCE: Final = 256
 """Such connections one peer address may hold; one more is closed at once (a client opening
 many connections at once holds each for the moment its first request head takes)."""
-
-
-class ProtocolViolation(Exception):
-    """What the guard reports for a peer's bytes that hypercorn refused without raising."""
 
 
 class State(StrEnum):
@@ -62,7 +48,8 @@ class State(StrEnum):
     HTTP2 = "http2"
     """HTTP/2, by prior knowledge or an h2c upgrade, whatever its streams do."""
     WEBSOCKET = "websocket"
-    """Upgraded to a WebSocket: a box's uplink, or a connection still to authenticate at the door."""
+    """A WebSocket at the door's own listener (the only one that speaks it): a box's uplink, or
+    a connection still to authenticate."""
     CLOSING = "closing"
     """Being closed: a Close sent and its answer awaited (at most `CLOSE_REPLY_S`), a fault's
     last words, or the socket being shut."""
@@ -105,7 +92,7 @@ class Connections:
 
 class EdgeConfig(HypercornConfig):
     """hypercorn's `Config` with the guard's hooks: `on_connection_fault(kind)` is called once
-    per connection ended by a fault (kind `http`, `websocket` or `http2`); `connections`, if
+    per connection ended by a fault (kind `http` or `http2`); `connections`, if
     set, holds the listener's open connections for the gauge; `strangers` is the listener's
     quota of connections that have not sent a whole request yet (`MAX_STRANGERS`, per peer
     address `STRANGERS_PER_SOURCE`, the heaviest address shed first: docs/operations.md,

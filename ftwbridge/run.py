@@ -317,7 +317,6 @@ class Bridge:
             oauth=self.oauth,
             site=self.site,
             service=service,
-            door=self.door,
             max_body_bytes=c.max_body_bytes,
             body_timeout_s=c.body_timeout_s,
         )
@@ -356,6 +355,7 @@ class Bridge:
         bound = bind_admin(c, fd)
         admin_fd, self.admin_url = (None, None) if bound is None else bound
         door_sock = bind_door(c, fd, admin_fd)
+        self.site.door_port = door_sock.getsockname()[1]  # the main port's refusal names it
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
@@ -370,8 +370,7 @@ class Bridge:
             if self.node is not None:
                 await nursery.start(self.node.serve, service, self.metrics)
             await nursery.start(self._serve_http, app, hc)
-            if door_sock is not None:
-                await self._serve_door(door_sock)
+            await self._serve_door(door_sock)
             if admin_fd is not None:
                 ac = admin_listener(
                     c,

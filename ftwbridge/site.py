@@ -23,6 +23,9 @@ class Site:
     allowed_origins: set[str] = field(default_factory=set)
     trusted_proxies: tuple[Network, ...] = ()
     """Proxies whose `X-Forwarded-For` names the client (`client_address`)."""
+    door_port: int = 0
+    """The port the door's own listener bound (`door_bind`), once bound: the main listener's
+    refusal of `/v1/box` names it."""
 
     @property
     def resource(self) -> str:

@@ -125,21 +125,19 @@ def main_listener(
     connections: Connections,
     exempt: tuple[Network, ...],
 ) -> EdgeConfig:
-    """The main listener's settings on the bound socket `fd`: `/mcp`, OAuth and the door's
-    uplinks (their pings `door_ping_s`, their silence `door_silence_s`, their largest
-    message), listen streams (`listen_stuck_s`), idle connections (`keep_alive_s`)."""
+    """The main listener's settings on the bound socket `fd`: `/mcp` and OAuth, a silent
+    connection closed after `door_silence_s`, listen streams (`listen_stuck_s`), idle
+    connections (`keep_alive_s`). It speaks no WebSocket (`app.create_app`)."""
     hc = EdgeConfig()
     hc.on_connection_fault = on_fault
     hc.connections = connections
     hc.exempt = exempt  # trusted proxies: they bound their own clients' idle connections
     hc.bind = [f"fd://{fd}"]
-    hc.websocket_ping_interval = c.door_ping_s
     hc.read_timeout = int(c.door_silence_s)
     hc.stream_write_s = c.listen_stuck_s  # a listen stream's rule (docs/live.md)
     hc.keep_alive_timeout = c.keep_alive_s  # idle.IdleTimer closes an idle connection then
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
-    hc.websocket_max_message_size = MAX_MESSAGE_BYTES  # past it: close 1009 at once
     hc.graceful_timeout = 1.0
     hc.backlog = c.listen_backlog
     return hc
@@ -162,14 +160,12 @@ def admin_listener(
     return ac
 
 
-def bind_door(c: Config, *fds: int | None) -> socket.socket | None:
-    """The door's own listening socket (`door_bind`), or None when it is not set.
+def bind_door(c: Config, *fds: int | None) -> socket.socket:
+    """The door's own listening socket (`door_bind`).
 
     Raises:
         StartupError: it cannot bind; the other listeners' sockets `fds` are closed first.
     """
-    if c.door_bind is None:
-        return None
     try:
         return bind(c.door_bind, "door", "door_bind", c.listen_backlog)
     except StartupError:

@@ -73,9 +73,14 @@ def _refused(exc: BaseException) -> str | None:
 
 
 def _reason(exc: BaseException) -> str:
-    """A short cause of a failed dial: the OS's words, or the HTTP status of a refused upgrade."""
+    """A short cause of a failed dial: the OS's words, or the HTTP status of a refused upgrade
+    with the first line of its answer (the bridge's main port names the door's there)."""
     cause = exc.__cause__ if isinstance(exc, HandshakeError) else exc
     if isinstance(cause, OSError):
         return str(cause.strerror or cause)
     status = getattr(exc, "status_code", None)  # trio-websocket's ConnectionRejected
-    return f"the upgrade was answered HTTP {status}" if status else type(exc).__name__
+    if not status:
+        return type(exc).__name__
+    body = getattr(exc, "body", None)
+    words = body.decode("utf-8", "replace").strip().split("\n")[0][:300] if body else ""
+    return f"the upgrade was answered HTTP {status}" + (f": {words}" if words else "")

@@ -25,19 +25,20 @@ def _backlog(port: int) -> int:
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="iproute2's ss is not installed")
 async def test_every_listener_has_the_backlog_set(tmp_path: object) -> None:
-    port, admin = _free_port(), _free_port()
+    port, admin, door = _free_port(), _free_port(), _free_port()
     config = Config(
         state_dir=tmp_path,
         bind=f"127.0.0.1:{port}",
         admin_bind=f"127.0.0.1:{admin}",
+        door_bind=f"127.0.0.1:{door}",
         listen_backlog=200,
     )
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             await nursery.start(Bridge(config).serve)
-            seen = [await trio.to_thread.run_sync(_backlog, p) for p in (port, admin)]
+            seen = [await trio.to_thread.run_sync(_backlog, p) for p in (port, admin, door)]
             nursery.cancel_scope.cancel()
-    assert seen == [200, 200]
+    assert seen == [200, 200, 200]
     assert Config().listen_backlog == 1024
 
 

@@ -238,6 +238,7 @@ def test_the_bridge_exits_when_its_lifeline_closes(tmp_path: Path) -> None:
     config = tmp_path / "bridge.toml"
     config.write_text(
         f'bind = "127.0.0.1:0"\npublic_url = "http://127.0.0.1:0"\nadmin_bind = "none"\n'
+        'door_bind = "127.0.0.1:0"\n'
         f'state_dir = "{tmp_path / "state"}"\n'
     )
     bridge = subprocess.Popen(

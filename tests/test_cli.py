@@ -120,6 +120,7 @@ def test_unknown_variable_suggests_the_nearest(tmp_path: Path) -> None:
         ('log_format = "xml"', "log_format must be 'text' or 'json'"),
         ('log_level = "loud"', "log_level must be one of debug, info"),
         ('public_url = "127.0.0.1:8780"', "public_url must be an http:// or https:// URL"),
+        ('door_bind = "none"', "door_bind must be a host:port: the door always has its own"),
     ],
 )
 def test_nonsense_values_are_refused(tmp_path: Path, line: str, words: str) -> None:
@@ -279,7 +280,10 @@ def test_token_issue_without_state_creates_nothing(tmp_path: Path) -> None:
 
 def _serve(tmp_path: Path, config: str) -> tuple[subprocess.Popen[str], str]:
     """Start `ftwbridge serve` and return it with its first stdout line."""
-    cfg = write(tmp_path / "bridge.toml", config + 'state_dir = "state"\nadmin_bind = "none"\n')
+    cfg = write(
+        tmp_path / "bridge.toml",
+        config + 'state_dir = "state"\nadmin_bind = "none"\ndoor_bind = "127.0.0.1:0"\n',
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "ftwbridge", "serve", "--config", str(cfg)],
         cwd=tmp_path,
@@ -356,7 +360,8 @@ def test_json_log_lines(tmp_path: Path) -> None:
 def test_log_level_from_the_environment(tmp_path: Path) -> None:
     """FTWBRIDGE_LOG_LEVEL=warning leaves the info lines out."""
     cfg = write(
-        tmp_path / "bridge.toml", 'bind = "127.0.0.1:0"\nadmin_bind = "none"\nstate_dir = "s"\n'
+        tmp_path / "bridge.toml",
+        'bind = "127.0.0.1:0"\nadmin_bind = "none"\ndoor_bind = "127.0.0.1:0"\nstate_dir = "s"\n',
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "ftwbridge", "serve", "--config", str(cfg)],

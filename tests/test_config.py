@@ -155,3 +155,15 @@ def test_the_internal_listener_s_tls_files_go_together_and_make_its_url_https(
     assert tls.internal_site_url == "https://127.0.0.1:8782"
     with pytest.raises(pydantic.ValidationError, match="go together"):
         Config(**base, internal_certfile=tmp_path / "c.pem")
+
+
+def test_the_door_always_has_its_own_listener() -> None:
+    """`door_bind` has a default (deploy/'s 127.0.0.1:8783, next to the main 8780 and the
+    admin 8781), and no value turns it off: the main listener refuses `/v1/box`."""
+    assert Config().door_bind == "127.0.0.1:8783"
+    assert load_config(env={}).door_bind == "127.0.0.1:8783"
+    for off in ("none", "", " None "):
+        with pytest.raises(ConfigError, match="door_bind must be a host:port: the door always"):
+            load_config(env={"FTWBRIDGE_DOOR_BIND": off})
+    with pytest.raises(pydantic.ValidationError):
+        Config(door_bind=None)  # type: ignore[arg-type]

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from quart import websocket
 from quart_trio import QuartTrio
 
 from ftwbridge import edge
@@ -23,8 +22,6 @@ from ftwbridge.metrics import Metrics
 from ftwbridge.proto.names import Read
 from ftwbridge.proto.noise import generate_static
 from ftwbridge.proto.refusal import Refusal
-from soak.strangers import frame
-from tests.edge.live import WS_UPGRADE
 from tests.harness import Rig
 
 
@@ -121,11 +118,6 @@ def _probe_app(entered: trio.Event, release: trio.Event) -> QuartTrio:
         await release.wait()
         return "ok"
 
-    @app.websocket("/ws")
-    async def ws() -> None:
-        await websocket.accept()
-        await websocket.receive()
-
     return app
 
 
@@ -146,7 +138,6 @@ async def test_connections_by_state_up_and_back_to_zero(
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
     config.connections = metrics.listener("main")
-    config.websocket_max_message_size = 1024
     entered, release = trio.Event(), trio.Event()
     binds = await nursery.start(edge.serve, _probe_app(entered, release), config)
     port = int(binds[0].rsplit(":", 1)[1])
@@ -172,25 +163,11 @@ async def test_connections_by_state_up_and_back_to_zero(
         assert b"200" in await _read_head(http)
         assert await states() == only(idle=1)  # kept alive for the next request
 
-        ws = await trio.open_tcp_stream("127.0.0.1", port)
-        await ws.send_all(WS_UPGRADE.format(path="/ws", host=f"127.0.0.1:{port}").encode())
-        assert b" 101 " in await _read_head(ws)
         h2 = await trio.open_tcp_stream("127.0.0.1", port)
         await h2.send_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-        assert await states() == only(idle=1, websocket=1, http2=1)
-
-        big = await trio.open_tcp_stream("127.0.0.1", port)  # a message over the limit
-        await big.send_all(WS_UPGRADE.format(path="/ws", host=f"127.0.0.1:{port}").encode())
-        rest = (await _read_head(big)).partition(b"\r\n\r\n")[2]
-        await big.send_all(frame(0x2, b"x" * 2000))
-        while b"\x88\x02\x03\xf1" not in rest:  # Close 1009; the socket stays for LAST_WORDS_S
-            rest += await big.receive_some(4096)
-        assert await states() == only(idle=1, websocket=1, http2=1, closing=1)
-        await big.aclose()
+        assert await states() == only(idle=1, http2=1)  # a WebSocket is the door's listener's
 
         for stream in (http, h2):
             await stream.aclose()
-        await ws.send_all(frame(0x8, b"\x03\xe8"))
-        await ws.aclose()
         assert await states() == only()
     nursery.cancel_scope.cancel()

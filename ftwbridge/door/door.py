@@ -7,9 +7,9 @@ close: it authenticates the box with its home key, hands its rosters to the door
 counted; the uplink stays up). The pool opens tunnels with `open_tun(home)`. A newer
 authenticated uplink for the same home takes over: the older one is closed with 4409 and its
 tunnels end `superseded`. What a box sends once authenticated is handled in `dispatch.py`.
-Uplinks come from the door's own listener (`listener.py`, `door_bind`) or from the main
-listener's `/v1/box` (`asgi.py`); either pings every `door_ping_s` (15 s) and closes one silent
-for `door_silence_s` (45 s).
+Uplinks come from the door's own listener (`listener.py`, `door_bind`), the only one that
+serves `/v1/box`; it pings every `door_ping_s` (15 s) and closes one silent for
+`door_silence_s` (45 s).
 """
 
 from __future__ import annotations

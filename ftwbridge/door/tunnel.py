@@ -9,7 +9,6 @@ from enum import StrEnum
 from typing import Protocol
 
 import trio
-from hypercorn.utils import UnexpectedMessageError
 
 from ftwbridge.proto.door import tun, tun_end
 from ftwbridge.proto.names import TunEndReason
@@ -25,7 +24,7 @@ TUN_QUEUE = 16
 
 
 class WebSocketLike(Protocol):
-    """The part of a server WebSocket the door uses (Quart's `websocket` fits)."""
+    """The part of a server WebSocket the door uses (`door.wsock.LeanSocket`)."""
 
     async def receive(self) -> str | bytes: ...
     async def send(self, data: bytes) -> None: ...
@@ -33,11 +32,8 @@ class WebSocketLike(Protocol):
 
 
 WS_GONE = (
-    UnexpectedMessageError,  # hypercorn: a send or close after the WebSocket has closed
-    RuntimeError,  # Quart: "Cannot close websocket multiple times" (a takeover racing a fault)
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    trio.BusyResourceError,  # hypercorn closing the socket while a send is under way
+    trio.BrokenResourceError,  # the peer is gone
+    trio.ClosedResourceError,  # `wsock.BoxGone`: the WebSocket has ended or was closed
 )
 """What a send or close on a WebSocket that is already going away can raise."""
 

@@ -123,9 +123,8 @@ class LeanSocket:
 
     async def close(self, code: int, reason: str = "") -> None:
         """Send a Close with `code` (RFC 6455 section 7.4) once; the reader then waits at most
-        `CLOSE_REPLY_S` for the box's (`LAST_WORDS_S` when `code` fails the connection, as on
-        the main listener). Raises `BoxGone`
-        if a Close went already (`tunnel.close_ws` treats that as done)."""
+        `CLOSE_REPLY_S` for the box's (`LAST_WORDS_S` when `code` fails the connection).
+        Raises `BoxGone` if a Close went already (`tunnel.close_ws` treats that as done)."""
         if self.closed or self._conn.state not in (
             ConnectionState.OPEN,
             ConnectionState.REMOTE_CLOSING,

@@ -5,12 +5,14 @@ nursery, every connection of the process with it (`docs/upstream-hypercorn.md`).
 `hypercorn.trio.serve` with our own accept loop, which builds a `GuardedTCPServer` per
 connection; hypercorn's modules are never assigned to. The guard keeps hypercorn's behaviour
 for every well-formed connection, and an error out of one connection ends that connection
-alone: its last words (a `400` when nothing was sent yet, or a Close `1002` after the upgrade,
-RFC 6455 section 7.4.1), the socket closed, its tasks cancelled, one warning line and
-`EdgeConfig.on_connection_fault(kind)`. A `text/event-stream` response (a listen stream,
-docs/live.md) lifts the read timeout while it is under way, its writes bounded by
-`EdgeConfig.stream_write_s` instead (docs/operations.md, "One connection's fault ends only
-that connection", has the rest of the rules).
+alone: its last words (a `400` when nothing was sent yet), the socket closed, its tasks
+cancelled, one warning line and `EdgeConfig.on_connection_fault(kind)`. Its listeners speak
+HTTP only: the door's WebSocket has a listener of its own (`ftwbridge.door.listener`, on
+wsproto and h11 alone), and the main listener refuses `/v1/box` and every WebSocket handshake
+in words (`ftwbridge.app.NoDoorHere`), so no connection here is ever upgraded to one. A
+`text/event-stream` response (a listen stream, docs/live.md) lifts the read timeout while it
+is under way, its writes bounded by `EdgeConfig.stream_write_s` instead (docs/operations.md,
+"One connection's fault ends only that connection", has the rest of the rules).
 
 Its rooms: `accept.py` (`serve`, the accept loop), `guard.py` (`GuardedTCPServer`: the read
 side and the fault guard), `writes.py` (`WritingServer`, its base: the write path, the state
@@ -34,8 +36,7 @@ public `serve` and `Config`, and why; `tests/edge/test_hypercorn.py` pins each n
   `trio.worker_context.WorkerContext`, `trio.statsd.StatsdLogger`, `typing.ConnectionState`,
   and `utils` `wrap_app`, `raise_shutdown`, `repr_socket_addr`, `ShutdownError`.
 
-Elsewhere ftwbridge uses none of these: `edgerules.EdgeConfig` subclasses the public `Config`,
-and the door catches `hypercorn.utils.UnexpectedMessageError` (a send on a closed WebSocket).
+Elsewhere ftwbridge uses none of these: `edgerules.EdgeConfig` subclasses the public `Config`.
 """
 
 from __future__ import annotations

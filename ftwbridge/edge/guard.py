@@ -8,14 +8,10 @@ import logging
 import math
 
 import trio
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, RawData
 from hypercorn.trio.tcp_server import MAX_RECV
 
-from ftwbridge.edgerules import (
-    BAD_REQUEST,
-    CLOSE_PROTOCOL_ERROR,
-    LAST_WORDS_S,
-)
+from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S
 from ftwbridge.fairshare import SlotRefused, Slots, source_key
 
 from .writes import WritingServer
@@ -28,35 +24,17 @@ class GuardedTCPServer(WritingServer):
 
     Everything a peer can make hypercorn raise is caught at the two places it surfaces: the
     read loop (`_read_data`, where received bytes are parsed) and the connection task as a whole
-    (`run`, where errors of the connection's own tasks such as pings arrive). Cancellation is
+    (`run`, where errors of the connection's own tasks, such as an app's, arrive). Cancellation is
     never caught.
     """
 
     async def _read_data(self) -> None:
-        parse = self.protocol.handle
-
-        async def handle(event: Event) -> None:
-            if not (self._discarding and isinstance(event, RawData) and event.data):
-                await parse(event)
-
-        self.protocol.handle = handle  # type: ignore[method-assign]
         try:
             await self._read_loop()
         except Exception as exc:
             await self._fault(exc)
-        finally:
-            self._close_timer.cancel()  # the connection has ended: no Close left to wait for
-            # and no keep-alive timer either: it would hold the socket 5 s more
+        finally:  # the connection has ended: no keep-alive timer either (5 s more of a socket)
             self.idle_task.end()  # type: ignore[attr-defined]
-            if self._upgraded:
-                # hypercorn's WebSocket ping task sleeps `websocket_ping_interval` (the door's
-                # 15 s) between pings, and the connection, its socket and its buffers with it,
-                # waited for it to wake: 100 strangers held 20 MiB for 15 s. What is left of
-                # an ended WebSocket gets `LAST_WORDS_S`, then is cancelled.
-                nursery = self._task_group._nursery
-                if nursery is not None:
-                    scope = nursery.cancel_scope
-                    scope.deadline = min(scope.deadline, trio.current_time() + LAST_WORDS_S)
 
     async def _read_loop(self) -> None:
         """hypercorn's `TCPServer._read_data`, with its read timeout in a scope of our own, so
@@ -135,11 +113,7 @@ class GuardedTCPServer(WritingServer):
         """Say what can still be said, close the socket, and end every task of the connection."""
         if not self._faulted:
             self._report(exc)
-        last_words = b""
-        if self._bytes_sent == 0 and not self._upgraded:
-            last_words = BAD_REQUEST
-        elif self._upgraded and not self._close_sent:
-            last_words = CLOSE_PROTOCOL_ERROR
+        last_words = BAD_REQUEST if self._bytes_sent == 0 else b""
         with trio.move_on_after(LAST_WORDS_S):
             if last_words:
                 try:

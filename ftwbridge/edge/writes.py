@@ -16,18 +16,7 @@ from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
-from ftwbridge.edgerules import (
-    BAD_REQUEST,
-    CLOSE_PROTOCOL_ERROR,
-    CLOSE_REPLY_S,
-    FAILING_CODES,
-    LAST_WORDS_S,
-    PEER_FAULTS,
-    SERVER_ERROR,
-    ProtocolViolation,
-    State,
-    announces_body,
-)
+from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S, SERVER_ERROR, State, announces_body
 from ftwbridge.fairshare import Slots
 from ftwbridge.idle import IdleTimer
 
@@ -48,11 +37,7 @@ class WritingServer(TCPServer):
         self._head_due = True
         """HTTP/1.1 with no response under way: the next bytes are a head, not body bytes
         (which may look like one)."""
-        self._upgraded = False
-        self._close_sent = False
         self._faulted = False
-        self._close_timer = trio.CancelScope()
-        self._discarding = False
         self._busy = False
         self._closing = False
         self._stranger: tuple[Slots, str, trio.CancelScope] | None = None
@@ -68,17 +53,15 @@ class WritingServer(TCPServer):
     @property
     def connection_state(self) -> State:
         """What this connection is doing now (see `State`)."""
-        if self._closing or self._close_sent or self._faulted:
+        if self._closing or self._faulted:
             return State.CLOSING
-        if self._upgraded:
-            return State.WEBSOCKET
         if self._kind() == "http2":
             return State.HTTP2
         return State.REQUEST if self._busy else State.IDLE
 
     async def protocol_send(self, event: Event) -> None:
-        """hypercorn's send, noting what went out (any bytes, the 101, a Close frame, whether
-        a request is under way) and writing it with fewer waits than hypercorn's own:
+        """hypercorn's send, noting what went out (any bytes, a 101 to h2c, whether a request
+        is under way) and writing it with fewer waits than hypercorn's own:
 
         - an HTTP/1.1 final response head that announces a body by its `Content-Length` is
           held and written in one `send` with what follows it (its body, or nothing for HEAD);
@@ -91,11 +74,10 @@ class WritingServer(TCPServer):
           response (no length) is written as it comes, and so are heads with no body to
           follow: hypercorn's own refusals (`content-length: 0`) race the app's answer, and
           their order decides how the connection ends;
-        - on those two hot paths (a held head with what follows it, and a WebSocket data frame)
-          the send lock is taken without a scheduler turn when it is free, and the empty
-          chunk that ends a response with a length writes nothing. Everything else goes
-          through hypercorn's own write (`_write(turn=True)`), turns included: its error paths
-          depend on them;
+        - on the hot path (a held head with what follows it) the send lock is taken without a
+          scheduler turn when it is free, and the empty chunk that ends a response with a
+          length writes nothing. Everything else goes through hypercorn's own write
+          (`_write(turn=True)`), turns included: its error paths depend on them;
         - every write is bounded by the listener's read timeout (`_send_all`): a peer that
           takes none of our bytes is let go, not waited for as long as it keeps the socket.
         """
@@ -108,13 +90,7 @@ class WritingServer(TCPServer):
                 held = self._words_for_held_head()
             self._bytes_sent += len(held)
             await self._write(held)
-        if isinstance(event, Closed) and self._upgraded and not self._close_sent:
-            # hypercorn ends a WebSocket whose frame wsproto could not parse without a Close;
-            # RFC 6455 section 7.1.7 asks for one first, with 1002 for a protocol error.
-            self._report(ProtocolViolation("a frame that breaks RFC 6455 section 5"))
-            self._close_sent = True
-            await self._write(CLOSE_PROTOCOL_ERROR, turn=True)
-        elif isinstance(event, Updated):
+        if isinstance(event, Updated):
             self._busy = not event.idle
             if self._busy:
                 self._known()
@@ -135,27 +111,10 @@ class WritingServer(TCPServer):
             self._ended_by_empty = False
             return
         self._ended_by_empty = False
-        if self._upgraded:
-            if data and data[0] != 0x88:  # a WebSocket frame other than Close
-                self._bytes_sent += len(data)
-                await self._write(data)
-                return
-            if data and not self._close_sent:
-                self._close_sent = True
-                code = int.from_bytes(data[2:4], "big") if data[1] >= 2 else None
-                failing = code in FAILING_CODES
-                self._discarding = failing  # what it still sends is read and dropped
-                if code in PEER_FAULTS and not self._faulted:
-                    self._report(ProtocolViolation(f"Close {code}: {PEER_FAULTS[code]}"))
-                self._task_group.spawn(
-                    self._close_unanswered, LAST_WORDS_S if failing else CLOSE_REPLY_S
-                )
-        elif self._head_due and data.startswith(b"HTTP/1.1 "):
+        if self._head_due and data.startswith(b"HTTP/1.1 "):
             head = data.lower()  # h11 writes a head alone, in one piece: a few hundred bytes
             if head.startswith(b"http/1.1 101 "):
-                self._head_due = False
-                if b"\r\nupgrade: websocket" in head:
-                    self._upgraded = True  # a 101 to h2c is HTTP/2, not a WebSocket
+                self._head_due = False  # to h2c: HTTP/2 follows (no listener accepts a WebSocket)
             elif head[9:10] != b"1":  # a final head (100 Continue comes before one)
                 self._head_due = False
                 if b"\r\ncontent-type: text/event-stream" in head:
@@ -222,24 +181,11 @@ class WritingServer(TCPServer):
                 nursery.cancel_scope.cancel()
             raise trio.BrokenResourceError("the peer took none of our bytes in time")
 
-    async def _close_unanswered(self, wait_s: float) -> None:
-        """RFC 6455 section 7.1.1: after its Close, the server closes the TCP connection; give
-        the peer `wait_s` to answer (none when our Close fails the connection), then close."""
-        with self._close_timer:
-            await trio.sleep(wait_s)
-            try:
-                with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
-                    await self.protocol.handle(Closed())  # may wait on a full app queue
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self.stream.aclose()  # closes the socket, whatever happened above
-
     async def _close(self) -> None:
         # hypercorn closes from whichever task sends `Closed`; when that is the app's task,
         # Quart-trio is cancelling it already and the close never happened: a response to
         # `Connection: close` left its socket open until the read timeout. Shielded, bounded.
         self._closing = True
-        self._close_timer.cancel()
         with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
             await super()._close()
 
@@ -263,7 +209,7 @@ class WritingServer(TCPServer):
         protocol = getattr(getattr(self, "protocol", None), "protocol", None)
         if isinstance(protocol, H2Protocol):
             return "http2"
-        return "websocket" if self._upgraded else "http"
+        return "http"
 
     def _report(self, exc: BaseException) -> None:
         self._faulted = True

@@ -50,12 +50,14 @@ FROZEN_MS = 1_800_000_000_000
 
 @dataclass
 class Instance:
-    """One `ftwbridge serve`: its id, main, internal and admin ports, and its process."""
+    """One `ftwbridge serve`: its id, main, internal, admin and door ports, and its process."""
 
     name: str
     port: int
     internal_port: int
     admin_port: int
+    door_port: int = 0
+    """The door's own listener (`door_bind`), which the homes dial; 0: the kernel picks."""
     proc: subprocess.Popen[bytes] | None = None
     tls: dict[str, str] = field(default_factory=dict)
     """Its internal listener's TLS settings (`ClusterCA.settings`), or none: plain HTTP."""
@@ -66,7 +68,7 @@ class Instance:
 
     @property
     def door(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/box"
+        return f"ws://127.0.0.1:{self.door_port}/v1/box"
 
     @property
     def internal(self) -> str:
@@ -157,6 +159,7 @@ class Cluster:
                 FTWBRIDGE_BIND=f"127.0.0.1:{inst.port}",
                 FTWBRIDGE_INTERNAL_BIND=f"127.0.0.1:{inst.internal_port}",
                 FTWBRIDGE_ADMIN_BIND=f"127.0.0.1:{inst.admin_port}",
+                FTWBRIDGE_DOOR_BIND=f"127.0.0.1:{inst.door_port}",
                 FTWBRIDGE_STATE_DIR=str(self.folder / inst.name),
             )
             env.update({f"FTWBRIDGE_{k.upper()}": v for k, v in inst.tls.items()})
@@ -166,7 +169,7 @@ class Cluster:
             except StartFailed as exc:
                 if not exc.port_taken or attempt == PORT_TRIES:
                     raise
-                inst.port, inst.internal_port, inst.admin_port = free_ports(3)
+                inst.port, inst.internal_port, inst.admin_port, inst.door_port = free_ports(4)
                 continue
             assert line.startswith("ftwbridge serving "), line
             return
@@ -275,8 +278,8 @@ def running_cluster(
     and forward only over it (`Cluster.cafile`)."""
     key = secrets.token_bytes(32)
     db_url = pg.create_database()
-    picked = free_ports(9)
-    ports = [(picked[i], picked[i + 1], picked[i + 2]) for i in (0, 3, 6)]
+    picked = free_ports(12)
+    ports = [tuple(picked[i : i + 4]) for i in (0, 4, 8)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
     env.update(
         FTWBRIDGE_DATABASE_URL=db_url,
@@ -308,8 +311,8 @@ def running_cluster(
         _proc, line = made.start(argv, "keys.log", keys_env)
         assert line.startswith("keys service on "), line
         made.env["FTWBRIDGE_KEYS_URL"] = line.removeprefix("keys service on ").strip()
-        for n, (port, internal, admin) in enumerate(ports, 1):
-            made.instances[f"b-{n}"] = inst = Instance(f"b-{n}", port, internal, admin)
+        for n, (port, internal, admin, door) in enumerate(ports, 1):
+            made.instances[f"b-{n}"] = inst = Instance(f"b-{n}", port, internal, admin, door)
             if ca is not None:
                 inst.tls = ca.settings(inst.name)
             made.start_instance(inst)

@@ -72,10 +72,9 @@ class Env:
 
     @property
     def door_url(self) -> str:
-        """The door's own listener when it serves (the default here), else the main one's."""
-        if self.bridge.door_url is not None:
-            return self.bridge.door_url
-        return self.url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+        """`ws://127.0.0.1:<port>/v1/box`: the door's own listener, which the boxes dial."""
+        assert self.bridge.door_url is not None, "the bridge is serving"
+        return self.bridge.door_url
 
     async def add_home(self, name: str, *args: str) -> Home:
         proc, line = await start_stub(self.nursery, self.door_url, *args, home=name)
@@ -137,7 +136,7 @@ async def start_env(nursery: trio.Nursery, tmp: Path, **config: Any) -> Env:
     settings: dict[str, Any] = {
         "admin_bind": "127.0.0.1:0",
         "bind": "127.0.0.1:0",
-        "door_bind": "127.0.0.1:0",  # the boxes dial the door's own listener
+        "door_bind": "127.0.0.1:0",  # the door's own listener, which the boxes dial
         "public_url": "http://127.0.0.1:0",
     } | config
     cfg = Config(state_dir=tmp, **settings)

@@ -51,6 +51,7 @@ async def _at(nursery: trio.Nursery, tmp: Path, t_ms: int, days: int | None) -> 
         state_dir=tmp,
         admin_bind="127.0.0.1:0",
         bind="127.0.0.1:0",
+        door_bind="127.0.0.1:0",
         public_url="http://127.0.0.1:0",
     )
     bridge = Bridge(cfg, clock=lambda: wall_ms() + offset)

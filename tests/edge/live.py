@@ -2,7 +2,7 @@
 
 `LiveBridge.start(tmp)` runs the operator's flow from the README with real processes: the stub
 home prints its key, `ftwbridge home enroll`, `ftwbridge serve` (main and admin listeners on
-ports the kernel picks), the stub home dials the door, `ftwbridge agent create`, the owner's
+ports the kernel picks, and the door's own listener), the stub home dials the door, `ftwbridge agent create`, the owner's
 `put_agent` at the home's console, `ftwbridge token issue`. Everything here is synchronous
 (plain sockets), so a crash of the bridge shows as its process gone.
 """
@@ -232,13 +232,12 @@ class LiveBridge:
         where = self.door if door else self.admin if admin else self.main
         return socket.create_connection(where, timeout=WAIT_S)
 
-    def upgrade(
-        self, path: str = "/v1/box", *, admin: bool = False, door: bool = False
-    ) -> tuple[socket.socket, bytes]:
-        """A WebSocket connection after the 101, and what came after the 101's head."""
-        sock = self.connect(admin=admin, door=door)
-        host, port = self.door if door else self.admin if admin else self.main
-        sock.sendall(WS_UPGRADE.format(path=path, host=f"{host}:{port}").encode())
+    def upgrade(self) -> tuple[socket.socket, bytes]:
+        """A WebSocket connection to the door's own listener (the only one that speaks it)
+        after the 101, and what came after the 101's head."""
+        sock = self.connect(door=True)
+        host, port = self.door
+        sock.sendall(WS_UPGRADE.format(path="/v1/box", host=f"{host}:{port}").encode())
         head = b""
         while b"\r\n\r\n" not in head:
             chunk = sock.recv(4096)
@@ -271,10 +270,10 @@ class LiveBridge:
         answer: dict[str, Any] = json.loads(payload)
         return answer
 
-    def door_challenge(self, *, door: bool = False) -> dict[str, Any]:
-        """Open a fresh uplink (on the main listener, or the door's own) and read the door's
-        first message (`door.challenge`)."""
-        sock, data = self.upgrade(door=door)
+    def door_challenge(self) -> dict[str, Any]:
+        """Open a fresh uplink at the door's own listener and read the door's first message
+        (`door.challenge`)."""
+        sock, data = self.upgrade()
         with sock:
             sock.settimeout(WAIT_S)
             while len(data) < 2 or len(data) < 2 + (data[1] & 0x7F):
@@ -287,12 +286,11 @@ class LiveBridge:
 
     def assert_serving(self) -> None:
         """The bridge process is up, a normal `/mcp` call reads the home through the existing
-        uplink, and a new uplink is challenged by the door on either listener."""
+        uplink, and a new uplink is challenged by the door."""
         assert self.alive, "the bridge process has stopped"
         answer = self.mcp_status()
         assert "result" in answer and not answer["result"].get("isError"), answer
         assert self.door_challenge()["t"] == "door.challenge"
-        assert self.door_challenge(door=True)["t"] == "door.challenge"
 
     def metrics(self) -> str:
         """The admin listener's `/metrics` text."""

@@ -111,7 +111,7 @@ def test_garbage_in_the_same_packet_as_the_upgrade(live: LiveBridge, garbage: by
 
 
 def test_a_ping_is_answered_and_a_close_is_returned(live: LiveBridge) -> None:
-    sock, data = live.upgrade(door=True)
+    sock, data = live.upgrade()
     with sock:
         sock.sendall(frame(9, b"hi"))
         sock.settimeout(WAIT_S)

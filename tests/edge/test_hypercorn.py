@@ -12,7 +12,6 @@ from typing import Any
 
 import hypercorn
 import hypercorn.trio.run as hypercorn_run
-import pytest
 import trio
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
@@ -20,7 +19,6 @@ from quart import websocket
 from quart_trio import QuartTrio
 
 from ftwbridge import edge
-from soak.strangers import frame
 
 from .live import WS_UPGRADE
 
@@ -164,48 +162,15 @@ def test_the_read_loop_copied_is_hypercorns() -> None:
     assert tcp_server.MAX_RECV == 2**16
 
 
-async def test_a_close_for_the_peers_fault_is_reported_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A message over the size limit is closed 1009 by hypercorn's own WebSocket
-    layer, without an error the guard would see; the guard reports that Close (one warning
-    line, one count), as for every other fault of a peer."""
-    faults: list[str] = []
-    config = edge.EdgeConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.websocket_max_message_size = 1024
-    config.on_connection_fault = faults.append
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(edge.serve, _app(), config)
-            port = int(binds[0].rsplit(":", 1)[1])
-            stream = await trio.open_tcp_stream("127.0.0.1", port)
-            async with stream:
-                await stream.send_all(WS_UPGRADE.format(path="/ws", host=f"x:{port}").encode())
-                data = b""
-                while b"\r\n\r\n" not in data:  # the 101 first (a byte before it is another case)
-                    data += await stream.receive_some(4096)
-                await stream.send_all(frame(0x2, b"x" * 2000))
-                while chunk := await stream.receive_some(65536):
-                    data += chunk
-            assert data.partition(b"\r\n\r\n")[2].startswith(b"\x88\x02\x03\xf1")  # Close 1009
-            nursery.cancel_scope.cancel()
-    assert faults == ["websocket"]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.edge"]
-    assert len(warnings) == 1 and "Close 1009" in warnings[0], warnings
-
-
 def test_only_edge_knows_hypercorns_insides_and_nothing_assigns_to_them() -> None:
     """`ftwbridge.edge` is the one package that imports hypercorn's insides (anything but its
-    public `hypercorn.config`, `hypercorn.trio.serve` and the door's `UnexpectedMessageError`),
-    and no module of ftwbridge or stubbox assigns to an attribute of an imported module of
+    public `hypercorn.config`), and no module of ftwbridge or stubbox assigns to an attribute of an imported module of
     hypercorn, h11 or wsproto."""
     import ast
     from pathlib import Path
 
     root = Path(edge.__file__).parents[2]
-    public = {"hypercorn.config", "hypercorn.utils"}
+    public = {"hypercorn.config"}
     insiders: dict[str, set[str]] = {}
     assigned: list[str] = []
     for path in [

@@ -117,7 +117,7 @@ DOOR_SHARE = 100
 async def test_a_thousand_strangers_that_never_authenticate_keep_no_box_out(env: Env) -> None:
     env.bridge.door.strangers = Slots(DOOR_SHARE, DOOR_STRANGERS_PER_SOURCE)
     sources = [f"127.0.0.{n}" for n in range(2, 12)]
-    port = int(env.bridge.site.public_url.rsplit(":", 1)[1])
+    port = int(env.door_url.removesuffix("/v1/box").rsplit(":", 1)[1])  # the door's listener
     idle: list[trio.SocketStream] = []
     try:
         with trio.fail_after(REAL_WAIT_S):

@@ -83,7 +83,11 @@ def test_a_damaged_key_file_is_a_sentence(tmp_path: Path, content: bytes) -> Non
 
 def test_serve_on_a_damaged_key_file_says_so_and_exits_2(tmp_path: Path) -> None:
     (tmp_path / "agent-keys.json").write_text('{"broken"')
-    env = os.environ | {"FTWBRIDGE_STATE_DIR": str(tmp_path), "FTWBRIDGE_BIND": "127.0.0.1:0"}
+    env = os.environ | {
+        "FTWBRIDGE_STATE_DIR": str(tmp_path),
+        "FTWBRIDGE_BIND": "127.0.0.1:0",
+        "FTWBRIDGE_DOOR_BIND": "127.0.0.1:0",
+    }
     done = subprocess.run(
         [sys.executable, "-m", "ftwbridge", "serve"],
         capture_output=True,

@@ -69,7 +69,7 @@ async def _stderr_until(proc: trio.Process, words: str) -> str:
 
 
 async def test_bridges_reach_sealed_keys_through_keys_services(pg_url: str, tmp_path: Path) -> None:
-    port = _free_port()
+    port, door_port = _free_port(), _free_port()
     keys_env = _env(
         database_url=pg_url, kek=KEK.hex(), mesh_key=MESH.hex(), state_dir=str(tmp_path / "k")
     )
@@ -84,6 +84,7 @@ async def test_bridges_reach_sealed_keys_through_keys_services(pg_url: str, tmp_
                 mesh_key=MESH.hex(),
                 state_dir=str(tmp_path / "bridge"),
                 bind=f"127.0.0.1:{port}",
+                door_bind=f"127.0.0.1:{door_port}",
                 public_url=f"http://127.0.0.1:{port}",
                 admin_bind="none",
             )
@@ -93,7 +94,7 @@ async def test_bridges_reach_sealed_keys_through_keys_services(pg_url: str, tmp_
             assert enrolled.returncode == 0, enrolled
             line = await first_line(nursery, [*ME, "serve", "--exit-with-parent"], bridge_env)
             url = line.removeprefix("ftwbridge serving ")
-            door = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+            door = f"ws://127.0.0.1:{door_port}/v1/box"  # the door's own listener
             _stub, stub_line = await start_stub(nursery, door, home=HOME)
             # the agent's key is made through the second keys service ...
             second_env = bridge_env | {"FTWBRIDGE_KEYS_URL": f"tcp://127.0.0.1:{at_second[1]}"}
@@ -180,7 +181,11 @@ async def test_a_bridge_with_another_mesh_key_is_refused_in_one_sentence(
             said = await _stderr_until(service, WRONG_KEY)
             assert "keys service refused 127.0.0.1:" in said and "Traceback" not in said
             # a bridge that serves with it says so at start, and is not ready
-            serving = wrong | {"FTWBRIDGE_BIND": "127.0.0.1:0", "FTWBRIDGE_ADMIN_BIND": "none"}
+            serving = wrong | {
+                "FTWBRIDGE_BIND": "127.0.0.1:0",
+                "FTWBRIDGE_ADMIN_BIND": "none",
+                "FTWBRIDGE_DOOR_BIND": "127.0.0.1:0",
+            }
             bridge: trio.Process = await nursery.start(
                 functools.partial(
                     trio.run_process,

@@ -76,19 +76,20 @@ async def stop(proc: trio.Process) -> None:
 async def test_a_restored_state_serves_the_old_token_and_agent(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    port = free_port()
+    port, door_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     state, saved, after = tmp_path / "state", tmp_path / "backup", tmp_path / "restored"
     base = os.environ | {
         "FTWBRIDGE_BIND": f"127.0.0.1:{port}",
         "FTWBRIDGE_ADMIN_BIND": "none",
+        "FTWBRIDGE_DOOR_BIND": f"127.0.0.1:{door_port}",
         "FTWBRIDGE_PUBLIC_URL": url,
     }
     env = base | {"FTWBRIDGE_STATE_DIR": str(state)}
     key_line = await home_key("h1")
     await cli(env, "home", "enroll", "--home", "h1", "--key", key_line["homeKey"])
     first = await serve(nursery, env)
-    stub, line = await start_stub(nursery, f"ws://127.0.0.1:{port}/v1/box", home="h1")
+    stub, line = await start_stub(nursery, f"ws://127.0.0.1:{door_port}/v1/box", home="h1")
     agent_key = (await cli(env, "agent", "create", "--home", "h1")).strip()
     await console(
         line["console"],

@@ -252,6 +252,7 @@ def test_the_image_install_steps_run_as_a_user_other_than_root(installed: Instal
         "FTWBRIDGE_STATE_DIR": str(state),
         "FTWBRIDGE_BIND": "127.0.0.1:0",
         "FTWBRIDGE_ADMIN_BIND": "127.0.0.1:0",
+        "FTWBRIDGE_DOOR_BIND": "127.0.0.1:0",
     }
     with subprocess.Popen(
         _as_nobody([str(prefix / "bin" / "ftwbridge"), "serve"]),

@@ -30,6 +30,7 @@ def run(state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
         "FTWBRIDGE_STATE_DIR": str(state),
         "FTWBRIDGE_BIND": "127.0.0.1:0",
         "FTWBRIDGE_ADMIN_BIND": "none",
+        "FTWBRIDGE_DOOR_BIND": "127.0.0.1:0",
     }
     return subprocess.run(
         [*CLI, *argv], capture_output=True, text=True, env=env, timeout=60, check=False
@@ -77,6 +78,7 @@ def test_a_second_serve_on_the_same_state_is_refused(tmp_path: Path) -> None:
         "FTWBRIDGE_STATE_DIR": str(state),
         "FTWBRIDGE_BIND": "127.0.0.1:0",
         "FTWBRIDGE_ADMIN_BIND": "none",
+        "FTWBRIDGE_DOOR_BIND": "127.0.0.1:0",
     }
     with subprocess.Popen(
         [*CLI, "serve"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env

@@ -32,8 +32,12 @@ HOME = "pg-home"
 
 
 def _env(**settings: str) -> dict[str, str]:
+    """The environment without the caller's `FTWBRIDGE_*`, the door's own listener on a port
+    the kernel picks (unless `door_bind` is given), and `settings` as `FTWBRIDGE_*`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FTWBRIDGE_")}
-    env.update({"FTWBRIDGE_" + k.upper(): v for k, v in settings.items()})
+    env.update(
+        {"FTWBRIDGE_" + k.upper(): v for k, v in ({"door_bind": "127.0.0.1:0"} | settings).items()}
+    )
     return env
 
 
@@ -69,10 +73,12 @@ def test_the_command_line_says_in_one_sentence_what_is_wrong_with_the_database(
 
 async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None:
     port = _free_port()  # `token issue` binds its token to the resource the bridge serves
+    door_port = _free_port()
     env = _env(
         database_url=pg_url,
         state_dir=str(tmp_path / "state"),
         bind=f"127.0.0.1:{port}",
+        door_bind=f"127.0.0.1:{door_port}",
         public_url=f"http://127.0.0.1:{port}",
         admin_bind="none",
     )
@@ -87,7 +93,7 @@ async def test_the_whole_bridge_on_postgres(pg_url: str, tmp_path: Path) -> None
             me = [sys.executable, "-m", "ftwbridge"]
             line = await first_line(nursery, [*me, "serve", "--exit-with-parent"], env)
             url = line.removeprefix("ftwbridge serving ")
-            door = url.replace("http://", "ws://").removesuffix("/mcp") + "/v1/box"
+            door = f"ws://127.0.0.1:{door_port}/v1/box"  # the door's own listener
             _stub, stub_line = await start_stub(nursery, door, home=HOME)
             # the key file in state_dir, which the bridge's in-process keys part picks up
             created = await _command("agent", "create", "--home", HOME, env=env)
@@ -218,6 +224,7 @@ async def test_the_waiting_page_keeps_polling_through_an_outage(
         bind=f"127.0.0.1:{port}",
         public_url=f"http://127.0.0.1:{port}",
         admin_bind=None,
+        door_bind="127.0.0.1:0",
     )
     with trio.fail_after(BOUND_S):
         async with trio.open_nursery() as nursery:

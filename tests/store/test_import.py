@@ -301,7 +301,9 @@ async def test_a_kek_that_does_not_open_the_stored_keys_is_refused(
 
 async def test_a_bridge_does_not_start_on_a_state_folder_being_imported(tmp_path: Path) -> None:
     await _embedded(tmp_path)
-    bridge = Bridge(Config(state_dir=tmp_path, bind="127.0.0.1:0", admin_bind=None))
+    bridge = Bridge(
+        Config(state_dir=tmp_path, bind="127.0.0.1:0", admin_bind=None, door_bind="127.0.0.1:0")
+    )
     with importing_state(tmp_path), pytest.raises(StartupError, match="is being imported"):
         with trio.fail_after(BOUND_S):  # it would serve on, unbounded
             await bridge.serve()
@@ -371,13 +373,17 @@ async def _command(*args: str, env: dict[str, str]) -> subprocess.CompletedProce
 async def test_a_token_and_an_agent_key_of_an_embedded_bridge_work_on_postgres(
     tmp_path: Path, pg_url: str
 ) -> None:
-    port = _free_port()  # one public URL before and after: a token's audience
+    port, door_port = (
+        _free_port(),
+        _free_port(),
+    )  # one public URL before and after: a token's audience
     where = {
         "bind": f"127.0.0.1:{port}",
         "public_url": f"http://127.0.0.1:{port}",
         "admin_bind": None,
+        "door_bind": f"127.0.0.1:{door_port}",
     }
-    door = f"ws://127.0.0.1:{port}/v1/box"
+    door = f"ws://127.0.0.1:{door_port}/v1/box"  # the door's own listener, before and after
     stub_state = ["--state", str(tmp_path / "stub")]  # the home keeps its roster across
     mesh_key, kek = secrets.token_hex(32), secrets.token_hex(32)
     env = _env(database_url=pg_url, kek=kek, state_dir=str(tmp_path / "embedded"))

@@ -80,3 +80,29 @@ async def test_a_door_that_refuses_the_home_is_said_in_words(
         "the door at ws://door.example/v1/box refused home h1: the bridge does not know this"
         " home; enroll it (`ftwbridge home enroll`)"
     )
+
+
+async def test_a_refused_upgrade_is_said_with_the_bridges_words(
+    monkeypatch: pytest.MonkeyPatch,
+    autojump_clock: trio.abc.Clock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stub given the bridge's main port gets its 404 and says the bridge's sentence, which
+    names the door's own port (tests/edge/test_main_port_door.py has the bridge's side)."""
+    from trio_websocket import ConnectionRejected
+
+    words = b"This port does not serve the box's uplink: /v1/box is on the door's own listener"
+
+    @asynccontextmanager
+    async def dial(url: str, **_options: Any) -> AsyncIterator[Any]:
+        raise ConnectionRejected(404, (), body=words + b" (door_bind, port 8783).\n")
+        yield
+
+    monkeypatch.setattr(stubbox.dial, "open_websocket_url", dial)
+    with caplog.at_level("INFO", logger="stubbox"), trio.move_on_after(1):
+        await run_uplink(StubHome("h1", seed="h1"), "ws://127.0.0.1:8780/v1/box")
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [
+        "home h1 cannot reach the door at ws://127.0.0.1:8780/v1/box (the upgrade was answered"
+        f" HTTP 404: {words.decode()} (door_bind, port 8783).); retrying with backoff"
+    ]
