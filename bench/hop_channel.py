@@ -80,8 +80,8 @@ async def _holder(stream: trio.abc.Stream) -> None:
 
 
 async def _asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The holder as a plain ASGI app (what `mesh/streams.StreamingRoute` is) for `--holder
-    edge`: the body read, then the answer in one `http.response.body`."""
+    """The holder as a plain ASGI app (as the internal listener's `/mcp` route was) for
+    `--holder edge`: the body read, then the answer in one `http.response.body`."""
     if scope["type"] == "lifespan":
         while True:
             kind = (await receive())["type"].rsplit(".", 1)[1]  # startup, shutdown

@@ -167,8 +167,8 @@ async def test_a_sender_hanging_up_mid_stream_ends_the_stream(rig: Rig) -> None:
         await rig.stream_started.wait()
         await stream.aclose()
         await rig.stream_ended.wait()  # cancelled, its `finally` run
-        while rig.listener.open:  # the connection's task ends too (nothing to wake on)
-            await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked(0.05)
+        assert rig.listener.open == 0  # the connection's task has ended too
 
 
 async def test_past_its_connections_a_new_one_is_503_in_words(nursery: trio.Nursery) -> None:
@@ -241,3 +241,31 @@ async def test_tls_is_served_and_plain_http_to_it_is_not(
         plain = await _raw(port, _post("/echo", b"clear"))
         assert b"echo" not in plain and not plain.startswith(b"HTTP/1.1 200")
     assert isinstance(made.listener.tls, ssl.SSLContext)
+
+
+async def test_strangers_from_one_address_cannot_keep_another_out(rig: Rig) -> None:
+    """256 connections from one address that send nothing hold its share of the strangers'
+    slots; its next is closed at once, and another address's request is answered."""
+    from ftwbridge.edgerules import STRANGERS_PER_SOURCE
+
+    with trio.fail_after(BOUND_S):
+        idle = []
+        try:
+            for _ in range(STRANGERS_PER_SOURCE):
+                idle.append(await trio.open_tcp_stream("127.0.0.1", rig.port))
+            await trio.testing.wait_all_tasks_blocked(0.05)  # each accepted by the listener
+            assert len(rig.listener.strangers.share) == STRANGERS_PER_SOURCE
+            one_more = await trio.open_tcp_stream("127.0.0.1", rig.port)
+            async with one_more:
+                assert await one_more.receive_some(65536) == b""
+            assert rig.listener.connections.turned_away["refused"] == 1
+            other = await trio.open_tcp_stream("127.0.0.1", rig.port, local_address="127.0.0.2")
+            async with other:
+                await other.send_all(_post("/echo", b"in", b"connection: close\r\n"))
+                got = b""
+                while chunk := await other.receive_some(65536):
+                    got += chunk
+            assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"echo:in")
+        finally:
+            for stream in idle:
+                await trio.aclose_forcefully(stream)
