@@ -20,6 +20,7 @@ FIN, which would make a request on it `Lost`).
 
 from __future__ import annotations
 
+import re
 import select
 import ssl
 from collections.abc import AsyncIterator, Iterable
@@ -29,8 +30,6 @@ from urllib.parse import urlsplit
 
 import h11
 import trio
-
-from .hop import BAD_NAME, BAD_VALUE
 
 CONNECT_S = 2.0
 """The longest a forward waits to connect to the holder (or for a free slot), s."""
@@ -345,7 +344,7 @@ def _request_head(
     """
     names = [name for name, _ in headers]
     values = "".join(value for _, value in headers)
-    if not all(names) or BAD_NAME.search("".join(names)) or BAD_VALUE.search(values):
+    if not all(names) or _BAD_NAME.search("".join(names)) or _BAD_VALUE.search(values):
         raise NotReached("the request cannot be sent (a header no HTTP/1.1 request may carry)")
     lines = [f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: {length}\r\n"]
     lines += [f"{name}: {value}\r\n" for name, value in headers]
@@ -354,6 +353,12 @@ def _request_head(
         return "".join(lines).encode("latin-1")
     except UnicodeEncodeError:
         raise NotReached("the request cannot be sent (a header beyond Latin-1)") from None
+
+
+_BAD_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+"""Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
+_BAD_VALUE = re.compile(r"[\r\n\0]")
+"""Never in a field value (RFC 9110 section 5.5)."""
 
 
 def _decoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:

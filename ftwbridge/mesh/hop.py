@@ -5,16 +5,11 @@ SHA-256, `mesh/signing.py`)."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 
 from ftwbridge.mcp import deadline
 from ftwbridge.store import hash_token
 
-BAD_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
-"""Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
-BAD_VALUE = re.compile(r"[\r\n\0]")
-"""Never in a field value (RFC 9110 section 5.5)."""
 HOP_BY_HOP = frozenset(
     {
         "connection",

@@ -28,8 +28,6 @@ from typing import Final
 
 import h11
 
-from .hop import BAD_NAME, BAD_VALUE
-
 MAX_HEAD_BYTES: Final = 32 * 1024
 """The largest request head taken, bytes: the main listener's 16 KiB and the mesh's headers,
 with room to spare; past it: 431."""
@@ -257,24 +255,13 @@ class HolderWire:
 
     def answer(self, status: int, headers: Mapping[str, str], body: bytes) -> bytes:
         """A whole answer's bytes, with its `Content-Length` (none for 204 and 304; no body
-        bytes to a HEAD, RFC 9110 section 9.3.2).
-
-        h11 keeps the connection's state and writes the framing (status line, length, its
-        `Connection: close` when either side ends the connection); the other headers are
-        written here with one check of them all instead of h11's per header.
-
-        Raises:
-            ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL, a name that
-                is not a token, a character beyond Latin-1): the caller's fault.
-        """
-        frame = [] if status in (204, 304) else [("content-length", str(len(body)))]
-        close = headers.get("connection")
-        if close is not None:
-            frame.append(("connection", close))
-        framing = self._h.send(h11.Response(status_code=status, headers=frame)) or b""
-        out = framing[:-2] + _header_lines(headers) + b"\r\n"
+        bytes to a HEAD, RFC 9110 section 9.3.2)."""
+        frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
+        if status not in (204, 304):
+            frame.append(("content-length", str(len(body))))
+        out = self._h.send(h11.Response(status_code=status, headers=frame)) or b""
         head = self._head
-        if body and frame and head is not None and head.method != b"HEAD":
+        if body and status not in (204, 304) and head is not None and head.method != b"HEAD":
             out += self._h.send(h11.Data(data=body)) or b""
         return out + (self._h.send(h11.EndOfMessage()) or b"")
 
@@ -309,24 +296,6 @@ class HolderWire:
 
 _FRAMING = frozenset({"content-length", "transfer-encoding"})
 """Set by the wire itself, never taken from an answer's headers."""
-
-
-def _header_lines(headers: Mapping[str, str]) -> bytes:
-    """`name: value` lines of `headers` but the framing ones (`_FRAMING`, `connection`),
-    checked in one pass (RFC 9110 sections 5.5 and 5.6.2).
-
-    Raises:
-        ValueError: see `HolderWire.answer`.
-    """
-    pairs = [(k, v) for k, v in headers.items() if k not in _FRAMING and k != "connection"]
-    names = "".join(k for k, _ in pairs)
-    values = "".join(v for _, v in pairs)
-    if not all(k for k, _ in pairs) or BAD_NAME.search(names) or BAD_VALUE.search(values):
-        raise ValueError("an answer header no HTTP/1.1 response may carry")
-    try:
-        return "".join(f"{k}: {v}\r\n" for k, v in pairs).encode("latin-1")
-    except UnicodeEncodeError:
-        raise ValueError("an answer header beyond Latin-1") from None
 
 
 def _path(target: bytes) -> str:
