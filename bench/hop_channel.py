@@ -10,8 +10,10 @@ time on one keep-alive connection; the difference over the requests is the instr
 request and its answer, both ends together (the holder's side is the same bare h11 server in
 every case, so the difference between clients is the clients'). `--tls` puts both on TLS with a
 throwaway CA (`cluster/ca.py`), as `make cluster`'s hop is. `--holder edge` serves the holder
-with hypercorn through `ftwbridge.edge` and a plain ASGI app, as the internal listener does: the
-difference with the bare h11 holder is what a lean h11 listener could save at the holder.
+with hypercorn through `ftwbridge.edge` and a plain ASGI app, as the internal listener did
+before it became lean; `--holder lean` serves it with the internal listener itself
+(`mesh/listener.InternalListener`, its bounds and routing, a route that answers at once): the
+difference with the bare h11 holder is what the listener's own work costs.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ async def _holder(stream: trio.abc.Stream) -> None:
 
 
 async def _asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The holder as a plain ASGI app (what `mesh/streams.StreamingRoute` is) for `--holder
-    edge`: the body read, then the answer in one `http.response.body`."""
+    """The holder as a plain ASGI app (as the internal listener's `/mcp` route was) for
+    `--holder edge`: the body read, then the answer in one `http.response.body`."""
     if scope["type"] == "lifespan":
         while True:
             kind = (await receive())["type"].rsplit(".", 1)[1]  # startup, shutdown
@@ -103,11 +105,31 @@ async def _edge_holder(nursery: trio.Nursery) -> str:
     return urls[0]
 
 
+async def _lean_holder(nursery: trio.Nursery, tls: Any) -> str:
+    import socket
+
+    from ftwbridge.mcp.http import HttpResponse
+    from ftwbridge.mesh.listener import InternalListener, InternalSettings, serve_internal
+
+    async def route(request: Any, peer: str) -> HttpResponse:
+        return HttpResponse(200, {"content-type": "application/json"}, ANSWER)
+
+    settings = InternalSettings(max_body_bytes=1 << 20, body_s=30, idle_s=120, write_s=30)
+    listener = InternalListener({"/mcp": route}, settings, tls=tls)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    await nursery.start(serve_internal, listener, sock)
+    return f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+
+
 async def _run(client: str, requests: int, tls_dir: str | None, holder: str = "h11") -> None:
     import ssl
 
+    import httpx2
+
     from ftwbridge.mesh.channel import HopClient
-    from ftwbridge.mesh.hop import new_client
     from ftwbridge.mesh.tls import client_context, server_context
 
     server_tls: ssl.SSLContext | None = None
@@ -129,6 +151,8 @@ async def _run(client: str, requests: int, tls_dir: str | None, holder: str = "h
         url = f"{'https' if server_tls else 'http'}://127.0.0.1:{port}"
         if holder == "edge":
             url = await _edge_holder(nursery)
+        elif holder == "lean":
+            url = await _lean_holder(nursery, server_tls)
         if client == "hop":
             hop = HopClient(idle_s=60, tls=client_tls)
             for _ in range(requests):
@@ -136,7 +160,12 @@ async def _run(client: str, requests: int, tls_dir: str | None, holder: str = "h
                 assert answer.status == 200
             await hop.aclose()
         else:
-            http = new_client(60, keep_alive_s=120, verify=client_tls)
+            http = httpx2.AsyncClient(  # as the hop's client was: pooled, no redirects
+                timeout=httpx2.Timeout(60, connect=2.0, pool=2.0),
+                follow_redirects=False,
+                trust_env=False,
+                verify=client_tls if client_tls is not None else True,
+            )
             for _ in range(requests):
                 r = await http.request("POST", url + "/mcp", headers=HEADERS, content=BODY)
                 assert r.status_code == 200
@@ -164,10 +193,11 @@ def main() -> None:
     p.add_argument("--client", choices=("hop", "httpx2"), help="only this client")
     p.add_argument(
         "--holder",
-        choices=("h11", "edge"),
+        choices=("h11", "edge", "lean"),
         default="h11",
-        help="the holder: a bare h11 server (h11), or hypercorn through ftwbridge.edge with a"
-        " plain ASGI app, as the internal listener is (edge; plain TCP only)",
+        help="the holder: a bare h11 server (h11), hypercorn through ftwbridge.edge with a"
+        " plain ASGI app, as the internal listener was (edge; plain TCP only), or the internal"
+        " listener itself (lean)",
     )
     p.add_argument("--inner", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -265,7 +265,7 @@ class Metrics:
         )
 
     def on_mesh_refused(self, reason: str) -> None:
-        """Count one request the internal listener refused (`ftwbridge.mesh.streams`)."""
+        """Count one request the internal listener refused (`ftwbridge.mesh.calls`, `ftwbridge.mesh.relay`)."""
         self.mesh_refused.labels(reason).inc()
 
     def on_signin(self, step: str, outcome: str) -> None:

@@ -1,23 +1,15 @@
-"""The internal hop's HTTP: the client relayed door messages go through (its bounds and pool;
-forwarded calls go through `mesh/channel.py`), and which
-headers cross the hop either way (RFC 9110 section 7.6.1: never a connection's own; a
-bearer token only as its SHA-256, `mesh/signing.py`)."""
+"""The internal hop's HTTP rules (its channel: `mesh/channel.py`): which headers cross the hop
+either way (RFC 9110 section 7.6.1: never a connection's own; a bearer token only as its
+SHA-256, `mesh/signing.py`)."""
 
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Iterable
-
-import httpx2
 
 from ftwbridge.mcp import deadline
 from ftwbridge.store import hash_token
 
-CONNECT_S = 2.0
-"""The longest a forward waits to connect to the holder (or for a pooled connection), s."""
-POOL_CONNECTIONS = 64
-"""Connections to other instances at most, all holders together (keep-alive ones included)."""
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -32,33 +24,6 @@ HOP_BY_HOP = frozenset(
     }
 )
 """Headers of one connection (RFC 9110 section 7.6.1), never passed on either way."""
-
-
-def new_client(
-    deadline_s: float, *, keep_alive_s: float, verify: ssl.SSLContext | None = None
-) -> httpx2.AsyncClient:
-    """The HTTP client relayed door messages go through (`relay.BoxRelay`; forwarded calls
-    go through `channel.HopClient`): `CONNECT_S` to connect or get a pooled
-    connection, `deadline_s` for each of write and read, `POOL_CONNECTIONS` at most, no
-    redirects, no environment proxies; `https://` holders verified with `verify` (the
-    cluster's CA, `mesh.tls.client_context`; None: the system's CAs).
-
-    `keep_alive_s` is the other instances' `keep_alive_s` (the same setting on every
-    instance): a pooled connection idle for half of it is dropped, never reused. A request
-    sent on a connection the holder is closing for idleness gets no answer, and a forward
-    that went out is never sent twice (`holder_lost`); httpx's own expiry (5 s) equals
-    hypercorn's keep-alive (5 s), so without the margin a forward could cross the close."""
-    return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(deadline_s, connect=CONNECT_S, pool=CONNECT_S),
-        limits=httpx2.Limits(
-            max_connections=POOL_CONNECTIONS,
-            max_keepalive_connections=POOL_CONNECTIONS // 2,
-            keepalive_expiry=keep_alive_s / 2,
-        ),
-        follow_redirects=False,
-        trust_env=False,
-        verify=verify if verify is not None else True,
-    )
 
 
 STREAM_READ_S = 60.0

@@ -9,13 +9,11 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ftwbridge import edge
 from ftwbridge.config import CALL_SLACK_S, Config
 from ftwbridge.config_rules import mesh_key_bytes
 from ftwbridge.door import Door
@@ -26,15 +24,14 @@ from ftwbridge.store.known import KnownHolders
 from ftwbridge.store.pg_directory import PgDirectory
 from ftwbridge.store.postgres import PgStore
 
+from .calls import ForwardedCalls
 from .channel import HopClient
-from .forward import Forwarder
+from .forward import PATH, Forwarder
 from .holdings import Holdings
-from .hop import new_client
-from .listener import create_internal_app
-from .relay import BoxRelay, add_relay_route
+from .listener import InternalListener, InternalSettings, serve_internal
+from .relay import RELAY_PATH, BoxRelay, RelayedMessages
 from .signing import Checker
-from .streams import StreamingRoute
-from .tls import client_context
+from .tls import client_context, server_of
 
 log = logging.getLogger("ftwbridge.mesh")
 
@@ -77,10 +74,7 @@ class Node:
         self._door = door
         self.holdings = Holdings(self.directory, door)
         verify = None if config.mesh_cafile is None else client_context(config.mesh_cafile)
-        self._http = new_client(  # relayed door messages
-            config.call_deadline_s + CALL_SLACK_S, keep_alive_s=config.keep_alive_s, verify=verify
-        )
-        self._hop = HopClient(idle_s=config.keep_alive_s / 2, tls=verify)  # forwarded calls
+        self._hop = HopClient(idle_s=config.keep_alive_s / 2, tls=verify)  # calls and relays
         self.forwarder: Forwarder | None = None
         self.relay: BoxRelay | None = None
         """Sends `agent.request` to a home's box wherever its uplink is (with forwarding)."""
@@ -89,9 +83,10 @@ class Node:
                 directory=self.known,
                 here=door.online,
                 send_here=door.send_to_box,
-                http=self._http,
+                hop=self._hop,
                 key=mesh_key_bytes(config.mesh_key),
                 wall_ms=wall_ms,
+                deadline_s=config.call_deadline_s + CALL_SLACK_S,
                 require_tls=verify is not None,
             )
             self.forwarder = Forwarder(
@@ -162,8 +157,7 @@ class Node:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Until cancelled: keep this instance present in the directory and, with forwarding,
-        serve the internal listener through the same edge guard as the others. Reports
-        started once both are up.
+        serve the internal listener (`mesh/listener.py`). Reports started once both are up.
 
         Raises:
             StoreError: (before started) the database does not answer, or another running
@@ -176,57 +170,48 @@ class Node:
                 await nursery.start(self.directory.serve, self.holdings.lost)
                 if self._internal is not None and self._config.mesh_key is not None:
                     fd, url = self._internal
-                    route = self._internal_route(service, metrics, self._config.mesh_key)
-                    await nursery.start(_serve_internal, route, self._edge(metrics, fd))
+                    listener = self._listener(service, metrics, self._config.mesh_key)
+                    sock = socket.socket(fileno=fd)
+                    await nursery.start(serve_internal, listener, sock)
                     log.info("instance %s: internal listener at %s", self.instance_id, url)
                 task_status.started()
         finally:
             metrics.registry.unregister(known)
             with trio.CancelScope(shield=True):
                 await self._hop.aclose()
-                await self._http.aclose()
 
-    def _internal_route(self, service: McpService, metrics: Metrics, mesh_key: str) -> Any:
-        """The internal listener's ASGI app: forwarded `/mcp` (`StreamingRoute`, listen
-        streams included) in front of the relayed door messages' route."""
+    def _listener(self, service: McpService, metrics: Metrics, mesh_key: str) -> InternalListener:
+        """The internal listener: forwarded `/mcp` (listen streams included) and the relayed
+        door messages, with the main listener's body bounds, TLS when `internal_certfile`
+        and `internal_keyfile` are set."""
         c = self._config
         checker = Checker(mesh_key_bytes(mesh_key), self.instance_id)
-        app = create_internal_app(max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s)
-        add_relay_route(
-            app,
+        calls = ForwardedCalls(
+            service=service,
+            checker=checker,
+            wall_ms=self._wall_ms,
+            on_refused=metrics.on_mesh_refused,
+        )
+        relayed = RelayedMessages(
             checker=checker,
             holds=self.holdings.holds,
             send_here=self._door.send_to_box,
             wall_ms=self._wall_ms,
             on_refused=metrics.on_mesh_refused,
         )
-        return StreamingRoute(
-            app,
-            service=service,
-            checker=checker,
-            wall_ms=self._wall_ms,
+        settings = InternalSettings(
             max_body_bytes=c.max_body_bytes,
-            body_timeout_s=c.body_timeout_s,
-            on_refused=metrics.on_mesh_refused,
+            body_s=c.body_timeout_s,
+            idle_s=c.keep_alive_s,
+            write_s=c.listen_stuck_s,
         )
-
-    def _edge(self, metrics: Metrics, fd: int) -> edge.EdgeConfig:
-        """The internal listener's server settings, on the bound socket `fd`."""
-        c = self._config
-        hc = edge.EdgeConfig()
-        hc.on_connection_fault = metrics.on_connection_fault
-        hc.connections = metrics.listener("internal")
-        hc.stream_write_s = c.listen_stuck_s
-        hc.bind = [f"fd://{fd}"]
-        hc.accesslog = None
-        hc.errorlog = logging.getLogger("hypercorn.error")
-        hc.read_timeout = int(c.door_silence_s)
-        hc.keep_alive_timeout = c.keep_alive_s
-        hc.graceful_timeout = 1.0
-        if c.internal_certfile is not None and c.internal_keyfile is not None:
-            hc.certfile, hc.keyfile = str(c.internal_certfile), str(c.internal_keyfile)
-        hc.backlog = c.listen_backlog  # hypercorn listens again with it (100)
-        return hc
+        return InternalListener(
+            {PATH: calls, RELAY_PATH: relayed},
+            settings,
+            tls=server_of(c.internal_certfile, c.internal_keyfile),
+            on_fault=metrics.on_connection_fault,
+            connections=metrics.listener("internal"),
+        )
 
 
 class _KnownMetrics(Collector):
@@ -249,9 +234,3 @@ class _KnownMetrics(Collector):
             "Homes whose holder this instance knows in memory.",
             value=stats["homes"],
         )
-
-
-async def _serve_internal(
-    app: Any, config: edge.EdgeConfig, *, task_status: trio.TaskStatus[Any]
-) -> None:
-    await edge.serve(app, config, task_status=task_status)

@@ -3,7 +3,8 @@
 A consent form posted at an instance that does not hold the home's uplink still has to reach
 the box (PROTOCOL.md part C: bridge -> box `agent.request`). `BoxRelay.send` sends it through
 this instance's door when the uplink is here, else POSTs it, signed like a forwarded call
-(`signing`, over `RELAY_PATH`), to the holder's internal listener, whose `relay_route` checks
+(`signing`, over `RELAY_PATH`), on the hop's channel (`mesh/channel.py`) to the holder's
+internal listener, whose `RelayedMessages` checks
 the signature (unsigned, forged, misaddressed, stale and replayed requests are refused 403 in
 words), checks that it still holds the home at the epoch named (else 421, and the sender looks
 up once more), and hands the message to its door. An offline home, or a holder that cannot be
@@ -21,12 +22,10 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-import httpx2
-from quart import Response, request
-from quart_trio import QuartTrio
+import trio
 
 from ftwbridge.door import HomeOffline
-from ftwbridge.mcp.server import MESH_MOVED
+from ftwbridge.mcp.server import MESH_MOVED, HttpResponse
 from ftwbridge.proto.door import decode_door_message
 from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import RemoteProtocolError
@@ -35,6 +34,8 @@ from ftwbridge.store import StoreError
 from ftwbridge.store.directory import Holder, Holders
 
 from . import signing
+from .channel import Answer, HopClient, Lost, NotReached
+from .wire import Request
 
 log = logging.getLogger("ftwbridge.mesh")
 
@@ -55,8 +56,9 @@ class BoxRelay:
         directory: who holds which home.
         here: home -> whether its uplink is at this instance's door now.
         send_here: this door's `send_to_box` (raises `HomeOffline`).
-        http: the mesh's HTTP client (owned by the caller; `forward.new_client`).
+        hop: the hop's channel (owned by the caller).
         key: the 32-byte `mesh_key`.
+        deadline_s: the longest a relayed message waits for the holder's answer, s.
         wall_ms: the wall clock, ms since the Unix epoch (the signature's time).
         require_tls: send only to `https://` holders (`mesh_cafile` is set); a plain-HTTP
             holder is treated as offline, with a warning.
@@ -68,16 +70,18 @@ class BoxRelay:
         directory: Holders,
         here: Callable[[str], bool],
         send_here: SendHere,
-        http: httpx2.AsyncClient,
+        hop: HopClient,
         key: bytes,
         wall_ms: Callable[[], int],
+        deadline_s: float = 30.0,
         require_tls: bool = False,
     ) -> None:
         self._require_tls = require_tls
         self._directory = directory
         self._here = here
         self._send_here = send_here
-        self._http = http
+        self._hop = hop
+        self._deadline_s = deadline_s
         self._key = key
         self._wall_ms = wall_ms
 
@@ -97,7 +101,7 @@ class BoxRelay:
             )
             raise HomeOffline(home)
 
-    def _signed(self, holder: Holder, body: bytes) -> dict[str, str]:
+    def _signed(self, holder: Holder, body: bytes) -> list[tuple[str, str]]:
         """The relayed request's headers, signed for `holder` at its epoch (`signing`)."""
         headers = signing.sign(
             self._key,
@@ -110,17 +114,17 @@ class BoxRelay:
             now_ms=self._wall_ms(),
             headers=[("content-type", "application/json")],
         )
-        headers["content-type"] = "application/json"
-        return headers
+        return [("content-type", "application/json"), *headers.items()]
 
     async def send(self, home: str, env: Envelope) -> None:
         """Send `env` to `home`'s box: through this door when its uplink is here, else to its
-        holder's internal listener (a 421 or an unreachable holder: one fresh lookup and one
-        more try).
+        holder's internal listener (a 421 or a holder not reached: one fresh lookup and one
+        more try; one that fails after the message went out is never sent it again).
 
         Raises:
             HomeOffline: no instance holds the home, the holder says it is offline, the
-                holder cannot be reached twice, or the directory does not answer.
+                holder cannot be reached twice, fails or does not answer within
+                `deadline_s` once the message went out, or the directory does not answer.
         """
         if self._here(home):
             await self._send_here(home, env)
@@ -142,69 +146,59 @@ class BoxRelay:
             resp = await self._post(home, holder, body)
             if resp is None:
                 continue
-            if resp.status_code == 204:
+            if resp.status == 204:
                 return
-            if resp.status_code == 421 and resp.headers.get(MOVED):
+            if resp.status == 421 and any(k == MOVED and v for k, v in resp.headers):
                 self._directory.forget(home, holder)
                 if attempt == 1:
                     continue
-            if resp.status_code != 503:
+            if resp.status != 503:
                 log.warning(
                     "agent.request for home %s: instance %s answered %d: %s",
                     home,
                     holder.instance,
-                    resp.status_code,
-                    resp.text[:200],
+                    resp.status,
+                    resp.body[:200].decode("utf-8", "replace"),
                 )
             raise HomeOffline(home)
         raise HomeOffline(home)
 
-    async def _post(self, home: str, holder: Holder, body: bytes) -> httpx2.Response | None:
-        """POST the signed relay `body` to `holder`'s internal listener; None when it cannot
-        be reached (logged)."""
+    async def _post(self, home: str, holder: Holder, body: bytes) -> Answer | None:
+        """POST the signed relay `body` to `holder`'s internal listener; None when it was not
+        reached (logged: look up once more).
+
+        Raises:
+            HomeOffline: it failed, or did not answer in `deadline_s`, once the body went out
+                (never sent twice).
+        """
         self._check_tls(home, holder.instance, holder.url)
         headers = self._signed(holder, body)
         try:
-            return await self._http.post(holder.url + RELAY_PATH, headers=headers, content=body)
-        except httpx2.TransportError as exc:
+            with trio.fail_after(self._deadline_s):
+                return await self._hop.request(holder.url, "POST", RELAY_PATH, headers, body)
+        except NotReached as exc:
             self._directory.forget(home, holder, unreachable=True)
             log.warning(
                 "agent.request for home %s: instance %s not reached (%s)",
                 home,
                 holder.instance,
-                type(exc).__name__,
+                exc,
             )
             return None
+        except (Lost, trio.TooSlowError) as exc:
+            self._directory.forget(home, holder, unreachable=True)
+            log.warning(
+                "agent.request for home %s: instance %s took it but failed (%s)",
+                home,
+                holder.instance,
+                str(exc) or "no answer in time",
+            )
+            raise HomeOffline(home) from None
 
 
-def _answer(status: int, words: str, headers: dict[str, str] | None = None) -> Response:
-    body = json.dumps({"error": words})
-    return Response(body, status, {"content-type": "application/json", **(headers or {})})
-
-
-def _checked(
-    checker: signing.Checker,
-    body: bytes,
-    now_ms: int,
-    on_refused: Callable[[str], None] | None,
-) -> signing.Signed | Response:
-    """The current relay request's signature checked (`signing.Checker`): what it signed, or
-    the 403 in words (logged, and its reason told `on_refused`)."""
-    headers: dict[str, list[str]] = {}
-    for name, value in request.headers.items():
-        headers.setdefault(name.lower(), []).append(value)
-    try:
-        return checker.check("POST", RELAY_PATH, headers, body, now_ms)
-    except signing.MeshRefused as exc:
-        log.warning(
-            "internal listener refused a relayed message from %s (%s): %s",
-            request.remote_addr,
-            exc.reason,
-            exc.words,
-        )
-        if on_refused is not None:
-            on_refused(exc.reason)
-        return _answer(403, f"Relayed message refused: {exc.words}")
+def _answer(status: int, words: str, headers: dict[str, str] | None = None) -> HttpResponse:
+    body = json.dumps({"error": words}).encode()
+    return HttpResponse(status, {"content-type": "application/json", **(headers or {})}, body)
 
 
 def _relayed(body: bytes) -> tuple[str, Envelope] | None:
@@ -220,22 +214,15 @@ def _relayed(body: bytes) -> tuple[str, Envelope] | None:
         return None
 
 
-def add_relay_route(
-    app: QuartTrio,
-    *,
-    checker: signing.Checker,
-    holds: Callable[[str, int], Awaitable[bool]],
-    send_here: SendHere,
-    wall_ms: Callable[[], int],
-    on_refused: Callable[[str], None] | None = None,
-) -> None:
-    """Add `POST RELAY_PATH` to the internal listener's `app`: a relayed `agent.request`,
-    checked like a forwarded call, given to this door's box.
+class RelayedMessages:
+    """The internal listener's `POST RELAY_PATH`: a relayed `agent.request`, checked like a
+    forwarded call, given to this door's box.
 
     Answers: 204 sent; 400 a body that is not the relay's JSON or not an `agent.request`;
     403 unsigned, forged, misaddressed, stale or replayed (logged and counted by
-    `on_refused`); 413 too large; 421 (with `MOVED`) the home is not held here at the epoch
-    named; 503 the home's uplink is not here now. Each with a JSON `{"error": words}`.
+    `on_refused`); 405 not a POST; 413 larger than `MAX_RELAY_BYTES`; 421 (with `MOVED`)
+    the home is not held here at the epoch named; 503 the home's uplink is not here now.
+    Each with a JSON `{"error": words}`.
 
     Args:
         checker: the internal listener's `signing.Checker` (nonces shared with `/mcp`).
@@ -245,18 +232,42 @@ def add_relay_route(
         on_refused: told the reason of each refused request (the metric).
     """
 
-    @app.route(RELAY_PATH, methods=["POST"])
-    async def relayed() -> Response:
-        length = request.content_length
-        if length is not None and length > MAX_RELAY_BYTES:
-            return _answer(413, "the relayed message is too large")
-        raw = await request.get_data(cache=False, as_text=False)
-        body = raw if isinstance(raw, bytes) else raw.encode()
+    __slots__ = ("_checker", "_holds", "_on_refused", "_send_here", "_wall_ms")
+
+    def __init__(
+        self,
+        *,
+        checker: signing.Checker,
+        holds: Callable[[str, int], Awaitable[bool]],
+        send_here: SendHere,
+        wall_ms: Callable[[], int],
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
+        self._checker = checker
+        self._holds = holds
+        self._send_here = send_here
+        self._wall_ms = wall_ms
+        self._on_refused = on_refused
+
+    async def __call__(self, request: Request, peer: str) -> HttpResponse:
+        """The answer to one whole request from `peer` (its address, for the log)."""
+        if request.method != "POST":
+            return _answer(405, "a relayed message is POSTed", {"allow": "POST"})
+        body = request.body
         if len(body) > MAX_RELAY_BYTES:
             return _answer(413, "the relayed message is too large")
-        signed = _checked(checker, body, wall_ms(), on_refused)
-        if isinstance(signed, Response):
-            return signed
+        try:
+            signed = self._checker.check("POST", RELAY_PATH, request.headers, body, self._wall_ms())
+        except signing.MeshRefused as exc:
+            log.warning(
+                "internal listener refused a relayed message from %s (%s): %s",
+                peer,
+                exc.reason,
+                exc.words,
+            )
+            if self._on_refused is not None:
+                self._on_refused(exc.reason)
+            return _answer(403, f"Relayed message refused: {exc.words}")
         relayed = _relayed(body)
         if relayed is None:
             return _answer(
@@ -265,10 +276,10 @@ def add_relay_route(
         home, env = relayed
         if env.t != Msg.AGENT_REQUEST:
             return _answer(400, "only agent.request is relayed")
-        if not await holds(home, signed.epoch):
+        if not await self._holds(home, signed.epoch):
             return _answer(421, "this instance does not hold the home", {MOVED: "1"})
         try:
-            await send_here(home, env)
+            await self._send_here(home, env)
         except HomeOffline:
             return _answer(503, "the home is offline")
-        return Response(b"", 204)
+        return HttpResponse(204)

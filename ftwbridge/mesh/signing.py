@@ -63,8 +63,10 @@ MAX_COVERED = 64
 _ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _SIG = re.compile(r"[0-9a-f]{64}")
-_NAME = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]{1,64}")
+_NAME = r"[a-z0-9!#$%&'*+.^_`|~-]{1,64}"
 """A header name as RFC 9110 section 5.1 allows it (a token), in lower case."""
+_NAMES = re.compile(f"{_NAME}(?:,{_NAME})*")
+"""Such names, comma-separated."""
 _COUNT = re.compile(r"[0-9]{1,18}")
 """A time (ms) or an epoch: ASCII digits only (`str.isdigit` also takes '²', which `int`
 refuses), and few enough to fit a PostgreSQL BIGINT."""
@@ -135,7 +137,7 @@ def signed_text(
         hashlib.sha256(block.encode()).hexdigest(),
         "" if token_digest is None else token_digest.hex(),
     )
-    return DOMAIN + b"".join(b"\n" + line.encode() for line in lines)
+    return DOMAIN + ("\n" + "\n".join(lines)).encode()
 
 
 def sign(
@@ -202,13 +204,20 @@ def _covering(headers: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     """
     covered: dict[str, list[str]] = {}
     for name, value in headers:
-        low = name.lower()
-        if not _NAME.fullmatch(low) or low.startswith("ftw-mesh-"):
-            raise ValueError(f"header {name!r} cannot be covered")
-        covered.setdefault(low, []).append(value)
+        covered.setdefault(name.lower(), []).append(value)
     if len(covered) > MAX_COVERED:
         raise ValueError(f"more than {MAX_COVERED} headers to cover")
+    listed = ",".join(covered)
+    if covered and (not _names_ok(listed) or listed.count(",") != len(covered) - 1):
+        bad = next(n for n in covered if not _names_ok(n) or "," in n)  # one pass, then this
+        raise ValueError(f"header {bad!r} cannot be covered")
     return covered
+
+
+def _names_ok(listed: str) -> bool:
+    """Whether `listed` is comma-separated header names, each a lower-case token
+    (`_NAME`) and none the mesh's own."""
+    return bool(_NAMES.fullmatch(listed)) and not ("," + listed).count(",ftw-mesh-")
 
 
 def _received(
@@ -221,9 +230,7 @@ def _received(
         MeshRefused: `unsigned`, when the list or the digest is not well formed.
     """
     names = listed.split(",") if listed else []
-    if len(names) > MAX_COVERED or not all(
-        _NAME.fullmatch(n) and not n.startswith("ftw-mesh-") for n in names
-    ):
+    if len(names) > MAX_COVERED or (names and not _names_ok(listed)):
         raise MeshRefused("unsigned", "the request's covered headers are not well formed")
     tokens = [t.strip() for t in headers.get(TOKEN, [])]
     if len(tokens) > 1 or not all(_SIG.fullmatch(t) for t in tokens):

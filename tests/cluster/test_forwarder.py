@@ -278,7 +278,7 @@ async def test_with_tls_required_an_agent_request_is_never_relayed_in_clear() ->
         directory=Directory(B2),
         here=lambda home: False,
         send_here=send_here,
-        http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
+        hop=MockHop(holder),
         key=KEY,
         wall_ms=lambda: NOW,
         require_tls=True,
@@ -343,7 +343,7 @@ async def test_a_relayed_agent_request_forgets_a_holder_that_moved_or_is_not_rea
         directory=directory,
         here=lambda home: False,
         send_here=send_here,
-        http=httpx2.AsyncClient(transport=httpx2.MockTransport(holder)),
+        hop=MockHop(holder),
         key=KEY,
         wall_ms=lambda: NOW,
     )

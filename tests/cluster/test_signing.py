@@ -198,3 +198,30 @@ def test_the_forwarded_token_digest_is_signed_and_malformed_ones_refused() -> No
     assert _refused(Checker(KEY, "b-2"), dropped) == "forged"
     for bad in (["zz"], [digest.hex(), digest.hex()]):
         assert _refused(Checker(KEY, "b-2"), headers | {signing.TOKEN: bad}) == "unsigned"
+
+
+def test_the_signed_text_keeps_its_bytes() -> None:
+    """The bytes the HMAC covers, pinned: instances of one cluster sign and check each other's
+    requests, so a rewrite of `signed_text` must leave them as they are."""
+    import hashlib
+
+    text = signing.signed_text(
+        sender="b-1",
+        method="post",
+        path="/mcp",
+        ts_ms=1_800_000_000_000,
+        to="b-2",
+        epoch=7,
+        nonce="0" * 32,
+        body='{"a":"é"}'.encode(),
+        headers={
+            "accept": ["application/json", "text/event-stream"],
+            "content-type": ["application/json"],
+            "x-u": ['café "q"'],
+        },
+        token_digest=bytes(range(32)),
+    )
+    assert text.startswith(b"ftwbridge-mesh-v2\nb-1\nPOST\n/mcp\n1800000000000\nb-2\n7\n")
+    assert hashlib.sha256(text).hexdigest() == (
+        "f302fdb724f432d10942b4f80a1fd60940c21b4415af18a848118bc36b0b9b8e"
+    )

@@ -1,0 +1,174 @@
+"""The internal listener's HTTP/1.1 state (`mesh/wire.py`), sans-I/O: bytes in (whole, byte by
+byte, pipelined), requests and refusals out, each bound's moment told by `wake_at` and what
+its end means by `timed_out`; answers whole and streamed, and when a connection is kept."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from ftwbridge.mesh.wire import (
+    CLOSE,
+    MAX_HEAD_BYTES,
+    NEED_DATA,
+    HolderWire,
+    Phase,
+    Refusal,
+    Request,
+)
+
+BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+POST = (
+    b"POST /mcp?x=1 HTTP/1.1\r\nhost: b1\r\ncontent-type: application/json\r\n"
+    b"ftw-mesh-from: b-2\r\nftw-mesh-from: again\r\ncontent-length: %d\r\n\r\n" % len(BODY)
+) + BODY
+
+
+def _wire(now: float = 100.0, max_body: int = 1000) -> HolderWire:
+    return HolderWire(now=now, max_body_bytes=max_body, body_s=5.0, idle_s=7.0, head_s=3.0)
+
+
+def _feed(wire: HolderWire, data: bytes, now: float = 100.0) -> object:
+    wire.receive_data(data, now)
+    return wire.next_event()
+
+
+@pytest.mark.parametrize("step", [None, 1, 7])
+def test_a_request_comes_whole_however_its_bytes_are_cut(step: int | None) -> None:
+    wire = _wire()
+    assert wire.next_event() is NEED_DATA
+    pieces = [POST] if step is None else [POST[i : i + step] for i in range(0, len(POST), step)]
+    events = [_feed(wire, piece) for piece in pieces]
+    *before, last = events
+    assert all(e is NEED_DATA for e in before)
+    assert last == Request(
+        "POST",
+        "/mcp",
+        {
+            "host": ["b1"],
+            "content-type": ["application/json"],
+            "ftw-mesh-from": ["b-2", "again"],
+            "content-length": [str(len(BODY))],
+        },
+        BODY,
+    )
+    assert wire.phase is Phase.ANSWER and wire.wake_at() == math.inf
+
+
+def test_pipelined_requests_are_answered_in_turn_and_the_connection_kept() -> None:
+    wire = _wire()
+    first = _feed(wire, POST + POST)
+    assert isinstance(first, Request)
+    out = wire.answer(200, {"content-type": "application/json"}, b"{}")
+    assert out.startswith(b"HTTP/1.1 200 ") and b"content-length: 2\r\n" in out
+    assert out.endswith(b"\r\n\r\n{}")
+    assert wire.next_cycle(101.0)
+    assert wire.phase is Phase.HEAD  # the second one's bytes were here already
+    assert isinstance(wire.next_event(), Request)
+    wire.answer(200, {}, b"{}")
+    assert wire.next_cycle(102.0) and wire.phase is Phase.IDLE
+    assert wire.wake_at() == 102.0 + 7.0  # kept alive: idle_s, no longer head_s
+    assert wire.timed_out() is CLOSE and wire.phase is Phase.CLOSED
+
+
+def test_each_phase_has_its_bound_and_its_end() -> None:
+    wire = _wire(now=50.0)
+    assert wire.phase is Phase.IDLE and wire.wake_at() == 53.0  # a new connection: head_s
+    assert _feed(wire, POST[:20], now=51.0) is NEED_DATA
+    assert wire.phase is Phase.HEAD and wire.wake_at() == 54.0
+    assert wire.timed_out() == Refusal(408, "No whole request head in time.")
+    wire = _wire(now=50.0)
+    assert _feed(wire, POST[:-5], now=52.0) is NEED_DATA
+    assert wire.phase is Phase.BODY and wire.wake_at() == 57.0
+    slow = wire.timed_out()
+    assert isinstance(slow, Refusal) and slow.status == 408 and not slow.fault
+    out = wire.refuse(slow)
+    assert out.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b"connection: close" in out
+    body = json.loads(out.partition(b"\r\n\r\n")[2])
+    assert body["error"] == {"code": -32600, "message": "Request body not received in time"}
+    assert wire.phase is Phase.CLOSED
+
+
+def test_a_body_past_its_bound_is_413_declared_or_chunked() -> None:
+    wire = _wire(max_body=10)
+    refused = _feed(wire, POST[: POST.index(b"\r\n\r\n") + 4])
+    assert refused == Refusal(413, "Request body too large")
+    chunked = b"POST /x HTTP/1.1\r\nhost: b\r\ntransfer-encoding: chunked\r\n\r\n"
+    wire = _wire(max_body=10)
+    assert _feed(wire, chunked + b"6\r\nabcdef\r\n") is NEED_DATA
+    assert _feed(wire, b"6\r\nabcdef\r\n") == Refusal(413, "Request body too large")
+    out = wire.refuse(Refusal(413, "Request body too large"))
+    assert json.loads(out.partition(b"\r\n\r\n")[2]) == {"error": "Request body too large"}
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(40) + b"\r\n\r\n", 400),
+        (b"hello there\r\n\r\n", 400),
+        (b"POST /mcp HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (
+            b"POST / HTTP/1.1\r\nhost: b\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        (b"POST /mcp HTTP/1.1\r\nhost: b\r\ncontent-length: x\r\n\r\n", 400),
+        (b"GET /mcp HTTP/1.1\r\nhost: b\r\nx-big: " + b"a" * MAX_HEAD_BYTES, 431),
+    ],
+)
+def test_bytes_that_are_not_http_are_a_fault_answered_in_http(data: bytes, status: int) -> None:
+    wire = _wire()
+    refused = _feed(wire, data)
+    assert isinstance(refused, Refusal) and refused.status == status and refused.fault
+    out = wire.refuse(refused)
+    assert out.startswith(b"HTTP/1.1 %d " % status)
+    assert "error" in json.loads(out.partition(b"\r\n\r\n")[2])
+
+
+def test_a_peer_that_leaves_is_closed_without_a_word() -> None:
+    wire = _wire()
+    assert _feed(wire, b"") is CLOSE
+    wire = _wire()
+    assert _feed(wire, POST[:30]) is NEED_DATA
+    assert _feed(wire, b"") is CLOSE  # mid-head: gone, not a fault
+
+
+def test_a_waiting_client_gets_its_100_continue_once() -> None:
+    wire = _wire()
+    head = b"POST /mcp HTTP/1.1\r\nhost: b\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n"
+    assert _feed(wire, head) is NEED_DATA
+    assert wire.data_to_send() == b"HTTP/1.1 100 \r\n\r\n"
+    assert wire.data_to_send() == b""
+    assert isinstance(_feed(wire, b"{}"), Request)
+
+
+def test_a_streamed_answer_is_chunked_and_ends_the_connection() -> None:
+    wire = _wire()
+    assert isinstance(_feed(wire, POST), Request)
+    head = wire.stream_head(200, {"content-type": "text/event-stream", "content-length": "9"})
+    assert b"transfer-encoding: chunked" in head.lower() and b"content-length" not in head
+    assert wire.stream_piece(b"") == b""
+    assert wire.stream_piece(b"data: 1\n\n") == b"9\r\ndata: 1\n\n\r\n"
+    assert wire.stream_end() == b"0\r\n\r\n"
+    assert wire.phase is Phase.CLOSED
+
+
+def test_a_close_asked_either_way_is_not_kept_and_head_gets_no_body() -> None:
+    wire = _wire()
+    assert isinstance(
+        _feed(wire, POST.replace(b"host: b1", b"host: b1\r\nconnection: close")), Request
+    )
+    wire.answer(200, {}, b"{}")
+    assert not wire.next_cycle(101.0) and wire.phase is Phase.CLOSED
+    wire = _wire()
+    assert isinstance(_feed(wire, POST), Request)
+    wire.answer(413, {"connection": "close"}, b"{}")
+    assert not wire.next_cycle(101.0)
+    wire = _wire()
+    assert isinstance(_feed(wire, b"HEAD /mcp HTTP/1.1\r\nhost: b\r\n\r\n"), Request)
+    out = wire.answer(405, {"allow": "POST"}, b"{}")
+    assert out.endswith(b"content-length: 2\r\n\r\n")
+    wire = _wire()
+    assert isinstance(_feed(wire, POST), Request)
+    assert b"content-length" not in wire.answer(204, {}, b"")
