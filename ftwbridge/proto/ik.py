@@ -31,6 +31,7 @@ errors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -43,6 +44,8 @@ from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
 PROTOCOL_NAME: Final = b"Noise_IK_25519_ChaChaPoly_SHA256"
 """Exactly 32 bytes (the hash's length), so it is `h`'s first value as it is (section 5.2)."""
 DH_BYTES: Final = 32
+INITIAL_H_CACHED: Final = 4096
+"""Boxes whose handshake's first `h` is kept (`_initial_h`): one per home an open reaches."""
 TAG_BYTES: Final = 16
 
 
@@ -50,6 +53,14 @@ def _hkdf2(ck: bytes, ikm: bytes) -> tuple[bytes, bytes]:
     temp = hmac.digest(ck, ikm, "sha256")
     first = hmac.digest(temp, b"\x01", "sha256")
     return first, hmac.digest(temp, first + b"\x02", "sha256")
+
+
+@functools.lru_cache(maxsize=INITIAL_H_CACHED)
+def _initial_h(prologue: bytes, rs: bytes) -> bytes:
+    """`h` after the prologue and the pre-message `<- s` (section 5.2, 7.5): a function of
+    the prologue and the responder's key only, so kept for each box's key."""
+    h = hashlib.sha256(PROTOCOL_NAME + prologue).digest()
+    return hashlib.sha256(h + rs).digest()
 
 
 def _nonce(n: int) -> bytes:
@@ -80,8 +91,7 @@ class IKInitiator:
         ss: Callable[[], bytes],
         e: bytes | None = None,
     ) -> None:
-        h = hashlib.sha256(PROTOCOL_NAME + prologue).digest()
-        self._h = hashlib.sha256(h + rs).digest()  # the pre-message `<- s`
+        self._h = _initial_h(prologue, rs)
         self._ck = PROTOCOL_NAME
         self._k = b""
         self._n = 0
