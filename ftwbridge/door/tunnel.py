@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -108,10 +109,11 @@ class Tun:
         self.sid = sid
         self.home = uplink.home
         self._uplink = uplink
-        self._queue: (
-            tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]] | None
-        ) = trio.open_memory_channel[bytes](TUN_QUEUE)
-        """Messages from the box until `attach`; None after (an open session needs no queue)."""
+        self._inbox: deque[bytes] | None = deque()
+        """Messages from the box until `attach`, `TUN_QUEUE` at most; None after (an open
+        session needs no queue)."""
+        self._lot = trio.lowlevel.ParkingLot()
+        """Where `receive` waits for the next message (the opening task, before `attach`)."""
         self.end_reason: str | None = None
         self.sink: Callable[[bytes], Awaitable[None]] | None = None
         """Once set, the uplink's reader hands each Noise message from the box straight to it
@@ -132,53 +134,53 @@ class Tun:
         return await self._uplink.send_tun(self.sid, d)
 
     async def receive(self) -> bytes:
-        """The box's next Noise message on this tunnel.
+        """The box's next Noise message on this tunnel (what came before the end is still
+        given). A checkpoint only when cancelled or when it waits.
 
         Raises:
             TunEnded: the box ended the tunnel, or the uplink was lost or taken over.
         """
-        if self._queue is None:
-            raise TunEnded(self.end_reason or TunEndReason.CLOSED.value)
-        try:
-            return await self._queue[1].receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            raise TunEnded(self.end_reason or TunEndReason.CLOSED.value) from None
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            if self._inbox:
+                return self._inbox.popleft()
+            if self._inbox is None or self.end_reason is not None:
+                raise TunEnded(self.end_reason or TunEndReason.CLOSED.value)
+            await self._lot.park()  # woken by a message, the end, or `attach`
 
     def queued(self) -> list[bytes]:
         """Take every message waiting in the queue (those that came before `sink` was set)."""
-        out: list[bytes] = []
-        while self._queue is not None:
-            try:
-                out.append(self._queue[1].receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
+        if not self._inbox:
+            return []
+        out = list(self._inbox)
+        self._inbox.clear()
         return out
 
     def attach(self, sink: Callable[[bytes], Awaitable[None]]) -> None:
         """From now on the uplink's reader hands each message to `sink`; the queue goes (the
         caller has taken what it held with `queued`, with no await since)."""
         self.sink = sink
-        if self._queue is not None:
-            self._queue[0].close()
-            self._queue = None
+        self._inbox = None
+        self._lot.unpark_all()
 
     def _deliver(self, d: bytes) -> bool:
-        if self._queue is None:
+        """Queue one message from the box; False when the queue is full (`TUN_QUEUE`: the
+        door counts it dropped). One that comes after the end, or after `attach` without a
+        sink, goes nowhere."""
+        inbox = self._inbox
+        if inbox is None or self.end_reason is not None:
             return True
-        try:
-            self._queue[0].send_nowait(d)
-        except trio.WouldBlock:
+        if len(inbox) >= TUN_QUEUE:
             return False
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return True
+        inbox.append(d)
+        self._lot.unpark()
         return True
 
     def _end(self, reason: str) -> None:
         if self.end_reason is not None:
             return
         self.end_reason = reason
-        if self._queue is not None:
-            self._queue[0].close()
+        self._lot.unpark_all()
         if self.on_end is not None:
             self.on_end(reason)
 

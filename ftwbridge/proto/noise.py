@@ -12,7 +12,6 @@ caught here and only here.
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any, Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from noise.backends.default.keypairs import KeyPair25519
+from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
 from noise.connection import Keypair, NoiseConnection
 
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -59,47 +58,47 @@ def public_key(private: bytes) -> bytes:
 
 
 class StaticKey:
-    """A Noise static X25519 private key (32 bytes) parsed once into noiseprotocol's key pair,
-    for a party that begins many handshakes with the same key (the keys part, once per agent).
+    """A Noise static X25519 private key (32 bytes) with its public half derived once, for a
+    party that begins many handshakes with the same key (the keys part, once per agent).
 
-    Parsing a private key derives its public half, a scalar multiplication as dear as a DH
-    (about 40 us); a handshake given a `StaticKey` skips it. So is IK's `ss` token, DH(our
-    static, their static), the same for every handshake with the same box: the last box's
-    result is kept here, next to the private key it comes from, and used again while that box's
-    key stays the same. The key pair is never changed by a handshake, so one `StaticKey` serves
-    any number of them, one after another or at once.
+    Deriving the public half is a scalar multiplication as dear as a DH (about 25 us); a
+    handshake given a `StaticKey` skips it. So is IK's `ss` token, DH(our static, their
+    static), the same for every handshake with the same box: the last box's result is kept
+    here, next to the private key it comes from, and used again while that box's key stays the
+    same. A handshake never changes the key, so one `StaticKey` serves any number of them, one
+    after another or at once.
 
     Raises:
         LocalProtocolError: `private` is not 32 bytes.
     """
 
-    __slots__ = ("_pair", "_ss")
+    __slots__ = ("_ss", "private", "public")
 
     def __init__(self, private: bytes) -> None:
         if len(private) != KEY_BYTES:
             raise LocalProtocolError("static key must be 32 bytes")
-        self._pair: Any = KeyPair25519.from_private_bytes(private)
-        self._ss: tuple[Any, bytes] | None = None
-        """(the box's parsed public key, DH(ours, it)): the last box's `ss` result."""
-
-    @property
-    def public(self) -> bytes:
+        self.private: Final = bytes(private)
+        """The private key, 32 bytes."""
+        self.public: Final = crypto_scalarmult_base(self.private)
         """The public key, 32 bytes."""
-        return bytes(self._pair.public_bytes)
+        self._ss: tuple[bytes, bytes] | None = None
+        """(the box's public key, DH(ours, it)): the last box's `ss` result."""
+
+    def ss(self, box: bytes) -> bytes:
+        """DH(this key, `box`'s 32-byte public key), kept for the last box.
+
+        Raises:
+            nacl.exceptions.RuntimeError: an all-zero result (a low-order key).
+        """
+        kept = self._ss
+        if kept is None or kept[0] != box:
+            kept = self._ss = (box, crypto_scalarmult(self.private, box))
+        return kept[1]
 
 
-BOX_KEYS_CACHED: Final = 4096
-"""Boxes' Noise public keys kept parsed (`_box_key_pair`): one per home an open reaches."""
-
-
-@functools.lru_cache(maxsize=BOX_KEYS_CACHED)
-def _box_key_pair(public: bytes) -> Any:
-    """noiseprotocol's key pair for a box's 32-byte public key, parsed once per key."""
-    return KeyPair25519.from_public_bytes(public)
-
-
-# noiseprotocol raises its own classes (no common base), ValueError from `cryptography` on an
-# all-zero DH result, and InvalidTag on a failed MAC: everything it can throw on peer input.
+# noiseprotocol raises its own classes (no common base), ValueError from `cryptography` (and
+# `nacl.exceptions.RuntimeError` from libsodium, `ik.py`) on an all-zero DH result, and
+# InvalidTag on a failed MAC: everything either side can throw on peer input.
 _NOISE_ERRORS: Final = (Exception,)
 
 
@@ -122,25 +121,19 @@ class _Handshake:
         self,
         *,
         initiator: bool,
-        our_static: bytes | StaticKey,
+        our_static: bytes,
         prologue: bytes,
-        their_static: bytes | None = None,
         our_ephemeral: bytes | None = None,
     ) -> None:
-        if not isinstance(our_static, StaticKey):
-            our_static = StaticKey(our_static)
+        if len(our_static) != KEY_BYTES:
+            raise LocalProtocolError("static key must be 32 bytes")
         conn = NoiseConnection.from_name(PROTOCOL_NAME)
         if initiator:
             conn.set_as_initiator()
         else:
             conn.set_as_responder()
         conn.set_prologue(prologue)
-        # What `set_keypair_from_private_bytes` / `_public_bytes` would store, parsed once.
-        conn.noise_protocol.keypairs["s"] = our_static._pair
-        if their_static is not None:
-            if len(their_static) != KEY_BYTES:
-                raise LocalProtocolError("remote static key must be 32 bytes")
-            conn.noise_protocol.keypairs["rs"] = _box_key_pair(bytes(their_static))
+        conn.set_keypair_from_private_bytes(Keypair.STATIC, our_static)
         if our_ephemeral is None:
             conn.start_handshake()
         else:  # a fixed ephemeral key: test vectors only; noiseprotocol warns about it
@@ -191,22 +184,17 @@ class Initiator:
             prologue = session_prologue(their_static)  # raises for a box key of another size
         if len(their_static) != KEY_BYTES:
             raise LocalProtocolError("remote static key must be 32 bytes")
-        box = _box_key_pair(bytes(their_static))
+        if our_ephemeral is not None and len(our_ephemeral) != KEY_BYTES:
+            raise LocalProtocolError("ephemeral key must be 32 bytes")
+        box = bytes(their_static)
         key = our_static
-
-        def ss() -> bytes:  # DH(our static, the box's), kept with our key for this box
-            if key._ss is None or key._ss[0] is not box:
-                key._ss = (box, key._pair.private.exchange(box.public))
-            return key._ss[1]
-
         self._ik = IKInitiator(
             prologue,
-            key._pair.private,
-            bytes(key._pair.public_bytes),
-            box.public,
-            bytes(their_static),
-            ss,
-            None if our_ephemeral is None else X25519PrivateKey.from_private_bytes(our_ephemeral),
+            key.private,
+            key.public,
+            box,
+            lambda: key.ss(box),  # DH(our static, the box's), kept with our key for this box
+            None if our_ephemeral is None else bytes(our_ephemeral),
         )
         self._failed = False
         self._written = False

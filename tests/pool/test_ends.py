@@ -10,7 +10,7 @@ import trio
 
 from ftwbridge.door import Tun
 from ftwbridge.door.dispatch import dispatch
-from ftwbridge.door.tunnel import ACLOSE_S, Uplink
+from ftwbridge.door.tunnel import ACLOSE_S, TUN_QUEUE, TunEnded, Uplink
 from ftwbridge.proto.door import tun as tun_message
 from ftwbridge.proto.envelope import decode_envelope
 from ftwbridge.proto.names import Read, TunEndReason
@@ -152,3 +152,38 @@ async def test_close_all_closes_every_uplink_with_its_code(
     with trio.fail_after(5):
         await rig.door.close_all(1001, "the bridge is restarting")
     assert [link.close_code for link in rig.links] == [1001, 1001]
+
+
+async def test_a_tunnels_queue_before_attach(
+    nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+) -> None:
+    """Before `attach`, the box's messages wait in order, `TUN_QUEUE` at most (one more is
+    refused, for the door to count); a waiting `receive` wakes for the next one; what came
+    before the end is still given, then `TunEnded`; after `attach`, `receive` ends at once."""
+    rig = Rig(nursery)
+    uplink = Uplink("h1", _Stuck(), limits=rig.door.limits("h1", outbound=True), on_dropped=print)
+    tun = Tun(uplink, uplink.new_sid())
+    got: list[bytes] = []
+
+    async def take() -> None:
+        got.append(await tun.receive())
+
+    nursery.start_soon(take)
+    await trio.testing.wait_all_tasks_blocked()
+    assert tun._deliver(b"m0") and not got
+    await trio.testing.wait_all_tasks_blocked()
+    assert got == [b"m0"]
+    assert all(tun._deliver(b"m%d" % i) for i in range(1, TUN_QUEUE + 1))
+    assert not tun._deliver(b"one too many")
+    assert await tun.receive() == b"m1"
+    assert tun.queued() == [b"m%d" % i for i in range(2, TUN_QUEUE + 1)] and not tun.queued()
+    assert tun._deliver(b"last")
+    tun._end("closed")
+    assert tun._deliver(b"after the end")  # goes nowhere, and is not a drop
+    assert await tun.receive() == b"last"
+    with pytest.raises(TunEnded):
+        await tun.receive()
+    other = Tun(uplink, uplink.new_sid())
+    other.attach(print)  # type: ignore[arg-type]
+    with pytest.raises(TunEnded):
+        await other.receive()

@@ -70,3 +70,15 @@ def test_message1_once() -> None:
     ini.write_message1()
     with pytest.raises(LocalProtocolError):
         ini.write_message1()
+
+
+def test_keys_of_another_size_are_refused_before_any_dh() -> None:
+    """libsodium reads 32 bytes whatever it is given, so every key's size is checked first."""
+    agent, box = generate_static()[0], public_key(generate_static()[0])
+    for kwargs in (
+        {"our_static": agent[:31], "their_static": box},
+        {"our_static": agent, "their_static": box + b"\x00"},
+        {"our_static": agent, "their_static": box, "our_ephemeral": bytes(31)},
+    ):
+        with pytest.raises(LocalProtocolError):
+            Initiator(**kwargs)  # type: ignore[arg-type]
