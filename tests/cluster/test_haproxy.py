@@ -128,12 +128,18 @@ async def instance(name: str, script: Script, stream: trio.SocketStream) -> None
 
 
 async def ready(stream: trio.SocketStream) -> None:
-    """An admin listener: `/readyz` says 200."""
+    """An admin listener: `/readyz` says 200. HAProxy may reset a health check's connection
+    before the answer is written (a check it gave up after `inter` on a loaded machine, or
+    an old worker's at a reload): that ends this connection alone, as at a bridge's admin
+    listener, and never the scripted instance."""
     async with stream:
-        if await read_request(stream) is not None:
-            await stream.send_all(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            )
+        try:
+            if await read_request(stream) is not None:
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+        except trio.BrokenResourceError:
+            return
 
 
 @asynccontextmanager
