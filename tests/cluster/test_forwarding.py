@@ -331,7 +331,9 @@ async def test_a_box_that_reconnects_elsewhere_takes_its_home_over(cluster: Clus
                 "b-1 has no uplink",
                 lambda: _metric_is(cluster, "b-1", "ftwbridge_uplinks", 0, exact=True),
             )
-        assert await _epoch(cluster, "h1") >= before + 2  # the raw uplink's claim, the stub's
+        # b-2 claims the home for the stub only after the raw uplink's Close came back, so
+        # that claim may still be on its way to the database when the raw box has returned
+        await _until("the stub's claim at b-2", lambda: _epoch_past(cluster, before + 1))
         status = await cluster_console_status(cluster)
         assert status["uplinks"] == 2 and status["connected"]
         for entry in (b1, b2, b3):  # reachable on the next call, wherever it enters
@@ -341,6 +343,11 @@ async def test_a_box_that_reconnects_elsewhere_takes_its_home_over(cluster: Clus
             await metric(cluster, "b-2", 'ftwbridge_tool_calls_total{outcome="ok",tool="status"}')
             >= 3
         )
+
+
+async def _epoch_past(cluster: Cluster, epoch: int) -> bool:
+    """Whether h1's epoch in the directory is past `epoch` (a later claim was written)."""
+    return await _epoch(cluster, "h1") > epoch
 
 
 async def cluster_console_status(cluster: Cluster) -> Any:
