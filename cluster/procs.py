@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,8 +60,16 @@ class CannotStart(Exception):
         self.port_taken = port_taken
 
 
-def check_port_free(port: int, what: str) -> None:
-    """Raise `CannotStart` naming `what` when 127.0.0.1:`port` cannot be bound now."""
+@contextlib.contextmanager
+def reserved_port(port: int, what: str) -> Iterator[None]:
+    """Hold 127.0.0.1:`port` for `what` while the context runs: a socket bound there (with
+    SO_REUSEADDR) and never listening, so the kernel hands the port to no other socket that
+    binds port 0 and to no outgoing connection, while `what` (which sets SO_REUSEADDR, as
+    HAProxy does) can still bind and listen on it.
+
+    Raises:
+        CannotStart: the port cannot be bound now (`port_taken` when it is in use).
+    """
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -71,6 +80,7 @@ def check_port_free(port: int, what: str) -> None:
             raise CannotStart(
                 f"{what} cannot listen on 127.0.0.1:{port}: {why}", port_taken=taken
             ) from None
+        yield
 
 
 async def wait_port(port: int, child: Child, bound_s: float = WAIT_S) -> None:
