@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,8 +60,16 @@ class CannotStart(Exception):
         self.port_taken = port_taken
 
 
-def check_port_free(port: int, what: str) -> None:
-    """Raise `CannotStart` naming `what` when 127.0.0.1:`port` cannot be bound now."""
+@contextlib.contextmanager
+def reserved_port(port: int, what: str) -> Iterator[None]:
+    """Hold 127.0.0.1:`port` for `what` while the context runs: a socket bound there (with
+    SO_REUSEADDR) and never listening, so the kernel hands the port to no other socket that
+    binds port 0 and to no outgoing connection, while `what` (which sets SO_REUSEADDR, as
+    HAProxy does) can still bind and listen on it.
+
+    Raises:
+        CannotStart: the port cannot be bound now (`port_taken` when it is in use).
+    """
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -71,6 +80,7 @@ def check_port_free(port: int, what: str) -> None:
             raise CannotStart(
                 f"{what} cannot listen on 127.0.0.1:{port}: {why}", port_taken=taken
             ) from None
+        yield
 
 
 async def wait_port(port: int, child: Child, bound_s: float = WAIT_S) -> None:
@@ -183,33 +193,47 @@ async def _run(
         raise CannotStart(f"{name} cannot be started: {argv[0]}: {exc.strerror or exc}") from None
     child = Child(name, proc, log)
     seen = trio.Event()
+    failed = False
     try:
         async with trio.open_nursery() as pumps:
             assert proc.stdout is not None and proc.stderr is not None
             pumps.start_soon(_pump, proc.stdout, child, fd, ready, seen)
             pumps.start_soon(_pump, proc.stderr, child, fd, ready, seen)
-            if ready is not None:
-                with trio.move_on_after(WAIT_S):
-                    async with trio.open_nursery() as race:
-
-                        async def exited() -> None:
-                            await proc.wait()
-                            race.cancel_scope.cancel()
-
-                        async def said() -> None:
-                            await seen.wait()
-                            race.cancel_scope.cancel()
-
-                        race.start_soon(exited)
-                        race.start_soon(said)
-                if not seen.is_set():
-                    await _stop(child)
-                    raise CannotStart(f"{name} did not start: {child.tail()}")
-            task_status.started(child)
-            await proc.wait()
+            if ready is not None and not await _ready(proc, seen):
+                await _stop(child)
+                # its last words are the sentence's: read them to the end of its output
+                pumps.cancel_scope.deadline = trio.current_time() + DRAIN_S
+                failed = True
+            else:
+                task_status.started(child)
+                await proc.wait()
+        if failed:  # raised here, outside the pumps' nursery, so as itself and not in a group
+            raise CannotStart(f"{name} did not start: {child.tail()}")
     finally:
         await _stop(child)
         os.close(fd)
+
+
+DRAIN_S = 5.0
+"""How long the output of a program that exited before it was ready is still read, seconds."""
+
+
+async def _ready(proc: trio.Process, seen: trio.Event) -> bool:
+    """Whether `seen` is set before `proc` exits, within `WAIT_S`."""
+    with trio.move_on_after(WAIT_S):
+        async with trio.open_nursery() as race:
+
+            async def exited() -> None:
+                await proc.wait()
+                race.cancel_scope.cancel()
+
+            async def said() -> None:
+                await seen.wait()
+                race.cancel_scope.cancel()
+
+            race.start_soon(exited)
+            race.start_soon(said)
+    return seen.is_set()
 
 
 async def _stop(child: Child) -> None:

@@ -25,7 +25,7 @@ from ftwbridge.store.postgres import PgStore
 
 from .ca import ClusterCA
 from .homes import Home, start_homes, wall_ms
-from .procs import PY, CannotStart, Child, check_port_free, child_env, free_port, pin
+from .procs import PY, CannotStart, Child, child_env, free_port, pin, reserved_port
 from .services import (
     KEYS_SERVICES,
     Instance,
@@ -253,8 +253,10 @@ async def open_cluster(options: Options) -> AsyncIterator[Cluster]:
             PostgreSQL or HAProxy missing.
     """
     port = options.port or free_port()
-    check_port_free(port, "HAProxy")
-    with _run_folder() as root:
+    # HAProxy binds its port only once PostgreSQL, the keys services and the instances run:
+    # held meanwhile, so that no other program's socket takes it (a test beside this one, an
+    # outgoing connection), which HAProxy could then not bind while the run went on with it
+    with reserved_port(port, "HAProxy"), _run_folder() as root:
         postgres = await Postgres.init(root, free_port())
         async with trio.open_nursery() as pg_n:
             await postgres.start(pg_n)

@@ -161,10 +161,14 @@ class Instance:
         self.config_path.write_text(text)
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Start (or restart) it in `nursery`; returns once it serves.
+        """Start (or restart) it in `nursery`; returns once it serves. On its first start
+        (before HAProxy's configuration names its ports), a port taken by another program
+        between the pick and the bind has it start again on new ports (`PORT_TRIES` starts in
+        all), each time with a line in its log saying so and where it now listens.
 
         Raises:
-            CannotStart: it exited or did not serve within `procs.WAIT_S`.
+            CannotStart: it exited or did not serve within `procs.WAIT_S` (on a restart, or
+                after `PORT_TRIES` starts, also for a port in use).
         """
         argv = [*self.prefix, PY, "-m", "ftwbridge", "serve", "--config", str(self.config_path)]
         first = self.child is None
@@ -184,15 +188,43 @@ class Instance:
                 if not (first and "the port is in use" in str(exc)) or attempt == PORT_TRIES:
                     raise
                 self._new_ports()
+                self._say(f"{exc}; starting it again on new ports ({self.ports_words()})")
+
+    def ports_words(self) -> str:
+        """Its listeners' addresses in words (`main 127.0.0.1:P, admin ..., ...`)."""
+        return ", ".join(
+            f"{what} {self.settings[key]}" for what, key in LISTENERS if self.settings.get(key)
+        )
+
+    def _say(self, line: str) -> None:
+        """Add `line` to its log file, the one a failure's sentence names."""
+        with (self.root / f"{self.name}.log").open("a") as log:
+            log.write(f"cluster: {line}\n")
 
     def _new_ports(self) -> None:
-        """Pick new free ports for its listeners and write its settings file again."""
+        """Pick new free ports for the listeners its settings name and write its settings
+        file again."""
         self.port, self.admin_port, self.internal_port = free_port(), free_port(), free_port()
-        self.settings["bind"] = f"127.0.0.1:{self.port}"
-        self.settings["admin_bind"] = f"127.0.0.1:{self.admin_port}"
-        self.settings["internal_bind"] = f"127.0.0.1:{self.internal_port}"
-        self.settings["door_bind"] = f"127.0.0.1:{free_port()}"
+        picked = {"bind": self.port, "admin_bind": self.admin_port}
+        picked["internal_bind"] = self.internal_port
+        for _what, key in LISTENERS:
+            if self.settings.get(key):
+                self.settings[key] = f"127.0.0.1:{picked.get(key) or free_port()}"
+        url = str(self.settings.get("internal_url", ""))
+        if url:  # where the others forward to: the new internal port (same scheme)
+            self.settings["internal_url"] = (
+                f"{url.split('://')[0]}://127.0.0.1:{self.internal_port}"
+            )
         self.write_config()
+
+
+LISTENERS = (
+    ("main", "bind"),
+    ("admin", "admin_bind"),
+    ("internal", "internal_bind"),
+    ("door", "door_bind"),
+)
+"""An instance's listeners (words, setting), each on a port of its own."""
 
 
 PORT_TRIES = 3

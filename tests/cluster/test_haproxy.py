@@ -128,9 +128,10 @@ async def instance(name: str, script: Script, stream: trio.SocketStream) -> None
 
 
 async def ready(stream: trio.SocketStream) -> None:
-    """An admin listener: `/readyz` says 200. A health check that HAProxy gave up on (its
-    `timeout check` passed on a loaded machine) is reset by HAProxy: that is its end, not
-    the listener's, as at a real instance."""
+    """An admin listener: `/readyz` says 200. HAProxy may reset a health check's connection
+    before the answer is written (a check it gave up after `inter` on a loaded machine, or
+    an old worker's at a reload): that ends this connection alone, as at a bridge's admin
+    listener, and never the scripted instance."""
     async with stream:
         try:
             if await read_request(stream) is not None:
@@ -138,7 +139,7 @@ async def ready(stream: trio.SocketStream) -> None:
                     b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                 )
         except trio.BrokenResourceError:
-            pass
+            return
 
 
 @asynccontextmanager

@@ -46,19 +46,24 @@ async def slow_instance(stream: trio.SocketStream) -> None:
 
 
 async def test_a_reload_under_load_loses_no_call(tmp_path: Path) -> None:
+    """Each call on a connection of its own, through one client made before HAProxy starts:
+    a client made per call loads its TLS context in this process's one thread (a quarter of
+    a second each on a loaded machine), and a dozen of them held the scripted instances'
+    health checks past HAProxy's 1 s until it called both instances down (503)."""
     results: list[str] = []
+    no_reuse = httpx2.Limits(max_keepalive_connections=0)
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND_S), limits=no_reuse)
 
     async def one_call(url: str) -> None:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND_S)) as http:
-            try:
-                answer = await http.post(url, content=b'{"jsonrpc":"2.0","id":1}')
-            except httpx2.HTTPError as exc:
-                results.append(f"{type(exc).__name__}: {exc}")
-            else:
-                results.append("ok" if answer.status_code == 200 else str(answer.status_code))
+        try:
+            answer = await http.post(url, content=b'{"jsonrpc":"2.0","id":1}')
+        except httpx2.HTTPError as exc:
+            results.append(f"{type(exc).__name__}: {exc}")
+        else:
+            results.append("ok" if answer.status_code == 200 else str(answer.status_code))
 
     with trio.fail_after(BOUND_S):
-        async with trio.open_nursery() as nursery:
+        async with http, trio.open_nursery() as nursery:
             made = []
             for name in ("b1", "b2"):
                 main = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
