@@ -34,12 +34,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import os
 from collections.abc import Callable
 from typing import Final
 
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
+from nacl.utils import random as random_bytes
 
 PROTOCOL_NAME: Final = b"Noise_IK_25519_ChaChaPoly_SHA256"
 """Exactly 32 bytes (the hash's length), so it is `h`'s first value as it is (section 5.2)."""
@@ -96,7 +96,7 @@ class IKInitiator:
         self._k = b""
         self._n = 0
         self._s, self._s_public, self._ss = s, s_public, ss
-        self._e = e if e is not None else os.urandom(DH_BYTES)
+        self._e = e if e is not None else random_bytes(DH_BYTES)
         self._rs = rs
 
     def _mix_key(self, ikm: bytes) -> None:
