@@ -46,8 +46,8 @@ class HttpRequest:
     """Set on a forwarded request: the time its sender left for it, seconds from its
     arrival (`deadline.BUDGET`); it can only shorten `call_deadline_s`."""
     work_ends: float = math.inf
-    """When the call's work is cut, trio time (`deadline.work_ends`: set by `handle` from
-    the call's start; a forward's hop gets what is left of it)."""
+    """When the call's work is cut, trio time (`deadline.work_ends`, from the call's start):
+    set by `handle` on the request it forwards, whose hop gets what is left of it."""
     client_gone: Callable[[], bool] = lambda: False
     """Whether the client has closed its connection already (asked once the answer is
     ready: an answer nobody will read is audited `delivered=no`, docs/operations.md "Logs")."""
