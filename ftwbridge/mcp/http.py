@@ -9,7 +9,6 @@ error body and names its audit outcome in `Seen`.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from mcp_types import jsonrpc
 
 from . import inbound
 from .audit import Seen
+from .results import compact_json
 
 RATE_LIMITED_JSONRPC = -32029
 """JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
@@ -86,8 +86,7 @@ class HttpResponse:
 def json_response(status: int, value: Any, headers: dict[str, str] | None = None) -> HttpResponse:
     """`value` as a JSON body (UTF-8, compact) with `status` and any extra `headers`."""
     # A lone surrogate a client sent (and we echo, e.g. in an error) becomes a \\uXXXX escape.
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    body = text.encode("utf-8", "backslashreplace")
+    body = compact_json(value).encode("utf-8", "backslashreplace")
     return HttpResponse(status, {"content-type": "application/json", **(headers or {})}, body)
 
 

@@ -21,7 +21,9 @@ def reference(value: Any) -> Any:
     if isinstance(value, bytes):
         return b64url(value)
     if isinstance(value, dict):
-        return {(clean(k) if isinstance(k, str) else str(k)): reference(v) for k, v in value.items()}
+        return {
+            (clean(k) if isinstance(k, str) else str(k)): reference(v) for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [reference(v) for v in value]
     return clean(str(value))
