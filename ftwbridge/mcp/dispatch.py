@@ -84,7 +84,8 @@ class Dispatcher:
         self._tool_list = [t.definition() for t in TOOLS] + [t.definition() for t in CONTROL_TOOLS]
         self._catalog = Catalog(run=self._run, behind=self._behind)
         self._view_cache = apps.ViewCache()
-        self._scopes = {t.name: tuple(s.value for s in t.scopes) for t in (*TOOLS, *CONTROL_TOOLS)}
+        specs: tuple[ToolSpec | ControlTool, ...] = (*TOOLS, *CONTROL_TOOLS)
+        self._scopes = {t.name: tuple(s.value for s in t.scopes) for t in specs}
         """Each tool's scope words (`ToolSpec.scopes` works them out at every ask)."""
 
     async def dispatch(
