@@ -163,10 +163,11 @@ def measure(server: Server, calls: int, tmp: Path, idle_s: float = 0.0) -> float
         else:
             wait_port(port, proc, seconds=300)
             token_list = ["bench-token"]
+        # before the connection opens: the keep-alive timeout would close it meanwhile
+        idle, idle_took = _counted(proc.pid, out, lambda: time.sleep(idle_s)) if idle_s else (0, 1)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         for i in range(WARM_CALLS):
             _post(conn, token_list[i % len(token_list)])
-        idle, idle_took = _counted(proc.pid, out, lambda: time.sleep(idle_s)) if idle_s else (0, 1)
 
         def send() -> None:
             for i in range(calls):
