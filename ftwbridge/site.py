@@ -27,10 +27,10 @@ class Site:
     trusted_proxies: tuple[Network, ...] = ()
     """Proxies whose `X-Forwarded-For` names the client (`client_address`)."""
     _clients: dict[tuple[Any, tuple[str, ...]], str] = field(
-        default_factory=dict, repr=False, compare=False
+        default_factory=dict, init=False, repr=False, compare=False
     )
     """`scope_client`'s answers by (peer, `X-Forwarded-For` values), for `_clients_for`."""
-    _clients_for: tuple[Network, ...] = field(default=(), repr=False, compare=False)
+    _clients_for: tuple[Network, ...] = field(default=(), init=False, repr=False, compare=False)
 
     @property
     def resource(self) -> str:
