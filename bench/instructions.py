@@ -17,6 +17,11 @@ that git revision (checked out in a temporary worktree, run with this checkout's
 this machine's kernel gives no instruction counter (`perf stat -e instructions true` says
 "not supported").
 
+What a server does with no calls (its timers, the homes' pings) is counted too, in proportion
+to the calls' own time, and a loaded machine makes the calls slower, so the same build can
+count a few percent more in one run than in another; `--idle S` counts each server for S
+seconds with no calls first and takes that rate off the calls' count.
+
 Prints millions of instructions per call and each case's ratio to sdk-trio; writes
 `bench/results/<date>-instructions.json` (not with `--only`), and with `--json` prints the result as the last line.
 """
@@ -37,7 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from callgrind import total  # type: ignore[import-not-found]
+from callgrind import dump_total  # type: ignore[import-not-found]
 from run import (
     BENCH,
     MODERN_BODY,
@@ -107,8 +112,32 @@ def servers(base: Path | None, rev: str | None) -> list[Server]:
     return out
 
 
-def measure(server: Server, calls: int, tmp: Path) -> float:
-    """Millions of instructions per call of `server` (under callgrind)."""
+def _control(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+def _newest_dump(out: Path) -> int:
+    """The count of the newest numbered dump beside `out` (`out.1`, `out.2`, ...)."""
+    dumps = [f for f in out.parent.glob(out.name + ".*") if f.suffix[1:].isdigit()]
+    return dump_total(max(dumps, key=lambda f: int(f.suffix[1:])))
+
+
+def _counted(pid: int, out: Path, work: Callable[[], None]) -> tuple[int, float]:
+    """(instructions, seconds) of `pid` while `work()` runs, counting on only meanwhile."""
+    _control(pid, "-z")
+    _control(pid, "-i", "on")
+    started = time.monotonic()
+    work()
+    seconds = time.monotonic() - started
+    _control(pid, "-i", "off")
+    _control(pid, "-d")
+    return _newest_dump(out), seconds
+
+
+def measure(server: Server, calls: int, tmp: Path, idle_s: float = 0.0) -> float:
+    """Millions of instructions per call of `server` (under callgrind); with `idle_s`, less
+    what it does with no calls (its timers, the homes' pings), counted for `idle_s` seconds
+    first and taken off in proportion to the calls' own time."""
     port = free_port()
     name = server.name.replace("/", "_")
     out = tmp / f"callgrind.{name}.out"
@@ -134,22 +163,21 @@ def measure(server: Server, calls: int, tmp: Path) -> float:
         else:
             wait_port(port, proc, seconds=300)
             token_list = ["bench-token"]
+        # before the connection opens: the keep-alive timeout would close it meanwhile
+        idle, idle_took = _counted(proc.pid, out, lambda: time.sleep(idle_s)) if idle_s else (0, 1)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         for i in range(WARM_CALLS):
             _post(conn, token_list[i % len(token_list)])
-        subprocess.run(
-            ["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True
-        )
-        for i in range(calls):
-            _post(conn, token_list[i % len(token_list)])
-        subprocess.run(
-            ["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True
-        )
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+
+        def send() -> None:
+            for i in range(calls):
+                _post(conn, token_list[i % len(token_list)])
+
+        counted, took = _counted(proc.pid, out, send)
         conn.close()
     finally:
         stop(proc)
-    return total(out) / calls / 1e6
+    return (counted - idle / idle_took * took) / calls / 1e6
 
 
 @contextlib.contextmanager
@@ -177,6 +205,14 @@ def main() -> None:
     p.add_argument("--only", action="append", help="measure this case alone (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON, last")
     p.add_argument("--keep", help="keep callgrind's files in this folder (for callgrind_annotate)")
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=0.0,
+        help="count each server with no calls for this many seconds first and take that work"
+        " off in proportion to the calls' time (timers and pings, which a loaded machine's"
+        " slower calls count more of)",
+    )
     args = p.parse_args()
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as t, contextlib.ExitStack() as stack:
@@ -187,7 +223,7 @@ def main() -> None:
             if args.only and server.name not in args.only:
                 continue
             started = time.monotonic()
-            results[server.name] = measure(server, args.calls, out.resolve())
+            results[server.name] = measure(server, args.calls, out.resolve(), args.idle)
             print(
                 f"{server.name:24} {results[server.name]:7.3f} M instructions per call "
                 f"({args.calls} calls, {time.monotonic() - started:.0f} s)",

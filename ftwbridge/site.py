@@ -13,6 +13,13 @@ from quart import request
 from ftwbridge.config import Config
 from ftwbridge.oauth.limits import Network, client_address, trusted_networks
 
+CLIENTS_KEPT = 4096
+"""The most (peer, `X-Forwarded-For`) answers `Site.scope_client` keeps (all dropped past it)."""
+CLIENT_KEY_BYTES = 256
+"""The longest `X-Forwarded-For` values (all of a request's together, characters) whose answer
+`Site.scope_client` keeps: longer ones are worked out each time, so that a peer sending large
+distinct headers cannot make the bridge hold `CLIENTS_KEPT` copies of them."""
+
 
 @dataclass(slots=True)
 class Site:
@@ -26,6 +33,11 @@ class Site:
     door_port: int = 0
     """The port the door's own listener bound (`door_bind`), once bound: the main listener's
     refusal of `/v1/box` names it."""
+    _clients: dict[tuple[Any, tuple[str, ...]], str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """`scope_client`'s answers by (peer, `X-Forwarded-For` values), for `_clients_for`."""
+    _clients_for: tuple[Network, ...] = field(default=(), init=False, repr=False, compare=False)
 
     @property
     def resource(self) -> str:
@@ -45,12 +57,25 @@ class Site:
 
     def scope_client(self, scope: Any) -> str:
         """An ASGI scope's client address, as the per-address limits key it (`client_address`
-        on its TCP peer and `X-Forwarded-For` headers)."""
+        on its TCP peer and `X-Forwarded-For` headers). The answer depends on nothing else,
+        so it is worked out once per peer and header values (at most `CLIENTS_KEPT` kept,
+        forgotten when the trusted proxies change; values longer than `CLIENT_KEY_BYTES`
+        are not kept)."""
         peer = (scope.get("client") or (None, 0))[0]
-        forwarded = [
+        forwarded = tuple(
             v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-forwarded-for"
-        ]
-        return client_address(peer, forwarded, self.trusted_proxies)
+        )
+        if self._clients_for is not self.trusted_proxies or len(self._clients) >= CLIENTS_KEPT:
+            self._clients.clear()
+            self._clients_for = self.trusted_proxies
+        if sum(len(v) for v in forwarded) > CLIENT_KEY_BYTES:
+            return client_address(peer, list(forwarded), self.trusted_proxies)
+        key = (peer, forwarded)
+        found = self._clients.get(key)
+        if found is None:
+            found = client_address(peer, list(forwarded), self.trusted_proxies)
+            self._clients[key] = found
+        return found
 
     def allow_url(self, url: str) -> None:
         """Allow the Host and Origin of `url` (scheme://host:port)."""

@@ -97,8 +97,8 @@ class Limits:
         """Take one message of `size` bytes at `now` (s) if both buckets allow it."""
         if self.msgs.wait_s(now) > 0 or self.nbytes.wait_s(now, size) > 0:
             return False
-        self.msgs.try_take(now)
-        self.nbytes.try_take(now, size)
+        self.msgs.charge(now, 1)  # both just said yes at `now`: no need to ask again
+        self.nbytes.charge(now, size)
         return True
 
 

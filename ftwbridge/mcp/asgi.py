@@ -99,22 +99,25 @@ def _has_body(headers: dict[str, list[str]]) -> bool:
     return "transfer-encoding" in headers or (_declared_length(headers) or 0) > 0
 
 
-async def receive_ready(receive: Receive) -> MutableMapping[str, Any]:
-    """The next ASGI event: taken at once when hypercorn has queued it already, else awaited.
-
-    hypercorn's `receive` is its memory channel's `receive`, which takes a scheduler turn even
-    when the event is waiting (trio makes every channel receive a checkpoint); a request's body
-    is nearly always queued before its app task first runs. Any other `receive` is awaited.
-    """
+def queued_event(receive: Receive) -> MutableMapping[str, Any] | None:
+    """The next ASGI event if hypercorn has queued it already (its `receive` is a trio memory
+    channel's), else None; taken without a scheduler turn (trio makes every channel receive a
+    checkpoint, and a request's body is nearly always queued before its app task first runs)."""
     channel = getattr(receive, "__self__", None)
     if isinstance(channel, trio.MemoryReceiveChannel):
         try:
             event: MutableMapping[str, Any] = channel.receive_nowait()
         except trio.WouldBlock:
-            pass
-        else:
-            return event
-    return await receive()
+            return None
+        return event
+    return None
+
+
+async def receive_ready(receive: Receive) -> MutableMapping[str, Any]:
+    """The next ASGI event: taken at once when hypercorn has queued it already
+    (`queued_event`), else awaited."""
+    event = queued_event(receive)
+    return await receive() if event is None else event
 
 
 def client_gone(
@@ -143,29 +146,56 @@ def client_gone(
     return gone
 
 
+class _Gathered:
+    """The body's chunks so far, bounded by `max_bytes`."""
+
+    __slots__ = ("max_bytes", "parts", "size")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, event: MutableMapping[str, Any]) -> bool:
+        """Take one ASGI event of the body; True when it was the body's last.
+
+        Raises:
+            BodyTooLarge: more than `max_bytes` so far.
+            BodyGone: not an `http.request` event (the client left).
+        """
+        if event["type"] != "http.request":
+            raise BodyGone()
+        chunk = event.get("body", b"")
+        if chunk:
+            self.size += len(chunk)
+            if self.size > self.max_bytes:
+                raise BodyTooLarge()
+            self.parts.append(chunk)
+        return not event.get("more_body", False)
+
+    def body(self) -> bytes:
+        """The chunks as one body."""
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+
 async def read_body(receive: Receive, max_bytes: int, timeout_s: float) -> bytes:
-    """The whole request body from ASGI `http.request` events.
+    """The whole request body from ASGI `http.request` events. A body hypercorn has queued
+    whole already is taken at once (no await, so no time bound to keep); the rest is read
+    within `timeout_s`.
 
     Raises:
         BodyTooLarge: more than `max_bytes` arrived.
         BodyTooSlow: it did not all arrive within `timeout_s` seconds.
         BodyGone: the client left first (`http.disconnect`).
     """
-    parts: list[bytes] = []
-    size = 0
+    gathered = _Gathered(max_bytes)
+    event = queued_event(receive)
+    if event is not None and gathered.add(event):
+        return gathered.body()
     with trio.move_on_after(timeout_s):
         while True:
-            event = await receive_ready(receive)
-            if event["type"] != "http.request":
-                raise BodyGone()
-            chunk = event.get("body", b"")
-            if chunk:
-                size += len(chunk)
-                if size > max_bytes:
-                    raise BodyTooLarge()
-                parts.append(chunk)
-            if not event.get("more_body", False):
-                return parts[0] if len(parts) == 1 else b"".join(parts)
+            if gathered.add(await receive_ready(receive)):
+                return gathered.body()
     raise BodyTooSlow()
 
 

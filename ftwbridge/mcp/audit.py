@@ -109,37 +109,44 @@ class Recorder:
     def record(
         self, seen: Seen, status: int, headers: dict[str, list[str]], seconds: float
     ) -> None:
-        """One request's audit line and metric sample (tool calls: also `on_call`)."""
-        t = seen.token
-        client = (t.client if t is not None else "") or (headers.get("user-agent") or ["-"])[0]
-        who = (
-            log_safe(t.home) if t is not None else "-",
-            log_safe(t.agent_id) if t is not None else "-",
-            log_safe(client),
-        )
-        gone = "" if seen.delivered else " delivered=no"
-        if seen.tool is not None:
-            audit.info(
-                "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d%s",
-                seen.tool,
-                *who,
-                seen.outcome,
-                seconds * 1000,
-                gone,
-            )
-            if self._on_call is not None:
-                known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
-                self._on_call(seen.tool, seen.outcome if known else "other", seconds)
-        else:
-            audit.info(
-                "method=%s home=%s agent=%s client=%s status=%s http=%d duration_ms=%d%s",
-                seen.method,
-                *who,
-                seen.outcome,
-                status,
-                seconds * 1000,
-                gone,
-            )
+        """One request's audit line (built only when `ftwbridge.audit` logs INFO) and metric
+        sample (tool calls: also `on_call`)."""
+        if audit.isEnabledFor(logging.INFO):
+            _line(seen, status, headers, seconds)
+        if seen.tool is not None and self._on_call is not None:
+            known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
+            self._on_call(seen.tool, seen.outcome if known else "other", seconds)
         if self._on_request is not None:
             known = seen.outcome in KNOWN_OUTCOMES or seen.outcome in OUTCOMES
             self._on_request(seen.method, seen.outcome if known else "other")
+
+
+def _line(seen: Seen, status: int, headers: dict[str, list[str]], seconds: float) -> None:
+    """The audit line of one request (module docstring)."""
+    t = seen.token
+    client = (t.client if t is not None else "") or (headers.get("user-agent") or ["-"])[0]
+    who = (
+        log_safe(t.home) if t is not None else "-",
+        log_safe(t.agent_id) if t is not None else "-",
+        log_safe(client),
+    )
+    gone = "" if seen.delivered else " delivered=no"
+    if seen.tool is not None:
+        audit.info(
+            "tool=%s home=%s agent=%s client=%s status=%s duration_ms=%d%s",
+            seen.tool,
+            *who,
+            seen.outcome,
+            seconds * 1000,
+            gone,
+        )
+    else:
+        audit.info(
+            "method=%s home=%s agent=%s client=%s status=%s http=%d duration_ms=%d%s",
+            seen.method,
+            *who,
+            seen.outcome,
+            status,
+            seconds * 1000,
+            gone,
+        )

@@ -228,4 +228,5 @@ class BearerAuth:
             )
         # only signed data decides: the scopes copied into the token when it was minted count
         # only as far as the home's newest verified roster still grants them
-        return replace(record, scopes=tuple(s for s in record.scopes if s in grant.scopes))
+        scopes = tuple(s for s in record.scopes if s in grant.scopes)
+        return record if scopes == record.scopes else replace(record, scopes=scopes)

@@ -84,6 +84,9 @@ class Dispatcher:
         self._tool_list = [t.definition() for t in TOOLS] + [t.definition() for t in CONTROL_TOOLS]
         self._catalog = Catalog(run=self._run, behind=self._behind)
         self._view_cache = apps.ViewCache()
+        specs: tuple[ToolSpec | ControlTool, ...] = (*TOOLS, *CONTROL_TOOLS)
+        self._scopes = {t.name: tuple(s.value for s in t.scopes) for t in specs}
+        """Each tool's scope words (`ToolSpec.scopes` works them out at every ask)."""
 
     async def dispatch(
         self,
@@ -141,7 +144,7 @@ class Dispatcher:
                 {"tools": sorted([*TOOLS_BY_NAME, *CONTROL_BY_NAME])},
             )
         seen.tool = name
-        missing = [s.value for s in spec.scopes if s.value not in token.scopes]
+        missing = [s for s in self._scopes[name] if s not in token.scopes]
         if missing:
             seen.outcome = "insufficient_scope"
             return self._insufficient_scope(route, name, missing)

@@ -9,7 +9,6 @@ error body and names its audit outcome in `Seen`.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from mcp_types import jsonrpc
 
 from . import inbound
 from .audit import Seen
+from .results import compact_json
 
 RATE_LIMITED_JSONRPC = -32029
 """JSON-RPC code of a 429 (implementation-defined server error range, JSON-RPC 2.0 section 5.1)."""
@@ -46,8 +46,8 @@ class HttpRequest:
     """Set on a forwarded request: the time its sender left for it, seconds from its
     arrival (`deadline.BUDGET`); it can only shorten `call_deadline_s`."""
     work_ends: float = math.inf
-    """When the call's work is cut, trio time (`deadline.work_ends`: set by `handle` from
-    the call's start; a forward's hop gets what is left of it)."""
+    """When the call's work is cut, trio time (`deadline.work_ends`, from the call's start):
+    set by `handle` on the request it forwards, whose hop gets what is left of it."""
     client_gone: Callable[[], bool] = lambda: False
     """Whether the client has closed its connection already (asked once the answer is
     ready: an answer nobody will read is audited `delivered=no`, docs/operations.md "Logs")."""
@@ -86,8 +86,7 @@ class HttpResponse:
 def json_response(status: int, value: Any, headers: dict[str, str] | None = None) -> HttpResponse:
     """`value` as a JSON body (UTF-8, compact) with `status` and any extra `headers`."""
     # A lone surrogate a client sent (and we echo, e.g. in an error) becomes a \\uXXXX escape.
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    body = text.encode("utf-8", "backslashreplace")
+    body = compact_json(value).encode("utf-8", "backslashreplace")
     return HttpResponse(status, {"content-type": "application/json", **(headers or {})}, body)
 
 

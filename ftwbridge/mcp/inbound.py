@@ -152,7 +152,14 @@ def loads_strict(text: bytes | str) -> Any:
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    if text.startswith("\ufeff"):  # as `json.loads` refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _STRICT.decode(text)
+
+
+_STRICT: Final = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+"""What `json.loads(text, parse_constant=..., object_pairs_hook=...)` builds at every call,
+made once (`loads_strict`)."""
 
 
 def _parse(body: bytes) -> Any | Rejection:

@@ -4,35 +4,55 @@ the HTTP status the JSON-RPC code maps to (`inbound.HTTP_STATUS`, MCP 2026-07-28
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from mcp_types import jsonrpc
 
 from . import inbound
 from .http import HttpResponse, json_response
-from .results import OkResult
+from .results import DATA_NOTE, OkResult, compact_json
+
+_NOTE_BLOCK: Final = compact_json({"type": "text", "text": DATA_NOTE})
+"""The data note's content block, as `ok_result` makes it, encoded once."""
 
 
 def result_response(
     route: inbound.Route, result: dict[str, Any], cacheable: bool = False, ttl_ms: int = 0
 ) -> HttpResponse:
     """200 with `result` for `route`'s id; in the 2026-07-28 era marked complete, and when
-    `cacheable`, private for `ttl_ms` (ms). An `OkResult`'s `structuredContent` is sent as the
-    bytes it was encoded to for its text block, not encoded again."""
-    encoded = result.structured_json if isinstance(result, OkResult) else None
+    `cacheable`, private for `ttl_ms` (ms). An `OkResult` is written from what it was encoded
+    from (`_ok_body`), not encoded again."""
+    if isinstance(result, OkResult):
+        return HttpResponse(
+            200, {"content-type": "application/json"}, _ok_body(route, result, cacheable, ttl_ms)
+        )
     if route.era == "modern":
         result = result | {"resultType": "complete"}
         if cacheable:
             result |= {"ttlMs": ttl_ms, "cacheScope": "private"}
-    if encoded is None:
-        return json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": result})
-    # The envelope's last member is the result, an object with members besides
-    # structuredContent, so its compact JSON ends with the two closing braces; the encoded
-    # structuredContent goes in before them, as the result's last member.
-    rest = {k: v for k, v in result.items() if k != "structuredContent"}
-    response = json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": rest})
-    response.body = response.body[:-2] + b',"structuredContent":' + encoded + b"}}"
-    return response
+    return json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": result})
+
+
+def _ok_body(route: inbound.Route, ok: OkResult, cacheable: bool, ttl_ms: int) -> bytes:
+    """The body `json_response` writes for `ok` (`ok_result`'s members: its text block, the
+    data note, `isError`), with the era's members after them and `structuredContent` last,
+    as its encoded bytes: the same bytes as the envelope and those members encoded by
+    `json_response` with `structuredContent` put in before the closing braces."""
+    tail = ""
+    if route.era == "modern":
+        tail = ',"resultType":"complete"'
+        if cacheable:
+            tail += f',"ttlMs":{compact_json(ttl_ms)},"cacheScope":"private"'
+    head = (
+        f'{{"jsonrpc":"2.0","id":{compact_json(route.id)},"result":{{"content":'
+        f'[{{"type":"text","text":{compact_json(ok.text)}}},{_NOTE_BLOCK}],"isError":false{tail}'
+    )
+    return (
+        head.encode("utf-8", "backslashreplace")
+        + b',"structuredContent":'
+        + ok.structured_json
+        + b"}}"
+    )
 
 
 def error_response(route: inbound.Route, code: int, message: str, data: Any = None) -> HttpResponse:

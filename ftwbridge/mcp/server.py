@@ -195,11 +195,11 @@ class McpService:
         seen = Seen()
         started = time.monotonic()
         now = trio.current_time()
-        req = replace(req, work_ends=deadline.work_ends(now, self._deadline_s, req.budget_s))
+        ends = deadline.work_ends(now, self._deadline_s, req.budget_s)
         status = 0
         try:
             with trio.move_on_at(now + self._deadline_s) as net:
-                resp = await self._handle(req, seen)
+                resp = await self._handle(req, seen, ends)
             if net.cancelled_caught:
                 seen.outcome = "late"
                 resp = late()
@@ -217,9 +217,10 @@ class McpService:
         finally:
             self._recorder.record(seen, status, req.headers, time.monotonic() - started)
 
-    async def _handle(self, req: HttpRequest, seen: Seen) -> HttpResponse:
+    async def _handle(self, req: HttpRequest, seen: Seen, ends: float) -> HttpResponse:
         """The gates in order (module docstring), then forwarding, the per-agent limit and
-        the method; `seen` gathers what the audit line says."""
+        the method, the work cut at `ends` (trio time); `seen` gathers what the audit line
+        says."""
         refused = gate_headers(req, self._max_body, seen)
         if refused is not None:
             return refused
@@ -239,9 +240,11 @@ class McpService:
         route = inbound.classify(req.headers, body)
         if not isinstance(route, inbound.Rejection):
             seen.method = method_label(route.method)
-        sent = await forward(self._mesh, req, token, route, body, seen)
-        if sent is not None:
-            return sent
+        if self._mesh is not None:  # a forward's hop gets what is left until `ends`
+            forwarded = replace(req, work_ends=ends)
+            sent = await forward(self._mesh, forwarded, token, route, body, seen)
+            if sent is not None:
+                return sent
         limited = self._http_limit(
             token, None if isinstance(route, inbound.Rejection) else route.id
         )
@@ -254,4 +257,4 @@ class McpService:
         if route.is_notification:
             seen.outcome = "notification"
             return HttpResponse(202)
-        return await self._dispatch.dispatch(route, token, req.headers, req.work_ends, seen)
+        return await self._dispatch.dispatch(route, token, req.headers, ends, seen)

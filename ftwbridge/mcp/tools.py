@@ -82,8 +82,10 @@ class ToolSpec:
 
     def box_requests(self, args: Any, now_ms: int) -> list[tuple[Read, Any]]:
         """Each read this call makes with its request body (`now_ms`: ms since the epoch)."""
-        reads = self.reads if self.pick is None else self.pick(args)
-        assert set(reads) <= set(self.reads)
+        reads = self.reads
+        if self.pick is not None:
+            reads = self.pick(args)
+            assert set(reads) <= set(self.reads)
         return list(zip(reads, self.requests(args, now_ms), strict=True))
 
     @property

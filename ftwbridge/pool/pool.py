@@ -84,6 +84,8 @@ class Pool:
         self._draining = False
         self._observer = observer
         self._changed = trio.Event()
+        self._watching = 0
+        """Tasks in `_wait_until` (`drain`'s): `_notify` swaps `_changed` only for them."""
         self.pacer = HomePacer(config)
         self._nursery: trio.Nursery | None = None
         self._deadlines = DeadlineHeap(self._due)
@@ -116,12 +118,18 @@ class Pool:
         return self._table.statistics(self._at_boxes.count)
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        """Wake `_wait_until` to look again (nothing to do while nobody waits there)."""
+        if self._watching:
+            self._changed.set()
+            self._changed = trio.Event()
 
     async def _wait_until(self, done: Callable[[], bool]) -> None:
-        while not done():
-            await self._changed.wait()
+        self._watching += 1
+        try:
+            while not done():
+                await self._changed.wait()
+        finally:
+            self._watching -= 1
 
     @property
     def draining(self) -> bool:

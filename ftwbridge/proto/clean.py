@@ -56,8 +56,50 @@ def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+_SAME: Final = frozenset({int, bool, type(None)})
+"""Types whose values `to_json` returns as they are (exactly these, not subclasses)."""
+
+
+def _text(text: str) -> str:
+    """`clean(text)`, with its fast path for visible ASCII taken before the call."""
+    return text if text.isascii() and text.isprintable() else clean(text)
+
+
 def to_json(value: Any) -> Any:
-    """A JSON-safe, cleaned copy of a decoded CBOR value (see the module docstring)."""
+    """A JSON-safe, cleaned copy of a decoded CBOR value (see the module docstring).
+
+    The plain types a decoder gives (dict, list, str, int, bool, None) are told apart by
+    their exact type, and a container's plain text and numbers are taken in its own loop;
+    anything else (floats, bytes, subclasses) goes through `_other`, the same rules."""
+    kind = type(value)
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = _text(k) if type(k) is str else _key(k)
+            t = type(v)
+            if t is str:
+                out[key] = v if v.isascii() and v.isprintable() else clean(v)
+            elif t in _SAME:
+                out[key] = v
+            else:
+                out[key] = to_json(v)
+        return out
+    if kind is str:
+        return _text(value)
+    if kind in _SAME:
+        return value
+    if kind is list:
+        return [to_json(v) for v in value]
+    return _other(value)
+
+
+def _key(k: Any) -> str:
+    """A map key that is not plain text: cleaned text, else its decimal (or other) text."""
+    return clean(k) if isinstance(k, str) else str(k)
+
+
+def _other(value: Any) -> Any:
+    """`to_json` of a value that is not of a plain decoded type, by `isinstance`."""
     if isinstance(value, str):
         return clean(value)
     if isinstance(value, bool) or value is None or isinstance(value, int):
@@ -67,7 +109,7 @@ def to_json(value: Any) -> Any:
     if isinstance(value, bytes):
         return b64url(value)
     if isinstance(value, dict):
-        return {(clean(k) if isinstance(k, str) else str(k)): to_json(v) for k, v in value.items()}
+        return {_key(k): to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     return clean(str(value))

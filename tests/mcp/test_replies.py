@@ -36,6 +36,30 @@ def _whole(route: Route, result: dict[str, Any], cacheable: bool, ttl_ms: int) -
     return json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": result}).body
 
 
+def _spliced(route: Route, result: OkResult, cacheable: bool, ttl_ms: int) -> bytes:
+    """The body as the encoding of every member but `structuredContent`, with its bytes put
+    in before the closing braces (how it was made before it was written from a template)."""
+    rest = {k: v for k, v in result.items() if k != "structuredContent"}
+    if route.era == "modern":
+        rest |= {"resultType": "complete"}
+        if cacheable:
+            rest |= {"ttlMs": ttl_ms, "cacheScope": "private"}
+    body = json_response(200, {"jsonrpc": "2.0", "id": route.id, "result": rest}).body
+    return body[:-2] + b',"structuredContent":' + result.structured_json + b"}}"
+
+
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("cacheable", [False, True])
+def test_the_body_is_byte_for_byte_the_spliced_encoding(
+    value: dict[str, Any], route: Route, cacheable: bool
+) -> None:
+    result = ok_result(value)
+    assert result_response(route, result, cacheable, 2500).body == _spliced(
+        route, result, cacheable, 2500
+    )
+
+
 @pytest.mark.parametrize("value", VALUES)
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("cacheable", [False, True])
