@@ -68,7 +68,7 @@ class Site:
         if self._clients_for is not self.trusted_proxies or len(self._clients) >= CLIENTS_KEPT:
             self._clients.clear()
             self._clients_for = self.trusted_proxies
-        if sum(len(v) for v in forwarded) > CLIENT_KEY_BYTES:
+        if sum(len(v) + 1 for v in forwarded) > CLIENT_KEY_BYTES:  # each value, empty or not
             return client_address(peer, list(forwarded), self.trusted_proxies)
         key = (peer, forwarded)
         found = self._clients.get(key)

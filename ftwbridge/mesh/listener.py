@@ -7,9 +7,10 @@ each connection in its own task: TLS first when a server context is given (`mesh
 then requests one after another on the kept-alive connection (`wire.HolderWire`: its bounds
 on head, body and idleness), each whole request handed to the route of its path (`routes`:
 `calls.ForwardedCalls` for `/mcp`, `relay.RelayedMessages` for `relay.RELAY_PATH`), and
-anything else answered 404 in words. A streamed answer (a forwarded `subscriptions/listen`)
-is written piece by piece, each write within `write_s`, and cancelled when the sender hangs
-up. Whatever a connection's bytes make happen ends that connection alone: a refusal in HTTP's
+anything else answered 404 in words; an answer of 400 or more ends its connection, so a peer
+without the mesh key holds none past its first request. Every write is bounded by `write_s`:
+a whole answer, or a streamed one's pieces (a forwarded `subscriptions/listen`), which is
+cancelled when the sender hangs up. Whatever a connection's bytes make happen ends that connection alone: a refusal in HTTP's
 form, its socket closed, one warning line and `on_fault("http")` for bytes that are not
 HTTP/1.1. Until its first whole request head a connection holds a slot of the listener's
 strangers (`fairshare.Slots`, keyed on its TCP peer: docs/operations.md, "Limits that
@@ -74,7 +75,8 @@ class InternalSettings:
         max_body_bytes: the largest request body, bytes (413 past it).
         body_s: from a whole head to its whole body, s (408 past it).
         idle_s: a kept-alive connection with no request this long is closed, s.
-        write_s: each write of a streamed answer, s (past it the connection is closed).
+        write_s: each write of an answer (whole, or a streamed one's piece), s (past it the
+            connection is closed).
         head_s: from a request's first byte to its whole head, s (408 past it); also the
             TLS handshake's bound.
         max_connections: open connections at most (503 past it).
@@ -206,8 +208,8 @@ class InternalListener:
         """Bytes owed sent, then bytes read until the wire has an event other than
         `NEED_DATA`, or its wait's end."""
         owed = wire.data_to_send()
-        if owed:
-            await stream.send_all(owed)
+        if owed and not await self._write(stream, owed):
+            return CLOSE
         data = None
         with trio.move_on_at(wire.wake_at()):
             data = await stream.receive_some(RECEIVE_BYTES)
@@ -238,10 +240,19 @@ class InternalListener:
             if resp.stream is not None:
                 await self._stream(stream, wire, resp)
                 return
-            await stream.send_all(wire.answer(resp.status, resp.headers, resp.body))
+            if not await self._write(stream, wire.answer(resp.status, resp.headers, resp.body)):
+                return
             if not wire.next_cycle(trio.current_time()):
                 return
             event = wire.next_event()
+
+    async def _write(self, stream: trio.abc.Stream, data: bytes) -> bool:
+        """Write `data` within `write_s`; False when the peer took too long (it reads none
+        of what it asked for: the connection ends, closed by `handle`)."""
+        with trio.move_on_after(self.settings.write_s):
+            await stream.send_all(data)
+            return True
+        return False
 
     async def _answer(self, route: Route, request: Request, peer: str) -> HttpResponse:
         """`route`'s answer; a route that fails is logged in full and answered 500 in words,

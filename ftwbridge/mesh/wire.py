@@ -255,8 +255,13 @@ class HolderWire:
 
     def answer(self, status: int, headers: Mapping[str, str], body: bytes) -> bytes:
         """A whole answer's bytes, with its `Content-Length` (none for 204 and 304; no body
-        bytes to a HEAD, RFC 9110 section 9.3.2)."""
+        bytes to a HEAD, RFC 9110 section 9.3.2). An answer of 400 or more says
+        `Connection: close` and ends the connection (RFC 9112 section 9.6): a peer that has
+        not proved the mesh key gets nothing else, so it cannot keep a connection open past
+        its first request."""
         frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
+        if status >= 400 and not any(k.lower() == "connection" for k, _v in frame):
+            frame.append(("connection", "close"))
         if status not in (204, 304):
             frame.append(("content-length", str(len(body))))
         out = self._h.send(h11.Response(status_code=status, headers=frame)) or b""

@@ -269,3 +269,31 @@ async def test_strangers_from_one_address_cannot_keep_another_out(rig: Rig) -> N
         finally:
             for stream in idle:
                 await trio.aclose_forcefully(stream)
+
+
+async def test_a_refusal_ends_the_connection_so_no_stranger_keeps_one(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    listener = Rig().listener
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener.handle, server)
+        await client.send_all(b"GET /nowhere HTTP/1.1\r\nHost: b-1\r\n\r\n")
+        got = b""
+        while chunk := await client.receive_some(65536):  # the 404, then the close
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 404 ") and b"connection: close" in got.lower()
+    assert listener.open == 0
+
+
+async def test_a_peer_that_reads_no_answer_is_let_go_within_write_s(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    listener = Rig().listener
+    client, server = trio.testing.lockstep_stream_pair()  # a write waits for a read
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.send_all, _post("/echo", b"12"))
+        await listener.handle(server)  # returns once the connection is let go
+    assert trio.current_time() - start == pytest.approx(SETTINGS.write_s)
+    assert listener.open == 0

@@ -172,3 +172,12 @@ def test_a_close_asked_either_way_is_not_kept_and_head_gets_no_body() -> None:
     wire = _wire()
     assert isinstance(_feed(wire, POST), Request)
     assert b"content-length" not in wire.answer(204, {}, b"")
+
+
+def test_an_answer_of_400_or_more_closes_the_connection() -> None:
+    wire = _wire()
+    wire.receive_data(POST + POST, 100.0)  # a second request waits behind the first
+    assert isinstance(wire.next_event(), Request)
+    out = wire.answer(404, {"content-type": "application/json"}, b"{}")
+    assert b"connection: close" in out.lower()
+    assert not wire.next_cycle(100.0)  # the second is never read
