@@ -46,6 +46,7 @@ REASONS: Final = {
     421: "Misdirected Request",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
+    501: "Not Implemented",
     503: "Service Unavailable",
 }
 """Reason phrases of the refusals written here (RFC 9110 section 15)."""
@@ -134,6 +135,7 @@ class HolderWire:
     __slots__ = (
         "_body",
         "_eof",
+        "_fed",
         "_first",
         "_h",
         "_head",
@@ -151,6 +153,7 @@ class HolderWire:
         self._limits = (max_body_bytes, head_s, body_s, idle_s)
         self.phase = Phase.IDLE
         self._now = now  # when the phase began
+        self._fed = now  # when bytes were last fed
         self._first = True
         self._eof = False
         self._head: h11.Request | None = None
@@ -169,6 +172,7 @@ class HolderWire:
             self._eof = True
         elif self.phase is Phase.IDLE:
             self.phase, self._now = Phase.HEAD, now
+        self._fed = now
         self._h.receive_data(bytes(data))  # the same object when it is bytes already
 
     def data_to_send(self) -> bytes:
@@ -225,15 +229,15 @@ class HolderWire:
 
     def _took_head(self, head: h11.Request) -> Refusal | None:
         self._head = head
-        self.phase = Phase.BODY
-        if self._h.they_are_waiting_for_100_continue:
-            self._out += self._h.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
+        self.phase, self._now = Phase.BODY, self._fed  # the body's time counts from here
         names = [name for name, _ in head.headers]
         if b"content-length" in names and b"transfer-encoding" in names:  # RFC 9112 s. 6.3
             return Refusal(400, "Both Content-Length and Transfer-Encoding: send one.", True)
         for name, value in head.headers:
             if name == b"content-length" and int(value) > self._limits[0]:
                 return Refusal(413, "Request body too large")
+        if self._h.they_are_waiting_for_100_continue:  # only for a body that will be read
+            self._out += self._h.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
         return None
 
     def _request(self, head: h11.Request) -> Request:

@@ -181,3 +181,23 @@ def test_an_answer_of_400_or_more_closes_the_connection() -> None:
     out = wire.answer(404, {"content-type": "application/json"}, b"{}")
     assert b"connection: close" in out.lower()
     assert not wire.next_cycle(100.0)  # the second is never read
+
+
+def test_the_body_s_bound_counts_from_the_heads_end() -> None:
+    wire = _wire(now=100.0)
+    head = b"POST /mcp HTTP/1.1\r\nhost: b1\r\ncontent-length: 4\r\n\r\n"
+    wire.receive_data(head[:10], 100.0)
+    wire.receive_data(head[10:], 102.5)  # the head whole within head_s, after body_s had run
+    assert wire.next_event() is NEED_DATA
+    assert wire.wake_at() == pytest.approx(102.5 + 5.0)
+
+
+def test_a_refused_body_gets_no_100_continue() -> None:
+    wire = _wire(max_body=10)
+    wire.receive_data(
+        b"POST /mcp HTTP/1.1\r\nhost: b1\r\nexpect: 100-continue\r\ncontent-length: 50\r\n\r\n",
+        100.0,
+    )
+    refusal = wire.next_event()
+    assert isinstance(refusal, Refusal) and refusal.status == 413
+    assert wire.data_to_send() == b""
