@@ -11,6 +11,7 @@ tests run.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from stubbox.flicker import LOAD_PERMILLE, PV_PERMILLE, SLOT_S, wiggle
@@ -45,7 +46,7 @@ def test_readings_move_every_second_at_any_hour() -> None:
         home = Home(seed=1, home_id="h1")
         for hour in range(24):
             rows = _seconds(home, day0 + hour * HOUR_MS + 600_000)
-            moved = sum(a != b for a, b in zip(rows, rows[1:], strict=False))
+            moved = sum(a != b for a, b in itertools.pairwise(rows))
             assert moved >= 0.75 * (len(rows) - 1), (day0, hour, moved)
 
 
