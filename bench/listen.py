@@ -289,8 +289,8 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "updates_sent": sent,
         "frames_applied": frames,
         "frames_moved": sum(1 for ts in FRAMES.values() for t in ts if t0 <= t < t1),
-        # None when no update came: the stub's readings stand still within a 5-minute slot
-        # while no battery charges or discharges (at night), and then nothing was measured.
+        # None when no update came (a stub run `--still` holds its readings for a 5-minute
+        # slot; the stub's default meter moves every second): then nothing was measured.
         "bridge_cpu_ms_per_update": round(1000 * cpu_s / delivered, 3) if delivered else None,
         "bridge_cpu_share": round(cpu_s / args.seconds, 3),
         "rss_warm_kib": rss_warm,

@@ -3,6 +3,11 @@
 `--tz` names the box's IANA time zone (default Europe/Stockholm), where its energy buckets
 start (PROTOCOL.md part G; `hello_ok.box.tz`, `config site.timezone`).
 
+Readings move every second as a real meter's do: seeded wiggles on the simulation's 5-minute
+slots (stubbox/flicker.py), from `--sim-seed` and each home's name, so a run repeats and the
+homes of a `--fleet` move apart. `--still` gives the slots' own values, which hold for five
+minutes (tests and benchmarks that want exact values).
+
 On start it prints one JSON line: `{"home", "homeKey" (hex Ed25519 public key), "console"
 (port)}`, or with `--fleet N`, `{"fleet": [{"home", "homeKey"}, ...], "console"}`, so a parent
 process (the demo, tests, benchmarks) can enroll the homes and drive their owners.
@@ -72,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", default="demo", help="text the home's keys derive from")
     p.add_argument("--sim-seed", type=int, default=1, help="seed of the simulated site")
     p.add_argument("--tz", type=_zone, default=DEFAULT_TZ, help="the box's IANA time zone")
+    p.add_argument(
+        "--still",
+        action="store_true",
+        help="readings hold each 5-minute slot's value (no per-second meter flicker)",
+    )
     p.add_argument("--console", type=int, default=0, help="console port on 127.0.0.1 (0 picks)")
     p.add_argument("--clock", choices=["ntp", "rtc", "none"], default="ntp")
     p.add_argument("--no-noise", action="store_true", help="a box that takes no assistants yet")
@@ -134,6 +144,7 @@ async def _main(args: argparse.Namespace) -> None:
             answer_delay_ms=args.delay_ms,
             read_limit=not args.no_read_limit,
             tz=args.tz,
+            still=args.still,
         )
         stub.box.frozen_ms = args.frozen_ms
         stub.started -= i * args.stagger_s / len(names)  # as if booted earlier: pulses spread

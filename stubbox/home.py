@@ -19,6 +19,7 @@ from typing import Any, Final
 from ftwbridge.proto.names import SourceState
 
 from . import charger, settings
+from .flicker import Flicker
 from .journal import HOSTILE_FRAGMENTS, Journal, hostile
 from .meters import Meters
 from .physics import (
@@ -49,22 +50,37 @@ _STALE_AFTER_MS: Final = 10_000
 
 
 class Home:
-    """A simulated home; equal seeds and time arguments give equal answers.
+    """A simulated home; equal seeds, identities and time arguments give equal answers.
 
     `hostile=True` mixes `HOSTILE_FRAGMENTS` into device names, event texts and log texts;
     `tz` is the box's IANA time zone, where its energy buckets start (`stubbox.meters`).
+    Its readings (`live`, the telemetry stream, the meter check) move every second as a real
+    meter's do (`stubbox.flicker`, seeded by `seed` and `home_id`); `still=True` (or setting
+    `still` later) gives the 5-minute slots' own values instead, which hold for a whole slot.
+    History, plan and meters are the slots' values either way.
 
     Raises:
         zoneinfo.ZoneInfoNotFoundError: `tz` names no zone this machine knows.
     """
 
-    def __init__(self, *, seed: int = 1, hostile: bool = False, tz: str = DEFAULT_TZ) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int = 1,
+        hostile: bool = False,
+        tz: str = DEFAULT_TZ,
+        home_id: str = "",
+        still: bool = False,
+    ) -> None:
         rng = random.Random(seed)
         self.physics = Physics(rng.randbytes(32))
         self.meters = Meters(self.physics, tz)
         self.tz = tz
         self.hostile = hostile
         self._journal = Journal(rng.randbytes(32), hostile=hostile)
+        self.flicker = Flicker(self.physics, rng.randbytes(32), home_id)
+        self.still = still
+        """True: readings are the 5-minute slots' values (`Physics.at`), without the flicker."""
         self.controls = charger.Controls()
         self.lag_ms: dict[str, int] = {}
         """Per source id, a lag (ms) the console set (`source {id, lagMs}`): at or past
@@ -101,9 +117,10 @@ class Home:
         return out
 
     def fields(self, now_ms: int) -> dict[str, int]:
-        """The frozen fields now: the physics, with what a held charger draws as `ev_w` (and
-        the grid making up the difference)."""
-        f = self.physics.at(now_ms)
+        """The frozen fields now (W, `battery_soc` permille): the meter's second
+        (`Flicker.at`, or the slot's value when `still`), with what a held charger draws as
+        `ev_w` (and the grid making up the difference)."""
+        f = self.physics.at(now_ms) if self.still else self.flicker.at(now_ms)
         held = self.controls.ev_w(now_ms)
         if held is not None:
             f["grid_w"] += held - f["ev_w"]
@@ -343,7 +360,7 @@ class Home:
             result = "pass" if state is SourceState.LIVE else "warn"
             details = {
                 "driver": sid,
-                "grid_w": self.physics.at(now_ms)["grid_w"],
+                "grid_w": self.fields(now_ms)["grid_w"],
                 "lastOkMs": last,
                 "state": state.value,
             }

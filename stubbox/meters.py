@@ -1,7 +1,10 @@
 """The stub home's meters: `energy.get` buckets integrated from the physics its history comes from.
 
-PROTOCOL.md part G. Every 5-minute slot of `stubbox.physics` holds constant powers (W), and the
-5-minute history serves exactly those values, so a slot's energy is its power x 1/12 h. Per
+PROTOCOL.md part G. Every 5-minute slot of `stubbox.physics` holds constant mean powers (W), and
+the 5-minute history serves exactly those values, so a slot's energy is its power x 1/12 h. The
+live readings move each second around them (`stubbox.flicker`) with wiggles that sum to 0 over
+the slot and never turn the grid's or the battery's sign, so the same energies are the
+readings summed over the slot's seconds, import and export, in and out each on its own. Per
 slot, import is the positive part of the grid power and export the negative part (counted apart,
 never netted), battery in and out likewise; import is priced at the hour's `totalMinor` and
 export at its `spotMinor` (öre per kWh). Sums are kept exact in W x slot units and turned into

@@ -7,7 +7,9 @@ moment, one lane-0 frame per subscription whose pulse is due (each whole second 
 with only what changed, cut to the bucket by `fit_delta` (flag 0x02); what a cut dropped goes
 on the next pulse, because each pulse compares against what was sent, not what was seen. A
 change of `controlRev` sends a fresh `snap` (no id) first. There is no unsubscribe: a stream
-ends with its session. The readings are `Home.live` at the same moment as a `live.get`.
+ends with its session. The readings are `Home.live` at the same moment as a `live.get`; they
+move every second as a meter's do (`stubbox.flicker`), so nearly every pulse is a `delta`
+unless the home is `still` or its clock frozen.
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ class StubHome(OwnerChanges):
         clock: the box's wall clock in ms since the epoch (tests inject one).
         read_limit: False lifts the box's 60 reads per agent per minute (benchmarks only).
         tz: the box's IANA time zone (`hello_ok.box.tz`, where energy buckets start).
+        still: readings hold the 5-minute slots' values instead of moving every second as a
+            meter's do (`stubbox.flicker`, seeded by `sim_seed` and `home`); tests and benches
+            that want exact values.
     """
 
     def __init__(
@@ -63,13 +66,14 @@ class StubHome(OwnerChanges):
         clock: Callable[[], int] | None = None,
         read_limit: bool = True,
         tz: str = DEFAULT_TZ,
+        still: bool = False,
     ) -> None:
         self._clock = clock
         self.started = time.monotonic() if clock is None else clock() / 1000
         self.clock_offset_ms = 0
         self.owner = Owner(home, seed=seed, noise=noise, issued_at_ms=self.wall_ms())
         self.box = Box(
-            home=Home(seed=sim_seed, hostile=hostile, tz=tz),
+            home=Home(seed=sim_seed, hostile=hostile, tz=tz, home_id=home, still=still),
             roster=self.owner.roster,
             noise_private=self.owner.noise_private,
             box_id=f"stub-{home}",

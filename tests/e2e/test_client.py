@@ -31,7 +31,7 @@ async def test_every_tool_reads_what_the_home_holds(env: Env, mode: str) -> None
     frozen = now_ms()
     home = await env.add_home("h1", "--frozen-ms", str(frozen))
     _key, agent_id, token = await env.agent(home)
-    sim = Home(seed=1)
+    sim = Home(seed=1, home_id="h1")  # the stub's own model: its readings flicker per home
     async with env.http(token) as http, env.client(http, mode) as client:
         with trio.fail_after(REAL_WAIT_S):
             tools = await client.list_tools()

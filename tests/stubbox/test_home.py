@@ -247,7 +247,10 @@ def test_series_value_knows_the_frozen_fields_and_has_gaps() -> None:
     home = Home()
     assert home.series_value("nonsense", NOW, 300_000) is None
     t = NOW - NOW % 300_000
-    assert home.series_value("grid_w", t, 300_000) == home.live(t, UPTIME)["fields"]["grid_w"]
+    tile = home.series_value("grid_w", t, 300_000)
+    seconds = [home.live(t + s * 1000, UPTIME)["fields"]["grid_w"] for s in range(300)]
+    assert tile is not None and sum(seconds) == 300 * tile  # the meter's mean over the tile
+    assert tile == Home(still=True).live(t + 123_456, UPTIME)["fields"]["grid_w"]
     gap_hour = next(h for h in range(NOW // HOUR, NOW // HOUR - 400, -1) if h % 216 == 37)
     assert home.series_value("pv_w", gap_hour * HOUR, HOUR) is None
     assert home.series_value("pv_w", gap_hour * HOUR + 600_000, 300_000) is None
