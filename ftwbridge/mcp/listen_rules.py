@@ -108,23 +108,15 @@ class UpdatePacer:
     `changed(now, notable)` notes a change; `due_at()` is when to send (None: nothing to
     send); `sent(now)` after sending. Readings wait until `min_interval_s` after the last
     sent update; a notable change is due at once.
-
-    The interval keeps a cadence: an update that waited for it counts as sent at the moment it
-    was due, not at the (later) moment the stream's task woke to send it. Counting from the
-    wake-up made each held update a little later than the last, so against a box that pulses
-    at the interval's own period the wait crept up to a whole period (docs/live.md).
     """
 
     min_interval_s: float
     last_sent: float = -math.inf
     pending: bool = False
     notable: bool = False
-    held: bool = False
 
     def changed(self, now: float, *, notable: bool) -> None:
         """Something moved at `now` (`notable`: a source's state, the mode, a dispatch block)."""
-        if not self.pending:
-            self.held = now < self.last_sent + self.min_interval_s
         self.pending = True
         self.notable = self.notable or notable
 
@@ -138,8 +130,6 @@ class UpdatePacer:
 
     def sent(self, now: float) -> None:
         """An update went out at `now`."""
-        due = self.last_sent + self.min_interval_s
-        self.last_sent = due if self.held and not self.notable and due <= now else now
+        self.last_sent = now
         self.pending = False
         self.notable = False
-        self.held = False

@@ -88,29 +88,3 @@ def test_events_parse_as_the_sdk_types_and_keep_the_ids_json_type(rid: str | int
     assert end["id"] == rid
     r = types.SubscriptionsListenResult.model_validate(end["result"])
     assert r.meta is not None and r.meta[SUBSCRIPTION_ID] == rid
-
-
-def test_held_updates_keep_the_interval_s_cadence_however_late_the_task_wakes() -> None:
-    p = UpdatePacer(5.0)
-    p.changed(0.0, notable=False)
-    p.sent(0.0)
-    for n in range(1, 50):  # a frame just before each due moment, the send 0.2 s late
-        p.changed(5.0 * n - 0.01, notable=False)
-        assert p.due_at() == 5.0 * n
-        p.sent(5.0 * n + 0.2)
-    assert p.last_sent == 245.0  # no creep: counting from the wake-ups would give 254.8
-
-
-def test_a_change_after_a_quiet_spell_goes_at_once_and_restarts_the_cadence() -> None:
-    p = UpdatePacer(5.0)
-    p.changed(0.0, notable=False)
-    p.sent(0.0)
-    p.changed(12.3, notable=False)  # nothing held: due long ago
-    due = p.due_at()
-    assert due is not None and due <= 12.3
-    p.sent(12.4)
-    p.changed(13.0, notable=False)
-    assert p.due_at() == 17.4
-    p.changed(14.0, notable=True)  # a notable change breaks the wait and restarts it
-    p.sent(14.0)
-    assert p.last_sent == 14.0
