@@ -354,10 +354,18 @@ def _per_update(r: dict[str, Any]) -> str:
     if r.get("bridge_cpu_ms_per_update") is None:
         moved = r.get("frames_moved", 0)
         return (
-            f"not measured: no update in the window ({moved} frames moved the readings; the"
-            " stub's stand still within a 5-minute slot while no battery charges or discharges)"
+            f"not measured: no update in the window ({moved} frames moved the readings; a stub"
+            " run `--still` holds its readings for a 5-minute slot)"
         )
     return f"{r['bridge_cpu_ms_per_update']:.2f}"
+
+
+def _paced(r: dict[str, Any]) -> str:
+    """The latency past the interval's wait (`bench/listen.py`), or none."""
+    lat = r.get("latency_past_interval_ms") or {}
+    if not lat.get("n"):
+        return "none"
+    return f"{lat['p50']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f}"
 
 
 def listen_table(r: dict[str, Any]) -> str:
@@ -380,6 +388,10 @@ def listen_table(r: dict[str, Any]) -> str:
         (
             "latency frame applied to event read, p50 / p99 / max ms",
             f"{lat['p50']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f}" if lat["n"] else "none",
+        ),
+        (
+            "latency past the interval's wait, p50 / p99 / max ms",
+            _paced(r),
         ),
         ("box reads per update", f"{r['box_reads_per_update']:g} ({r['box_reads']} reads)"),
         ("load average (1, 5, 15 min) at the start", " ".join(f"{x:g}" for x in r["loadavg"][:3])),
