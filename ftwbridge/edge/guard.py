@@ -11,10 +11,11 @@ import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.trio.tcp_server import MAX_RECV
 
-from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S
+from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S, turned_away_status
 from ftwbridge.fairshare import SlotRefused, Slots, source_key
+from ftwbridge.listening import peer_host, say_at_once
 
-from .writes import WritingServer
+from .writes import TURNED_AWAY_BYTES, WritingServer
 
 log = logging.getLogger("ftwbridge.edge")
 
@@ -80,6 +81,8 @@ class GuardedTCPServer(WritingServer):
             log.debug("a connection from %s was refused: it holds too many idle ones", source)
             if connections is not None:
                 connections.turned_away["refused"] += 1
+            assert strangers is not None and source is not None
+            say_at_once(self.stream, TURNED_AWAY_BYTES[turned_away_status(strangers, source)])
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
         finally:
@@ -88,11 +91,7 @@ class GuardedTCPServer(WritingServer):
 
     def _source(self) -> str | None:
         """The peer's address, the key of its stranger slots; None when it is exempt."""
-        try:
-            host = str(self.stream.socket.getpeername()[0])
-        except (OSError, AttributeError, IndexError):
-            return "?"
-        return source_key(host, getattr(self.config, "exempt", ()))
+        return source_key(peer_host(self.stream), getattr(self.config, "exempt", ()))
 
     async def _run_guarded(self) -> None:
         try:

@@ -6,9 +6,10 @@ doing (`connection_state`) and reports a fault (`_report`)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from typing import Any
+from typing import Any, Final
 
 import h11
 import trio
@@ -16,11 +17,32 @@ from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
-from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S, SERVER_ERROR, State, announces_body
+from ftwbridge.edgerules import (
+    BAD_REQUEST,
+    LAST_WORDS_S,
+    SERVER_ERROR,
+    TURNED_AWAY,
+    State,
+    announces_body,
+)
 from ftwbridge.fairshare import Slots
 from ftwbridge.idle import IdleTimer
+from ftwbridge.listening import http_refusal, say_at_once
 
 log = logging.getLogger("ftwbridge.edge")
+
+
+def _jsonrpc_refusal(status: int) -> bytes:
+    """A stranger's refusal on a hypercorn listener (`edgerules.TURNED_AWAY`): the JSON-RPC
+    error `/mcp` answers with (id null, -32603, as its own 503s), words in `message`."""
+    reason, retry_after_s, words = TURNED_AWAY[status]
+    error = {"code": -32603, "message": words}
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    return http_refusal(status, reason, retry_after_s, body, "application/json")
+
+
+TURNED_AWAY_BYTES: Final = {status: _jsonrpc_refusal(status) for status in TURNED_AWAY}
+"""The whole answers to strangers turned away, by status, made once."""
 
 
 class WritingServer(TCPServer):
@@ -185,7 +207,12 @@ class WritingServer(TCPServer):
         # hypercorn closes from whichever task sends `Closed`; when that is the app's task,
         # Quart-trio is cancelling it already and the close never happened: a response to
         # `Connection: close` left its socket open until the read timeout. Shielded, bounded.
+        # A stranger shed for a lighter address's is told so first, if nothing was sent yet.
         self._closing = True
+        shed = self._stranger is not None and self._stranger[2].cancel_called
+        if shed and self._bytes_sent == 0 and not self._held:
+            self._bytes_sent = len(TURNED_AWAY_BYTES[503])
+            say_at_once(self.stream, TURNED_AWAY_BYTES[503])
         with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
             await super()._close()
 
