@@ -110,7 +110,7 @@ class AcceptFailures:
         count, self._unsaid, self._said_at = self._unsaid, 0, now
         return (
             f"{self.name} still cannot accept connections: {why} ({name});"
-            f" {count} more failed accepts in {now - self._since:.0f} s so far"
+            f" {count} failed accepts since its last line, for {now - self._since:.0f} s now"
         )
 
     def accepted(self, now: float) -> str | None:

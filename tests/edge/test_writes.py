@@ -45,7 +45,9 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
     return seen
 
 
-async def _serve(nursery: trio.Nursery, app: App, *, read_timeout: int | None = None) -> int:
+async def _serve(
+    nursery: trio.Nursery, app: App, *, read_timeout: int | None = None, strangers: Any = None
+) -> int:
     async def asgi(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
@@ -62,6 +64,8 @@ async def _serve(nursery: trio.Nursery, app: App, *, read_timeout: int | None = 
     config.accesslog = None
     config.errorlog = None
     config.read_timeout = read_timeout
+    if strangers is not None:
+        config.strangers = strangers
     nursery.start_soon(edge.serve, asgi, config)
     with trio.fail_after(WAIT_S):
         while True:
