@@ -19,6 +19,10 @@ SERVER_ERROR: Final = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 )
 """What replaces a held response head whose body will never come (its app failed before it)."""
+WRITE_S: Final = 45.0
+"""The bound of one write on a hypercorn listener with no read timeout (the admin one), where
+the read timeout bounds it otherwise (seconds; the main listener's default, `door_silence_s`):
+a peer that pipelines requests and reads no answer is let go, not held for ever."""
 LAST_WORDS_S: Final = 1.0
 """How long the guard tries to send its last words before it closes the socket (seconds)."""
 CLOSE_REPLY_S: Final = 2.0

@@ -22,6 +22,7 @@ from ftwbridge.edgerules import (
     LAST_WORDS_S,
     SERVER_ERROR,
     TURNED_AWAY,
+    WRITE_S,
     State,
     announces_body,
 )
@@ -178,8 +179,8 @@ class WritingServer(TCPServer):
 
     async def _send_all(self, data: bytes) -> None:
         """`send_all(data)`, shielded as hypercorn does (a write cut midway would break the
-        stream), but bounded by the listener's read timeout: a peer that has not taken our
-        bytes by then (it reads nothing, and its buffers and ours are full) is let go, the
+        stream), but bounded by the listener's read timeout (`WRITE_S` on a listener with
+        none, the admin one): a peer that has not taken our bytes by then (it reads nothing, and its buffers and ours are full) is let go, the
         socket closed and every task of the connection cancelled. hypercorn waits for it for
         ever, holding the socket, the tasks and the answer's buffers.
 
@@ -187,10 +188,10 @@ class WritingServer(TCPServer):
             trio.BrokenResourceError: the peer is gone, or was let go here.
             trio.ClosedResourceError: the socket was closed meanwhile.
         """
-        limit = self.config.read_timeout
+        limit = self.config.read_timeout or WRITE_S  # the admin listener has no read timeout
         if self._streaming:
             limit = getattr(self.config, "stream_write_s", None) or limit
-        deadline = trio.current_time() + limit if limit else math.inf
+        deadline = trio.current_time() + limit
         with trio.CancelScope(shield=True, deadline=deadline) as scope:
             await self.stream.send_all(data)
         if scope.cancelled_caught:

@@ -306,3 +306,33 @@ async def test_a_peer_that_reads_nothing_is_let_go_after_the_read_timeout(length
             with trio.fail_after(WAIT_S):
                 await ended.wait()
         nursery.cancel_scope.cancel()
+
+
+async def test_with_no_read_timeout_a_peer_that_reads_nothing_is_let_go_after_write_s(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The admin listener has no read timeout, and its writes were bounded by it: 20 clients
+    that pipelined `/metrics` and read nothing held 20 sockets for as long as they liked (a
+    probe held them past 60 s), and enough of them fill the process's file table. A write
+    that takes none of its bytes for `WRITE_S` ends the connection there too."""
+    from ftwbridge.edgerules import WRITE_S
+
+    ended = trio.Event()
+    big = b"x" * (64 * 1024 * 1024)  # past what the kernel buffers on both ends
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await _answer(send, big)
+        finally:
+            ended.set()
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app, read_timeout=None)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(GET)  # and never reads
+            start = trio.current_time()
+            with trio.fail_after(WRITE_S * 2):
+                await ended.wait()
+            assert trio.current_time() - start >= WRITE_S
+        nursery.cancel_scope.cancel()
