@@ -69,12 +69,15 @@ def say_at_once(stream: trio.abc.Stream, data: bytes) -> bool:
     return sent == len(data)
 
 
-def http_refusal(status: int, reason: str, retry_after_s: int, body: bytes, kind: str) -> bytes:
+def http_refusal(
+    status: int, reason: str, retry_after_s: int | None, body: bytes, kind: str
+) -> bytes:
     """A whole HTTP/1.1 answer that closes its connection: `status` `reason`, `Retry-After`
-    (seconds, RFC 9110 section 10.2.3), `body` of content type `kind`."""
+    (seconds, RFC 9110 section 10.2.3; None: no such header), `body` of content type `kind`."""
+    retry = "" if retry_after_s is None else f"retry-after: {retry_after_s}\r\n"
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n"
-        f"retry-after: {retry_after_s}\r\nconnection: close\r\n\r\n"
+        f"{retry}connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
 

@@ -15,7 +15,7 @@ from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S, turned_away_status
 from ftwbridge.fairshare import SlotRefused, Slots, source_key
 from ftwbridge.listening import peer_host, say_at_once
 
-from .writes import TURNED_AWAY_BYTES, WritingServer
+from .writes import HEAD_TIMEOUT_BYTES, TURNED_AWAY_BYTES, WritingServer
 
 log = logging.getLogger("ftwbridge.edge")
 
@@ -51,10 +51,20 @@ class GuardedTCPServer(WritingServer):
                     break
             if self._read_scope.cancelled_caught:
                 break  # the read timeout: hypercorn's TooSlowError
+            if data and not self._busy:
+                self._partial_head = True
             await self.protocol.handle(RawData(bytes(data)))
             if data == b"":
                 break
         await self.protocol.handle(Closed())
+
+    async def _initiate_server_close(self) -> None:
+        """The keep-alive timer's close (hypercorn's), with a 408 in words first when part of
+        a request head has come (a whole one would have stopped the timer), said at once."""
+        if self._partial_head and not self._busy and not self._held and self._kind() == "http":
+            self._partial_head = False
+            say_at_once(self.stream, HEAD_TIMEOUT_BYTES)
+        await super()._initiate_server_close()
 
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module). Until

@@ -33,17 +33,26 @@ from ftwbridge.listening import http_refusal, say_at_once
 log = logging.getLogger("ftwbridge.edge")
 
 
-def _jsonrpc_refusal(status: int) -> bytes:
-    """A stranger's refusal on a hypercorn listener (`edgerules.TURNED_AWAY`): the JSON-RPC
-    error `/mcp` answers with (id null, -32603, as its own 503s), words in `message`."""
-    reason, retry_after_s, words = TURNED_AWAY[status]
+def _jsonrpc_refusal(status: int, reason: str, retry_after_s: int | None, words: str) -> bytes:
+    """A refusal a hypercorn listener makes itself, before any app: the JSON-RPC error
+    `/mcp` answers with (id null, -32603, as its own 503s), `words` in `message`."""
     error = {"code": -32603, "message": words}
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
     return http_refusal(status, reason, retry_after_s, body, "application/json")
 
 
-TURNED_AWAY_BYTES: Final = {status: _jsonrpc_refusal(status) for status in TURNED_AWAY}
+TURNED_AWAY_BYTES: Final = {
+    status: _jsonrpc_refusal(status, *answer) for status, answer in TURNED_AWAY.items()
+}
 """The whole answers to strangers turned away, by status, made once."""
+HEAD_TIMEOUT_BYTES: Final = _jsonrpc_refusal(
+    408,
+    "Request Timeout",
+    None,
+    "No whole request head came within the listener's keep-alive time; send it again whole.",
+)
+"""What a connection with part of a request head gets when the keep-alive timer closes it
+(RFC 9110 section 15.5.9)."""
 
 
 class WritingServer(TCPServer):
@@ -64,6 +73,8 @@ class WritingServer(TCPServer):
         self._busy = False
         self._closing = False
         self._stranger: tuple[Slots, str, trio.CancelScope] | None = None
+        self._partial_head = False
+        """Bytes have come since the last request started or ended: part of a head."""
         self._streaming = False
         """A `text/event-stream` response is under way (`EdgeConfig.stream_write_s`)."""
         self._read_scope = trio.CancelScope()
@@ -115,6 +126,7 @@ class WritingServer(TCPServer):
             await self._write(held)
         if isinstance(event, Updated):
             self._busy = not event.idle
+            self._partial_head = False
             if self._busy:
                 self._known()
             if event.idle:
