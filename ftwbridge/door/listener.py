@@ -7,8 +7,9 @@ one request head (h11, bounded by `handshake_s` and `MAX_HEAD_BYTES`), judges it
 connection's bytes make happen ends that connection alone: its socket closed, its tasks
 cancelled, one warning line and `on_fault(kind)` for a peer that broke the protocol. Until its
 101 a connection holds a slot of the listener's strangers (`fairshare.Slots`, keyed on its TCP
-peer: docs/operations.md, "Limits that strangers cannot fill"). docs/operations.md, "The door's
-own listener", says how a proxy routes to it.
+peer: docs/operations.md, "Limits that strangers cannot fill"); one turned away is told 429 or
+503 in words, without waiting (`listening.say_at_once`). docs/operations.md, "The door's own
+listener", says how a proxy routes to it.
 """
 
 from __future__ import annotations

@@ -69,7 +69,8 @@ class GuardedTCPServer(WritingServer):
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module). Until
         its first request head is whole it holds a slot of the listener's `strangers`, and
-        ends at once if a lighter peer's arrival sheds it."""
+        ends at once if a lighter peer's arrival sheds it; turned away either way, it is told
+        429 or 503 in words first (`edgerules.TURNED_AWAY`), without waiting."""
         connections = getattr(self.config, "connections", None)
         if connections is not None:
             connections.add(self)
