@@ -112,9 +112,11 @@ class GuardedTCPServer(WritingServer):
             if other is not None and not self._faulted:
                 self._report(other)
             if cancelled is not None:
-                raise cancelled from None  # the server's own cancellation goes on its way
+                await _own_cancellation_ends_here()
             if other is not None and other.split(Exception)[1] is not None:
                 raise  # KeyboardInterrupt and its kind are not a connection's fault
+        except trio.Cancelled:
+            await _own_cancellation_ends_here()
         except Exception as exc:
             if not self._faulted:
                 self._report(exc)
@@ -136,3 +138,14 @@ class GuardedTCPServer(WritingServer):
         nursery = self._task_group._nursery
         if nursery is not None:
             nursery.cancel_scope.cancel()
+
+
+async def _own_cancellation_ends_here() -> None:
+    """After a `Cancelled` came out of hypercorn's `run`: raise one again when a scope around
+    the connection is cancelled (the server stopping, or a stranger shed), so that goes on its
+    way; else it was the connection's own task group's, cancelled by `_send_all` or `_fault`
+    from the app's task, and the connection ends here. hypercorn's `TaskGroup.__aexit__` drops
+    the nursery's verdict that it caught that cancellation, so it came out of `run` as a bare
+    `Cancelled`: raised on, it cancelled the listener's nursery, the listener and every
+    connection with it (a client that pipelined requests and read no answer did so)."""
+    await trio.lowlevel.checkpoint_if_cancelled()
