@@ -123,13 +123,21 @@ class DoorListener:
         """Serve one accepted connection to its end; raises nothing but cancellation."""
         counted = _Counted()
         self.connections.add(counted)
+        peer = peer_host(stream)  # now: once the socket is closed its peer is unknown
         try:
-            peer = peer_host(stream)
             ws = counted.ws = await self._open(stream, peer)
             if ws is not None:
                 await self._run(ws)
         except Exception as exc:  # one connection's fault ends that connection alone
-            self._report(peer_host(stream), f"{type(exc).__name__}: {str(exc)[:200]}")
+            gone = (trio.BrokenResourceError, trio.ClosedResourceError)
+            if isinstance(exc, gone) or (
+                isinstance(exc, ExceptionGroup) and exc.split(gone)[1] is None
+            ):  # a box that reads nothing (`wsock.SEND_S`) or left broke no rule
+                log.debug("the door let %s go: it took no bytes in time, or left", peer)
+            else:
+                while isinstance(exc, ExceptionGroup):
+                    exc = exc.exceptions[0]  # the first of them names it
+                self._report(peer, f"{type(exc).__name__}: {str(exc)[:200]}")
         finally:
             self.connections.discard(counted)
             await trio.aclose_forcefully(stream)
