@@ -36,6 +36,7 @@ HEADS: dict[str, tuple[bytes, int]] = {
     "another path": (_head("/mcp").encode(), 404),
     "the root": (_head("/").encode(), 404),
     "POST": (_head(method="POST").encode(), 405),
+    "HTTP/1.0": (_head().replace("HTTP/1.1", "HTTP/1.0", 1).encode(), 400),
     "no Upgrade header": (_head(drop="Upgrade:").encode(), 426),
     "no Connection header": (_head(drop="Connection:").encode(), 426),
     "version 8": (_head().replace("Version: 13", "Version: 8").encode(), 426),
