@@ -55,6 +55,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             # the listeners' connection rules (states, quotas of strangers): the edge's and
             # the door's own listener both keep them
             "ftwbridge.edgerules",
+            # what every accept loop shares: the peer's address, words said without waiting,
+            # an accept that waits out a full file table in sentences
+            "ftwbridge.listening",
         ),
     ),
     # The settings: one frozen model, its rules, its file and its help.

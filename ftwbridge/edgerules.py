@@ -19,6 +19,10 @@ SERVER_ERROR: Final = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 )
 """What replaces a held response head whose body will never come (its app failed before it)."""
+WRITE_S: Final = 45.0
+"""The bound of one write on a hypercorn listener with no read timeout (the admin one), where
+the read timeout bounds it otherwise (seconds; the main listener's default, `door_silence_s`):
+a peer that pipelines requests and reads no answer is let go, not held for ever."""
 LAST_WORDS_S: Final = 1.0
 """How long the guard tries to send its last words before it closes the socket (seconds)."""
 CLOSE_REPLY_S: Final = 2.0
@@ -33,8 +37,32 @@ MAX_STRANGERS: Final = 1024
 """Connections of one listener that have not sent a whole request head yet, all peers
 together; past it the peer address holding the most loses its oldest (`fairshare`)."""
 STRANGERS_PER_SOURCE: Final = 256
-"""Such connections one peer address may hold; one more is closed at once (a client opening
+"""Such connections one peer address may hold; one more is refused at once (a client opening
 many connections at once holds each for the moment its first request head takes)."""
+TURNED_AWAY: Final = {
+    429: (
+        "Too Many Requests",
+        5,
+        "This address holds too many connections that have sent no request yet; send requests"
+        " on those, or try again in a few seconds.",
+    ),
+    503: (
+        "Service Unavailable",
+        2,
+        "This listener holds too many connections that have sent no request yet, and this"
+        " address held the most of them; try again in a few seconds.",
+    ),
+}
+"""What a stranger turned away by a listener's quota is told, by HTTP status: (reason phrase,
+`Retry-After` in seconds, words). 429 (RFC 6585 section 4) when its address is at
+`STRANGERS_PER_SOURCE`, 503 when the total is full and its address holds the most (refused on
+arrival, or shed for a lighter address's)."""
+
+
+def turned_away_status(strangers: Slots, source: str) -> int:
+    """The status of a stranger from `source` that `strangers` refused on arrival: 429 when
+    the address holds its own share, 503 when the total is full (see `TURNED_AWAY`)."""
+    return 429 if strangers.share.held_by(source) >= strangers.share.per_source else 503
 
 
 class State(StrEnum):

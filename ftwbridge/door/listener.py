@@ -7,8 +7,9 @@ one request head (h11, bounded by `handshake_s` and `MAX_HEAD_BYTES`), judges it
 connection's bytes make happen ends that connection alone: its socket closed, its tasks
 cancelled, one warning line and `on_fault(kind)` for a peer that broke the protocol. Until its
 101 a connection holds a slot of the listener's strangers (`fairshare.Slots`, keyed on its TCP
-peer: docs/operations.md, "Limits that strangers cannot fill"). docs/operations.md, "The door's
-own listener", says how a proxy routes to it.
+peer: docs/operations.md, "Limits that strangers cannot fill"); one turned away is told 429 or
+503 in words, without waiting (`listening.say_at_once`). docs/operations.md, "The door's own
+listener", says how a proxy routes to it.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from ftwbridge.edgerules import (
     LAST_WORDS_S,
     MAX_STRANGERS,
     STRANGERS_PER_SOURCE,
+    TURNED_AWAY,
     Connections,
     State,
+    turned_away_status,
 )
 from ftwbridge.fairshare import Network, SlotRefused, Slots, source_key
+from ftwbridge.listening import PatientListener, http_refusal, peer_host, say_at_once
 
 from .tunnel import close_ws
 from .upgrade import Refusal, Upgrade, accept_response, classify_upgrade, refusal_head
@@ -39,7 +43,17 @@ from .wsock import RECV_BYTES, BoxGone, LeanSocket
 
 log = logging.getLogger("ftwbridge.door")
 MAX_HEAD_BYTES: Final = 16 * 1024
-"""The largest request head taken (a box's is a few hundred bytes); past it: 400."""
+"""The largest request head taken (a box's is a few hundred bytes); past it: 431."""
+Got = h11.Request | Refusal | None
+"""What reading a request head gives: the head, a refusal of its bytes, or None (the peer left)."""
+_TURNED_AWAY_BYTES: Final = {
+    status: http_refusal(
+        status, reason, retry_s, (words + "\n").encode(), "text/plain; charset=utf-8"
+    )
+    for status, (reason, retry_s, words) in TURNED_AWAY.items()
+}
+"""The whole answers to strangers turned away (`edgerules.TURNED_AWAY`), in the words of
+the door's other refusals (plain text), made once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,39 +123,60 @@ class DoorListener:
         """Serve one accepted connection to its end; raises nothing but cancellation."""
         counted = _Counted()
         self.connections.add(counted)
+        peer = peer_host(stream)  # now: once the socket is closed its peer is unknown
         try:
-            peer = _peer(stream)
             ws = counted.ws = await self._open(stream, peer)
             if ws is not None:
                 await self._run(ws)
         except Exception as exc:  # one connection's fault ends that connection alone
-            self._report(_peer(stream), f"{type(exc).__name__}: {str(exc)[:200]}")
+            gone = (trio.BrokenResourceError, trio.ClosedResourceError)
+            if isinstance(exc, gone) or (
+                isinstance(exc, ExceptionGroup) and exc.split(gone)[1] is None
+            ):  # a box that reads nothing (`wsock.SEND_S`) or left broke no rule
+                log.debug("the door let %s go: it took no bytes in time, or left", peer)
+            else:
+                while isinstance(exc, ExceptionGroup):
+                    exc = exc.exceptions[0]  # the first of them names it
+                self._report(peer, f"{type(exc).__name__}: {str(exc)[:200]}")
         finally:
             self.connections.discard(counted)
             await trio.aclose_forcefully(stream)
 
     async def _open(self, stream: trio.SocketStream, peer: str) -> LeanSocket | None:
-        """The handshake in a stranger's slot; None when the connection was turned away
-        (counted `refused` on arrival, `shed` for a lighter address's)."""
+        """The handshake, its head read in a stranger's slot; None when the connection was
+        turned away (counted `refused` on arrival, `shed` for a lighter address's, and told
+        so in words at once: `edgerules.TURNED_AWAY`) or refused."""
         source = source_key(peer, self.settings.exempt)
         if source is None:
-            return await self._handshake(stream, peer)
+            return await self._answer(stream, peer, await self._head(stream))
         try:
             with self.strangers.hold(source) as scope:
                 with scope:
-                    return await self._handshake(stream, peer)
-                how = "shed"  # only reached when a lighter address's arrival cancelled it
+                    got = await self._head(stream)
+                if not scope.cancelled_caught:
+                    return await self._answer(stream, peer, got)
+                how, status = "shed", 503  # a lighter address's arrival cancelled it
         except SlotRefused:
-            how = "refused"
+            how, status = "refused", turned_away_status(self.strangers, source)
         self.connections.turned_away[how] += 1
+        say_at_once(stream, _TURNED_AWAY_BYTES[status])
         return None
 
-    async def _handshake(self, stream: trio.SocketStream, peer: str) -> LeanSocket | None:
-        """Read one request head; answer a refusal or the 101 (RFC 6455 section 4.2.2)."""
+    async def _head(self, stream: trio.SocketStream) -> tuple[h11.Connection, Got]:
+        """h11 with one request head read, within `handshake_s`, and what was read (see
+        `_read_head`; no whole head in time: a 408 `Refusal`)."""
         h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        got: h11.Request | Refusal | None = Refusal(408, "No whole request head in time.")
+        got: Got = Refusal(408, "No whole request head in time.")
         with trio.move_on_after(self.settings.handshake_s):
             got = await _read_head(stream, h)
+        return h, got
+
+    async def _answer(
+        self, stream: trio.SocketStream, peer: str, read: tuple[h11.Connection, Got]
+    ) -> LeanSocket | None:
+        """Answer the head read: a refusal in words, or the 101 (RFC 6455 section 4.2.2)
+        and the box's socket."""
+        h, got = read
         if got is None:  # the peer left
             return None
         verdict = classify_upgrade(got) if isinstance(got, h11.Request) else got
@@ -186,7 +221,7 @@ class DoorListener:
             self.on_fault("websocket")
 
 
-async def _read_head(stream: trio.SocketStream, h: h11.Connection) -> h11.Request | Refusal | None:
+async def _read_head(stream: trio.SocketStream, h: h11.Connection) -> Got:
     """The request head (and its end: a body is refused), a `Refusal` for bytes h11 will not
     parse, or None when the peer left first."""
     request: h11.Request | None = None
@@ -218,13 +253,6 @@ async def _last_words(stream: trio.SocketStream, data: bytes) -> None:
             await stream.send_all(data)
 
 
-def _peer(stream: trio.SocketStream) -> str:
-    try:
-        return str(stream.socket.getpeername()[0])
-    except (OSError, IndexError):
-        return "?"
-
-
 async def serve_door_listener(
     listener: DoorListener,
     sock: socket.socket,
@@ -237,4 +265,5 @@ async def serve_door_listener(
     host, port = sock.getsockname()[:2]
     url = f"ws://{'[' + host + ']' if ':' in host else host}:{port}/v1/box"
     task_status.started(url)
-    await trio.serve_listeners(listener.handle, [trio.SocketListener(trio_sock)])
+    patient = PatientListener(trio.SocketListener(trio_sock), f"the door's listener on {url}")
+    await trio.serve_listeners(listener.handle, [patient])

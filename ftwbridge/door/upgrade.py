@@ -58,6 +58,8 @@ def classify_upgrade(request: h11.Request) -> Upgrade | Refusal:
         return Refusal(404, f"This listener serves only {DOOR_PATH} (the box's uplink).")
     if request.method != b"GET":  # 1: the method
         return Refusal(405, "The box's uplink is a WebSocket opened by GET.")
+    if request.http_version != b"1.1":  # 1: HTTP/1.1 or higher (h11 speaks 1.0 and 1.1)
+        return Refusal(400, "The box's uplink is opened by an HTTP/1.1 request.")
     headers: dict[bytes, bytes] = {}
     for name, value in request.headers:
         headers[name] = headers[name] + b"," + value if name in headers else value

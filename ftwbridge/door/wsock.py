@@ -229,7 +229,8 @@ class LeanSocket:
         if self._size > self.max_message:
             await self._fail(CLOSE_TOO_BIG, f"a message over {self.max_message} bytes")
             return
-        self._parts.append(event.data)
+        if event.data:  # empty fragments are free to send: a list of them grew without bound
+            self._parts.append(event.data)
         if event.message_finished and not self.closed:
             parts, self._parts, self._size = self._parts, [], 0
             if isinstance(event, TextMessage):

@@ -18,6 +18,7 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
 from ftwbridge.edgerules import EdgeConfig
+from ftwbridge.listening import PatientListener
 
 from .guard import GuardedTCPServer
 
@@ -79,18 +80,14 @@ async def _accept(
         for sock in sockets.secure_sockets:
             assert ssl_context is not None  # secure sockets come with a certificate
             sock.listen(config.backlog)
-            listeners.append(
-                trio.SSLListener(
-                    trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
-                    ssl_context,
-                    https_compatible=True,
-                )
-            )
             binds.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
+            listeners.append(
+                trio.SSLListener(_patient(sock, binds[-1]), ssl_context, https_compatible=True)
+            )
         for sock in sockets.insecure_sockets:
             sock.listen(config.backlog)
-            listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
             binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+            listeners.append(_patient(sock, binds[-1]))
         for bind in binds:
             await config.log.info(f"Running on {bind} (CTRL + C to quit)")
         task_status.started(binds)
@@ -112,3 +109,11 @@ async def _accept(
         finally:
             await context.terminated.set()
             server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+
+
+def _patient(sock: Any, bind: str) -> PatientListener:
+    """The listener of the bound, listening `sock`, whose accept waits out a full file table
+    in sentences (`listening.PatientListener`), named by its URL `bind`."""
+    return PatientListener(
+        trio.SocketListener(trio.socket.from_stdlib_socket(sock)), f"the listener on {bind}"
+    )

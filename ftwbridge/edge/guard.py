@@ -11,10 +11,11 @@ import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.trio.tcp_server import MAX_RECV
 
-from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S
+from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S, turned_away_status
 from ftwbridge.fairshare import SlotRefused, Slots, source_key
+from ftwbridge.listening import peer_host, say_at_once
 
-from .writes import WritingServer
+from .writes import HEAD_TIMEOUT_BYTES, TURNED_AWAY_BYTES, WritingServer
 
 log = logging.getLogger("ftwbridge.edge")
 
@@ -50,15 +51,26 @@ class GuardedTCPServer(WritingServer):
                     break
             if self._read_scope.cancelled_caught:
                 break  # the read timeout: hypercorn's TooSlowError
+            if data and not self._busy:
+                self._partial_head = True
             await self.protocol.handle(RawData(bytes(data)))
             if data == b"":
                 break
         await self.protocol.handle(Closed())
 
+    async def _initiate_server_close(self) -> None:
+        """The keep-alive timer's close (hypercorn's), with a 408 in words first when part of
+        a request head has come (a whole one would have stopped the timer), said at once."""
+        if self._partial_head and not self._busy and not self._held and self._kind() == "http":
+            self._partial_head = False
+            say_at_once(self.stream, HEAD_TIMEOUT_BYTES)
+        await super()._initiate_server_close()
+
     async def run(self) -> None:
         """Serve the connection; a fault anywhere in it ends it alone (see the module). Until
         its first request head is whole it holds a slot of the listener's `strangers`, and
-        ends at once if a lighter peer's arrival sheds it."""
+        ends at once if a lighter peer's arrival sheds it; turned away either way, it is told
+        429 or 503 in words first (`edgerules.TURNED_AWAY`), without waiting."""
         connections = getattr(self.config, "connections", None)
         if connections is not None:
             connections.add(self)
@@ -80,6 +92,8 @@ class GuardedTCPServer(WritingServer):
             log.debug("a connection from %s was refused: it holds too many idle ones", source)
             if connections is not None:
                 connections.turned_away["refused"] += 1
+            assert strangers is not None and source is not None
+            say_at_once(self.stream, TURNED_AWAY_BYTES[turned_away_status(strangers, source)])
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
         finally:
@@ -88,11 +102,7 @@ class GuardedTCPServer(WritingServer):
 
     def _source(self) -> str | None:
         """The peer's address, the key of its stranger slots; None when it is exempt."""
-        try:
-            host = str(self.stream.socket.getpeername()[0])
-        except (OSError, AttributeError, IndexError):
-            return "?"
-        return source_key(host, getattr(self.config, "exempt", ()))
+        return source_key(peer_host(self.stream), getattr(self.config, "exempt", ()))
 
     async def _run_guarded(self) -> None:
         try:
@@ -102,9 +112,11 @@ class GuardedTCPServer(WritingServer):
             if other is not None and not self._faulted:
                 self._report(other)
             if cancelled is not None:
-                raise cancelled from None  # the server's own cancellation goes on its way
+                await _own_cancellation_ends_here()
             if other is not None and other.split(Exception)[1] is not None:
                 raise  # KeyboardInterrupt and its kind are not a connection's fault
+        except trio.Cancelled:
+            await _own_cancellation_ends_here()
         except Exception as exc:
             if not self._faulted:
                 self._report(exc)
@@ -126,3 +138,14 @@ class GuardedTCPServer(WritingServer):
         nursery = self._task_group._nursery
         if nursery is not None:
             nursery.cancel_scope.cancel()
+
+
+async def _own_cancellation_ends_here() -> None:
+    """After a `Cancelled` came out of hypercorn's `run`: raise one again when a scope around
+    the connection is cancelled (the server stopping, or a stranger shed), so that goes on its
+    way; else it was the connection's own task group's, cancelled by `_send_all` or `_fault`
+    from the app's task, and the connection ends here. hypercorn's `TaskGroup.__aexit__` drops
+    the nursery's verdict that it caught that cancellation, so it came out of `run` as a bare
+    `Cancelled`: raised on, it cancelled the listener's nursery, the listener and every
+    connection with it (a client that pipelined requests and read no answer did so)."""
+    await trio.lowlevel.checkpoint_if_cancelled()

@@ -6,9 +6,10 @@ doing (`connection_state`) and reports a fault (`_report`)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from typing import Any
+from typing import Any, Final
 
 import h11
 import trio
@@ -16,11 +17,42 @@ from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
-from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S, SERVER_ERROR, State, announces_body
+from ftwbridge.edgerules import (
+    BAD_REQUEST,
+    LAST_WORDS_S,
+    SERVER_ERROR,
+    TURNED_AWAY,
+    WRITE_S,
+    State,
+    announces_body,
+)
 from ftwbridge.fairshare import Slots
 from ftwbridge.idle import IdleTimer
+from ftwbridge.listening import http_refusal, say_at_once
 
 log = logging.getLogger("ftwbridge.edge")
+
+
+def _jsonrpc_refusal(status: int, reason: str, retry_after_s: int | None, words: str) -> bytes:
+    """A refusal a hypercorn listener makes itself, before any app: the JSON-RPC error
+    `/mcp` answers with (id null, -32603, as its own 503s), `words` in `message`."""
+    error = {"code": -32603, "message": words}
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    return http_refusal(status, reason, retry_after_s, body, "application/json")
+
+
+TURNED_AWAY_BYTES: Final = {
+    status: _jsonrpc_refusal(status, *answer) for status, answer in TURNED_AWAY.items()
+}
+"""The whole answers to strangers turned away, by status, made once."""
+HEAD_TIMEOUT_BYTES: Final = _jsonrpc_refusal(
+    408,
+    "Request Timeout",
+    None,
+    "No whole request head came within the listener's keep-alive time; send it again whole.",
+)
+"""What a connection with part of a request head gets when the keep-alive timer closes it
+(RFC 9110 section 15.5.9)."""
 
 
 class WritingServer(TCPServer):
@@ -41,6 +73,8 @@ class WritingServer(TCPServer):
         self._busy = False
         self._closing = False
         self._stranger: tuple[Slots, str, trio.CancelScope] | None = None
+        self._partial_head = False
+        """Bytes have come since the last request started or ended: part of a head."""
         self._streaming = False
         """A `text/event-stream` response is under way (`EdgeConfig.stream_write_s`)."""
         self._read_scope = trio.CancelScope()
@@ -92,6 +126,7 @@ class WritingServer(TCPServer):
             await self._write(held)
         if isinstance(event, Updated):
             self._busy = not event.idle
+            self._partial_head = False
             if self._busy:
                 self._known()
             if event.idle:
@@ -156,8 +191,8 @@ class WritingServer(TCPServer):
 
     async def _send_all(self, data: bytes) -> None:
         """`send_all(data)`, shielded as hypercorn does (a write cut midway would break the
-        stream), but bounded by the listener's read timeout: a peer that has not taken our
-        bytes by then (it reads nothing, and its buffers and ours are full) is let go, the
+        stream), but bounded by the listener's read timeout (`WRITE_S` on a listener with
+        none, the admin one): a peer that has not taken our bytes by then (it reads nothing, and its buffers and ours are full) is let go, the
         socket closed and every task of the connection cancelled. hypercorn waits for it for
         ever, holding the socket, the tasks and the answer's buffers.
 
@@ -165,10 +200,10 @@ class WritingServer(TCPServer):
             trio.BrokenResourceError: the peer is gone, or was let go here.
             trio.ClosedResourceError: the socket was closed meanwhile.
         """
-        limit = self.config.read_timeout
+        limit = self.config.read_timeout or WRITE_S  # the admin listener has no read timeout
         if self._streaming:
             limit = getattr(self.config, "stream_write_s", None) or limit
-        deadline = trio.current_time() + limit if limit else math.inf
+        deadline = trio.current_time() + limit
         with trio.CancelScope(shield=True, deadline=deadline) as scope:
             await self.stream.send_all(data)
         if scope.cancelled_caught:
@@ -185,7 +220,12 @@ class WritingServer(TCPServer):
         # hypercorn closes from whichever task sends `Closed`; when that is the app's task,
         # Quart-trio is cancelling it already and the close never happened: a response to
         # `Connection: close` left its socket open until the read timeout. Shielded, bounded.
+        # A stranger shed for a lighter address's is told so first, if nothing was sent yet.
         self._closing = True
+        shed = self._stranger is not None and self._stranger[2].cancel_called
+        if shed and self._bytes_sent == 0 and not self._held:
+            self._bytes_sent = len(TURNED_AWAY_BYTES[503])
+            say_at_once(self.stream, TURNED_AWAY_BYTES[503])
         with trio.CancelScope(shield=True, deadline=trio.current_time() + LAST_WORDS_S):
             await super()._close()
 

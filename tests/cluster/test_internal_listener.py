@@ -245,7 +245,8 @@ async def test_tls_is_served_and_plain_http_to_it_is_not(
 
 async def test_strangers_from_one_address_cannot_keep_another_out(rig: Rig) -> None:
     """256 connections from one address that send nothing hold its share of the strangers'
-    slots; its next is closed at once, and another address's request is answered."""
+    slots; its next is told 429 in words at once and closed, and another address's request
+    is answered."""
     from ftwbridge.edgerules import STRANGERS_PER_SOURCE
 
     with trio.fail_after(BOUND_S):
@@ -257,7 +258,11 @@ async def test_strangers_from_one_address_cannot_keep_another_out(rig: Rig) -> N
             assert len(rig.listener.strangers.share) == STRANGERS_PER_SOURCE
             one_more = await trio.open_tcp_stream("127.0.0.1", rig.port)
             async with one_more:
-                assert await one_more.receive_some(65536) == b""
+                told = b""
+                while chunk := await one_more.receive_some(65536):
+                    told += chunk
+            assert told.startswith(b"HTTP/1.1 429 ") and b"\r\nretry-after: 5\r\n" in told
+            assert "this address" in _words(told)["error"].lower()
             assert rig.listener.connections.turned_away["refused"] == 1
             other = await trio.open_tcp_stream("127.0.0.1", rig.port, local_address="127.0.0.2")
             async with other:
@@ -297,3 +302,53 @@ async def test_a_peer_that_reads_no_answer_is_let_go_within_write_s(
         await listener.handle(server)  # returns once the connection is let go
     assert trio.current_time() - start == pytest.approx(SETTINGS.write_s)
     assert listener.open == 0
+
+
+async def test_past_its_connections_a_tls_client_reads_the_503_inside_tls(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Over TLS the 503 past `max_connections` comes after a handshake, where a TLS client
+    can read it; once the listener's budget of such handshakes is spent, the connection is
+    closed with no byte (a plain-text 503 would read as a TLS error, `OVER_LIMIT_TLS_PER_S`)."""
+    from cluster.ca import ClusterCA
+    from ftwbridge.mesh.listener import OVER_LIMIT_TLS_BURST
+    from ftwbridge.mesh.tls import client_context, server_context
+
+    ca = ClusterCA(tmp_path)
+    leaf = ca.leaf("b1")
+    made = Rig(InternalSettings(1000, 5.0, 7.0, 5.0, 3.0, max_connections=1))
+    made.listener.tls = server_context(leaf.certfile, leaf.keyfile)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    await nursery.start(serve_internal, made.listener, sock)
+    port = sock.getsockname()[1]
+
+    async def tls_client() -> trio.SSLStream[trio.SocketStream]:
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        return trio.SSLStream(tcp, client_context(ca.cafile), server_hostname="127.0.0.1")
+
+    with trio.fail_after(BOUND_S):
+        first = await tls_client()
+        await first.send_all(_post("/echo", b"a"))
+        assert b"echo:a" in await first.receive_some(65536)  # held open, kept alive
+        second = await tls_client()
+        await second.send_all(_post("/echo", b"b"))
+        answer = b""
+        with pytest.raises(trio.BrokenResourceError):  # no close_notify: the socket closes
+            while chunk := await second.receive_some(65536):
+                answer += chunk
+        await trio.aclose_forcefully(second)
+        assert answer.startswith(b"HTTP/1.1 503 ") and "connections" in _words(answer)["error"]
+        bucket = made.listener.over_limit_tls
+        while bucket.try_take(trio.current_time()):
+            pass  # the budget spent, as by a flood
+        assert bucket.tokens(trio.current_time()) < OVER_LIMIT_TLS_BURST
+        third = await tls_client()
+        with pytest.raises(trio.BrokenResourceError):  # closed during the handshake
+            await third.do_handshake()
+        await trio.aclose_forcefully(third)
+        raw = await _raw(port, b"\x16\x03\x01\x00\x05hello")  # a ClientHello's first bytes
+        assert raw == b""  # no byte at all: no plain text a TLS client would misread
+        assert made.listener.closed_over_limit >= 2
+        await trio.aclose_forcefully(first)

@@ -178,3 +178,27 @@ async def test_a_failed_socket_drops_what_still_comes_then_lets_go(
         await ws.drain()
         assert trio.current_time() - started == pytest.approx(LAST_WORDS_S, abs=0.1)
         nursery.cancel_scope.cancel()
+
+
+async def test_empty_fragments_keep_nothing(autojump_clock: trio.abc.Clock) -> None:
+    """A message of endless empty fragments (6 bytes a frame on the wire) never reaches
+    `max_message`; each was kept as a part, so a box (or a stranger until its hello is due)
+    grew the bridge's memory by a list slot per 6 bytes it sent. Empty parts are not kept."""
+    ws, box = pair()
+    got: list[str | bytes] = []
+    async with trio.open_nursery() as nursery:
+
+        async def reader() -> None:
+            got.append(await ws.receive())
+
+        nursery.start_soon(reader)
+        for _ in range(20):
+            await box.stream.send_all(
+                b"".join(
+                    box.conn.send(Message(data=b"", message_finished=False)) for _ in range(5000)
+                )
+            )
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(ws._parts) <= 1  # 100,000 fragments read, none kept
+        await box.send(Message(data=b"end"))
+    assert got == [b"end"]

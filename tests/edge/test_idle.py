@@ -124,3 +124,45 @@ def test_a_real_keep_alive_connection_is_closed_when_idle(live: LiveBridge) -> N
             pass
         idle_s = time.monotonic() - answered
     assert keep_alive_s - 0.5 <= idle_s < keep_alive_s + WAIT_S, idle_s
+
+
+async def _after_keep_alive(port: int, data: bytes) -> tuple[bytes, float]:
+    """Send `data` and read until the listener closes: what came and how long it took."""
+    from tests.edge.test_writes import GET
+
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    start = trio.current_time()
+    got = b""
+    async with stream:
+        await stream.send_all(data)
+        if data == GET:  # its answer first, then the wait
+            while b"\r\n\r\n" not in got:
+                got += await stream.receive_some(65536)
+            start, got = trio.current_time(), b""
+        while chunk := await stream.receive_some(65536):
+            got += chunk
+    return got, trio.current_time() - start
+
+
+async def test_part_of_a_head_at_the_keep_alive_time_is_told_408(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A connection closed by the keep-alive timer with part of a request head in (a slow
+    sender, slowloris) reads a 408 in words; one that sent nothing, or nothing after its
+    answer, is closed without a word, as before (RFC 9112 section 9.6)."""
+    from tests.edge.test_writes import GET, _serve
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app)
+        keep_alive_s = 5.0  # hypercorn's default, kept by `edge.EdgeConfig`
+        got, took = await _after_keep_alive(port, b"GET /x HTTP/1.1\r\nHost: t\r\nX-A: a")
+        assert took >= keep_alive_s and got.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+        assert b"No whole request head came" in got and b"\r\nconnection: close\r\n" in got
+        assert await _after_keep_alive(port, b"") == (b"", keep_alive_s)
+        got, took = await _after_keep_alive(port, GET)
+        assert got == b"" and took == keep_alive_s
+        nursery.cancel_scope.cancel()

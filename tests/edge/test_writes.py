@@ -45,7 +45,9 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
     return seen
 
 
-async def _serve(nursery: trio.Nursery, app: App, *, read_timeout: int | None = None) -> int:
+async def _serve(
+    nursery: trio.Nursery, app: App, *, read_timeout: int | None = None, strangers: Any = None
+) -> int:
     async def asgi(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
@@ -62,6 +64,8 @@ async def _serve(nursery: trio.Nursery, app: App, *, read_timeout: int | None = 
     config.accesslog = None
     config.errorlog = None
     config.read_timeout = read_timeout
+    if strangers is not None:
+        config.strangers = strangers
     nursery.start_soon(edge.serve, asgi, config)
     with trio.fail_after(WAIT_S):
         while True:
@@ -301,4 +305,73 @@ async def test_a_peer_that_reads_nothing_is_let_go_after_the_read_timeout(length
             await stream.send_all(GET)  # and never reads
             with trio.fail_after(WAIT_S):
                 await ended.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def test_with_no_read_timeout_a_peer_that_reads_nothing_is_let_go_after_write_s(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The admin listener has no read timeout, and its writes were bounded by it: 20 clients
+    that pipelined `/metrics` and read nothing held 20 sockets for as long as they liked (a
+    probe held them past 60 s), and enough of them fill the process's file table. A write
+    that takes none of its bytes for `WRITE_S` ends the connection there too."""
+    from ftwbridge.edgerules import WRITE_S
+
+    ended = trio.Event()
+    big = b"x" * (64 * 1024 * 1024)  # past what the kernel buffers on both ends
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await _answer(send, big)
+        finally:
+            ended.set()
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app, read_timeout=None)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(GET)  # and never reads
+            start = trio.current_time()
+            with trio.fail_after(WRITE_S * 2):
+                await ended.wait()
+            assert trio.current_time() - start >= WRITE_S
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("read_timeout", [1, None])
+async def test_peers_let_go_for_reading_nothing_take_no_other_connection_down(
+    autojump_clock: trio.abc.Clock, read_timeout: int | None
+) -> None:
+    """Letting such a peer go cancels its connection's task group from the app's task, and
+    hypercorn's task group let that `Cancelled` out of the connection as a bare one: it
+    cancelled the listener's nursery, so the listener stopped accepting (connection refused)
+    and every other connection of it ended. Three peers that pipeline requests and read
+    nothing are let go; a request under way meanwhile is answered, and so is a new one."""
+    from ftwbridge.edgerules import WRITE_S
+
+    release = trio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await release.wait()
+        await _answer(send, b"x" * (1024 * 1024) if scope["path"] == "/x" else b"small")
+
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, app, read_timeout=read_timeout)
+        under_way = await trio.open_tcp_stream("127.0.0.1", port)
+        await under_way.send_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        clogged = []
+        for _ in range(3):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            await stream.send_all(GET * 20)  # and never reads
+            clogged.append(stream)
+        await trio.sleep((read_timeout or WRITE_S) * 3)  # each let go by now
+        for stream in clogged:
+            await trio.aclose_forcefully(stream)
+        release.set()
+        assert (await under_way.receive_some(65536)).endswith(b"small")
+        got = await _exchange(port, b"GET /s HTTP/1.1\r\nHost: t\r\n\r\n", b"small")
+        assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"small")
+        await under_way.aclose()
         nursery.cancel_scope.cancel()
