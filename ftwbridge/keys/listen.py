@@ -19,6 +19,7 @@ import trio
 
 from ftwbridge.config import split_address
 from ftwbridge.fairshare import SlotRefused, Slots, source_key
+from ftwbridge.listening import PatientListener
 
 from .mesh import MeshChannel, Message, Refused
 from .ops import answer
@@ -123,6 +124,8 @@ async def serve_keys_tcp(
     served: list[trio.abc.Listener[trio.abc.Stream]] = list(listeners)
     if tls is not None:
         served = [trio.SSLListener(listener, tls) for listener in listeners]
+    # accept's EMFILE and its kin waited out in sentences, not trio's tracebacks
+    served = [PatientListener(listener, f"the keys service on {address}") for listener in served]
     async with trio.open_nursery() as nursery:
         task_status.started((str(bound[0]), int(bound[1])))
         await trio.serve_listeners(handler, served, handler_nursery=nursery)

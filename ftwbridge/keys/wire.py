@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from ftwbridge.listening import PatientListener
 from ftwbridge.proto.envelope import dumps, loads
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.noise import TransportKeys
@@ -165,7 +166,9 @@ async def serve_keys(
             async def handler(stream: trio.SocketStream) -> None:
                 await _handle(service, stream)
 
-            await trio.serve_listeners(handler, [listener], handler_nursery=nursery)
+            # accept's EMFILE and its kin waited out in sentences, not trio's tracebacks
+            patient = PatientListener(listener, f"the keys socket {socket_path}")
+            await trio.serve_listeners(handler, [patient], handler_nursery=nursery)
     finally:
         if listener is not None:
             with trio.CancelScope(shield=True):

@@ -318,3 +318,34 @@ async def test_a_peer_gone_before_its_refusal_is_written_ends_quietly(
     ours, theirs = trio.testing.memory_stream_pair()
     await ours.aclose()
     await serve_connection(theirs, KeysService(None), KEY, limiter=trio.CapacityLimiter(1))
+
+
+async def test_the_keys_listener_waits_out_emfile_in_words_and_serves_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    original = trio.SocketListener.accept
+    failures = 3
+
+    async def accept(self: trio.SocketListener) -> trio.SocketStream:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            await trio.lowlevel.checkpoint()
+            raise OSError(errno.EMFILE, "Too many open files")
+        return await original(self)
+
+    monkeypatch.setattr(trio.SocketListener, "accept", accept)
+    async with trio.open_nursery() as nursery:
+        address = await _service(nursery)
+        out = await _raw(address, b"\x00\x00\x00\x01\xff")  # served once a file was free
+        assert _refusal(out)
+        nursery.cancel_scope.cancel()
+    assert failures == 0
+    assert not [r for r in caplog.records if r.name == "trio.serve_listeners"]
+    said = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.listeners"]
+    assert said and "the keys service on 127.0.0.1:0" in said[0] and "(EMFILE)" in said[0]
+    assert "accepts connections again" in said[-1]
