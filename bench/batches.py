@@ -12,10 +12,11 @@ CPU 1), with a trio instrument timing every batch (`after_io_wait` to the next
 batch durations are CPU time and move with whatever else the machine runs: the load average is
 printed with each row.
 
-Prints, per tree and round: batches that ran a task, their duration p50 / p99 / max (ms), the
-duration below which 99 % of the busy time was spent ("p99 by time": the batch a woken task
-is likeliest to wait behind), steps per batch (mean, p99), the share of wall time spent in
-batches, and wrk's rate and p50 / p99 latency; then each tree's medians over the rounds.
+Prints, per tree and round: the batches that ran a task, their wall time and their CPU time
+(the bridge thread's, which other processes on the machine move less) p50 / p99 / max in ms,
+steps per batch (mean, p99), the share of wall time spent in batches, each step's wait from
+its task's wake-up (p50 / p99 / max), the time Python's collector took (it runs inside some
+batch), and wrk's rate and p50 / p99 latency; then each tree's medians over the rounds.
 
     python bench/batches.py [--tree NAME=REV_OR_DIR ...] [--rounds 4] [--seconds 5]
                             [--connections 64] [--json]
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -72,7 +74,17 @@ class Batches(trio.abc.Instrument):
         self._n = 0
         self._woken: dict[trio.lowlevel.Task, float] = {}
 
+    def collecting(self, phase: str, info: dict[str, int]) -> None:
+        """A `gc.callbacks` hook: the collector's time while `on` (total and longest, s)."""
+        if phase == "start":
+            self._gc = time.perf_counter()
+        elif self.on:
+            took = time.perf_counter() - self._gc
+            self.gc_s += took
+            self.gc_max_s = max(self.gc_max_s, took)
+
     def reset(self) -> None:
+        self.gc_s = self.gc_max_s = self._gc = 0.0
         self.wall: list[float] = []
         self.cpu: list[float] = []
         self.steps: list[float] = []
@@ -109,18 +121,11 @@ class Batches(trio.abc.Instrument):
         wall, cpu, steps, waits = (sorted(x) for x in (self.wall, self.cpu, self.steps, self.waits))
         if not wall or not waits:
             return {"batches": 0}
-        total, acc, by_time = sum(wall), 0.0, wall[-1]
-        for x in wall:
-            acc += x
-            if acc >= 0.99 * total:
-                by_time = x
-                break
         return {
             "batches": len(wall),
             "p50_ms": 1000 * _pct(wall, 0.5),
             "p99_ms": 1000 * _pct(wall, 0.99),
             "max_ms": 1000 * wall[-1],
-            "p99_by_time_ms": 1000 * by_time,
             "cpu_p50_ms": 1000 * _pct(cpu, 0.5),
             "cpu_p99_ms": 1000 * _pct(cpu, 0.99),
             "cpu_max_ms": 1000 * cpu[-1],
@@ -129,7 +134,9 @@ class Batches(trio.abc.Instrument):
             "wait_p50_ms": 1000 * _pct(waits, 0.5),
             "wait_p99_ms": 1000 * _pct(waits, 0.99),
             "wait_max_ms": 1000 * waits[-1],
-            "busy": total / elapsed,
+            "busy": sum(wall) / elapsed,
+            "gc_ms": 1000 * self.gc_s,
+            "gc_max_ms": 1000 * self.gc_max_s,
         }
 
 
@@ -151,6 +158,7 @@ async def serve(tree: Path, tokens: Path, port_file: Path) -> None:
             await trio.Path(port_file).write_text(str(port))
             batches = Batches()
             trio.lowlevel.add_instrument(batches)
+            gc.callbacks.append(batches.collecting)
             print("ready", flush=True)
             stdin = trio.lowlevel.FdStream(os.dup(0))
             buf = b""
@@ -232,11 +240,11 @@ def show(row: dict[str, Any], label: str) -> None:
     print(
         f"  {label:9} {row['tree']:6} load {row['load']:4.2f}  batches {row['batches']:6.0f}"
         f"  wall p50 {row['p50_ms']:5.2f} p99 {row['p99_ms']:6.2f} max {row['max_ms']:6.1f}"
-        f"  by-time p99 {row['p99_by_time_ms']:6.2f}"
         f"  cpu p50 {row['cpu_p50_ms']:5.2f} p99 {row['cpu_p99_ms']:6.2f} max {row['cpu_max_ms']:6.1f}"
         f"  steps {row['steps_mean']:4.1f} (p99 {row['steps_p99']:3.0f})  busy {row['busy']:4.2f}\n"
         f"  {'':9} {'':6} wake-to-step p50 {row['wait_p50_ms']:5.2f} p99 {row['wait_p99_ms']:6.2f}"
-        f" max {row['wait_max_ms']:6.1f} ms  |  wrk {row['rps']:6.0f} req/s"
+        f" max {row['wait_max_ms']:6.1f} ms  collector {row['gc_ms']:5.0f} ms (max {row['gc_max_ms']:5.1f})"
+        f"  |  wrk {row['rps']:6.0f} req/s"
         f"  p50 {row['wrk_p50_ms']:6.1f}  p99 {row['wrk_p99_ms']:6.1f} ms"
         f"  cpu {row['cpu_ms_per_call']:.2f} ms/call  bad {row['bad']:.0f}",
         flush=True,
