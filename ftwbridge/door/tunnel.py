@@ -237,10 +237,17 @@ class Uplink:
         order the sends were called. The socket keeps those rules itself (`WebSocketLike`:
         its own FIFO lock, taken without a scheduler turn when free, and a shielded write
         bounded by `wsock.SEND_S`), so no lock or shield is taken here.
+
+        One scheduler turn is taken before the write, on purpose: it cuts a call's step from
+        its request's bytes to its `tun` send between the seal and the write, where the lock's
+        turn used to, which keeps the run loop's batches as short as they were (without it
+        their CPU p99 rose by about a tenth: `bench/batches.py`; docs/performance.md,
+        "Scheduler turns per call").
         """
         if self.closed:
             return
-        await trio.lowlevel.checkpoint_if_cancelled()  # raises for a cancelled caller, no turn
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller sends nothing
+        await trio.lowlevel.cancel_shielded_checkpoint()  # the turn: see above
         try:
             await self.ws.send(data)
         except WS_GONE as exc:  # the socket is gone: the reader notices and cleans up
