@@ -12,6 +12,7 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.door import Door
 from ftwbridge.door.events import DoorEvents
+from ftwbridge.door.wsock import SEND_S
 from ftwbridge.keys import KeysService
 from ftwbridge.keys.service import forget_dropped
 from ftwbridge.pool import Pool
@@ -75,14 +76,32 @@ class Link:
     closed: trio.Event = field(default_factory=trio.Event)
     sent: list[bytes] = field(default_factory=list)
     """Every message the door sent to the box, in order."""
+    lock: trio.StrictFIFOLock = field(default_factory=trio.StrictFIFOLock)
+    """The link's write lock, as `LeanSocket`'s (tests hold it to stand for a send under way)."""
 
     # door side (WebSocketLike)
     async def receive(self) -> bytes:
         return await self.from_stub.receive()  # type: ignore[no-any-return]
 
     async def send(self, data: bytes) -> None:
-        self.sent.append(data)
-        await self.to_stub.send(data)
+        """One message, by `LeanSocket.write`'s rule, which the door relies on: a free lock
+        taken without a scheduler turn, FIFO behind a held one (cancelled there: nothing
+        sent), then the write shielded and bounded by `SEND_S`; a box that takes nothing
+        that long breaks the link."""
+        if self.lock.locked():
+            await self.lock.acquire()
+        else:
+            self.lock.acquire_nowait()
+        try:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_S) as scope:
+                self.sent.append(data)
+                await self.to_stub.send(data)
+        finally:
+            self.lock.release()
+        if scope.cancelled_caught:
+            self.to_stub.close()
+            self.to_door.close()
+            raise trio.BrokenResourceError("the box took none of our bytes in time")
 
     async def close(self, code: int, reason: str = "") -> None:
         if self.close_code is None:

@@ -58,7 +58,9 @@ def test_the_counts_see_an_arrow_up_and_a_ring() -> None:
 
 CALLED_FROM_OUTSIDE = [
     # Called by a framework or a protocol, which vulture cannot see.
-    "before_io_wait",  # bench/turns.py: trio.abc.Instrument hooks
+    "before_io_wait",  # bench/turns.py, bench/batches.py: trio.abc.Instrument hooks
+    "after_io_wait",
+    "task_scheduled",
     "before_task_step",
     "after_task_step",
     "get_tokens",  # devtools/signin.py: the mcp client's TokenStorage protocol

@@ -18,14 +18,17 @@ from ftwbridge.proto.pacing import TokenBucket
 log = logging.getLogger("ftwbridge.door")
 ACLOSE_S = 1.0
 """The most `Tun.aclose` waits to tell the box `tun.end` (seconds)."""
-SEND_S = 1.0
-"""The most one door message's send may take once it has started (seconds)."""
 TUN_QUEUE = 16
 """Messages a tunnel buffers from the box before the uplink's reader waits (back-pressure)."""
 
 
 class WebSocketLike(Protocol):
-    """The part of a server WebSocket the door uses (`door.wsock.LeanSocket`)."""
+    """The part of a server WebSocket the door uses (`door.wsock.LeanSocket`).
+
+    `send` writes one message whole or not at all, and the door relies on it: sends are
+    serialised in the order they are called (a send behind another waits in FIFO order, and
+    one cancelled while it waits sent nothing), and the write itself is shielded from the
+    caller's cancellation and bounded on its own (`LeanSocket.write`: `wsock.SEND_S`)."""
 
     async def receive(self) -> str | bytes: ...
     async def send(self, data: bytes) -> None: ...
@@ -218,7 +221,6 @@ class Uplink:
         self.ws = ws
         self.tuns: dict[int, Tun] = {}
         self._next_sid = 1
-        self._lock = trio.StrictFIFOLock()
         self.closed = False
 
     def new_sid(self) -> int:
@@ -230,15 +232,24 @@ class Uplink:
     async def send_raw(self, data: bytes) -> None:
         """Send one door message; a dead socket is left to the reader to notice.
 
-        Cancellation reaches the caller only while it waits its turn, so a cancelled send sent
-        nothing; once its turn comes the message goes out whole (shielded, at most `SEND_S`).
+        A caller already cancelled sends nothing, and neither does one cancelled while it
+        waits behind another send; once its write starts the message goes out whole, in the
+        order the sends were called. The socket keeps those rules itself (`WebSocketLike`:
+        its own FIFO lock, taken without a scheduler turn when free, and a shielded write
+        bounded by `wsock.SEND_S`), so no lock or shield is taken here.
+
+        One scheduler turn is taken before the write, on purpose: it cuts a call's step from
+        its request's bytes to its `tun` send between the seal and the write, where the lock's
+        turn used to, which keeps the run loop's batches as short as they were (without it
+        their CPU p99 rose by about a tenth: `bench/batches.py`; docs/performance.md,
+        "Scheduler turns per call").
         """
         if self.closed:
             return
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller sends nothing
+        await trio.lowlevel.cancel_shielded_checkpoint()  # the turn: see above
         try:
-            async with self._lock:
-                with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_S):
-                    await self.ws.send(data)
+            await self.ws.send(data)
         except WS_GONE as exc:  # the socket is gone: the reader notices and cleans up
             log.debug("uplink %s send failed: %s", self.home, type(exc).__name__)
 

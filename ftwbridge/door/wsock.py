@@ -86,7 +86,7 @@ class LeanSocket:
         self.remote_addr = remote_addr
         self.silence_s = silence_s
         self.max_message = max_message
-        self._lock = trio.Lock()
+        self._lock = trio.StrictFIFOLock()  # writes go out in the order they were asked for
         self._messages: deque[str | bytes] = deque()
         self._parts: list[bytes | bytearray | str] = []
         self._size = 0

@@ -59,6 +59,37 @@ async def test_messages_either_way_text_and_fragments(autojump_clock: trio.abc.C
     assert isinstance(event, BytesMessage) and event.data == b"\x01\x02"
 
 
+async def test_sends_go_out_whole_in_call_order_and_a_cancelled_waiter_sends_nothing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The rule the door's uplink relies on (it takes no lock of its own): four sends at once
+    while the box reads nothing yet; the first, cancelled mid-write, still goes out whole, the
+    third, cancelled while it waits for the lock, never goes, and the rest keep call order."""
+    ours, theirs = trio.testing.lockstep_stream_pair()  # a write waits for the box's read
+    ws = LeanSocket(
+        ours, Connection(ConnectionType.SERVER), "192.0.2.1", silence_s=SILENCE_S, max_message=64
+    )
+    box = Box(theirs)
+    scopes = [trio.CancelScope() for _ in range(4)]
+
+    async def send(i: int) -> None:
+        with scopes[i]:
+            await ws.send(bytes([i]) * 3000)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(4):
+            nursery.start_soon(send, i)
+            await trio.testing.wait_all_tasks_blocked()
+        assert ws._lock.statistics().tasks_waiting == 3  # the first is writing
+        scopes[0].cancel()
+        scopes[2].cancel()
+        got: list[bytes] = []
+        while len(got) < 3:
+            got += [e.data for e in await box.events() if isinstance(e, BytesMessage)]
+    assert got == [b"\x00" * 3000, b"\x01" * 3000, b"\x03" * 3000]
+    assert [s.cancelled_caught for s in scopes] == [False, False, True, False]
+
+
 async def test_pings_then_silence_closes(autojump_clock: trio.abc.Clock) -> None:
     """A Ping every `ping_s`; a box that answers none is let go `silence_s` after its last bytes."""
     ws, box = pair()

@@ -7,8 +7,9 @@ point the cancellation lands on, what the pool says must match what the box got:
 cancelled before its request left leaves the session free at once and nothing in flight; one
 cancelled after leaves the session BUSY with its slot until the box's answer comes and is
 dropped. The agent's next call is served promptly on the same session either way; with the
-uplink's lock free or held by another send (then the wait for it is one more point, and sends
-nothing). MockClock (autojump); real door, pool, keys part and stub box over memory links.
+socket's write lock free or held by another send (then the wait for it is one more point, and
+sends nothing). MockClock (autojump); real door, pool, keys part and stub box over memory links
+(`tests.harness.Link`, which keeps `LeanSocket`'s write rule).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import trio.testing
 from ftwbridge.pool.session import State
 from ftwbridge.proto.names import Read
 from stubbox.uplink import StubHome
-from tests.harness import Rig
+from tests.harness import Link, Rig
 
 MAX_POINTS = 40
 """More cancellation points than a warm call passes (the sweep checks it got to the end)."""
@@ -98,10 +99,11 @@ async def test_a_warm_call_cancelled_at_each_point_leaves_what_the_box_got(
     await rig.pool.call("h1", agent, Read.LIVE_GET)  # warm: the session is READY
     (s,) = rig.pool._sessions.values()
     outcomes = []
-    uplink = rig.door._uplinks["h1"]
+    link = rig.door._uplinks["h1"].ws
+    assert isinstance(link, Link)
 
-    async def another_send_under_way() -> None:  # the uplink's lock, held for a while
-        async with uplink._lock:
+    async def another_send_under_way() -> None:  # the socket's write lock, held for a while
+        async with link.lock:
             await trio.sleep(0.5)
 
     for at in range(1, MAX_POINTS):
@@ -140,17 +142,18 @@ async def test_a_warm_call_cancelled_at_each_point_leaves_what_the_box_got(
     assert set(outcomes[first_sent:]) <= {"at the box", "answered"}, outcomes  # way back
 
 
-async def test_a_call_cancelled_while_it_waits_for_the_uplinks_lock_sent_nothing(
+async def test_a_call_cancelled_while_it_waits_for_the_sockets_lock_sent_nothing(
     rig: Rig, stub: StubHome, agent: bytes, autojump_clock: trio.abc.Clock
 ) -> None:
-    """The one wait a warm call's send has: parked for the uplink's lock behind another send.
-    Cancelled there, the request never leaves and the session is free at once."""
+    """The one wait a warm call's send has: parked for the socket's write lock behind another
+    send. Cancelled there, the request never leaves and the session is free at once."""
     await rig.pool.call("h1", agent, Read.LIVE_GET)  # warm
     (s,) = rig.pool._sessions.values()
-    uplink = rig.door._uplinks["h1"]
+    link = rig.door._uplinks["h1"].ws
+    assert isinstance(link, Link)
     reads = stub.box.stats.reads
     async with trio.open_nursery() as nursery:
-        await uplink._lock.acquire()
+        await link.lock.acquire()
         scope = trio.CancelScope()
 
         async def call() -> None:
@@ -159,10 +162,10 @@ async def test_a_call_cancelled_while_it_waits_for_the_uplinks_lock_sent_nothing
 
         nursery.start_soon(call)
         await trio.testing.wait_all_tasks_blocked()
-        assert uplink._lock.statistics().tasks_waiting == 1  # parked for the lock
+        assert link.lock.statistics().tasks_waiting == 1  # parked for the lock
         scope.cancel()
         await trio.testing.wait_all_tasks_blocked()
-        uplink._lock.release()
+        link.lock.release()
     assert scope.cancelled_caught
     assert s.state is State.READY and s.holder is None
     assert rig.pool.statistics().calls_in_flight == 0
