@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from devtools.rig import console, start_stub  # noqa: E402
 from ftwbridge.config import Config  # noqa: E402
 from ftwbridge.keys import KeysService  # noqa: E402
-from ftwbridge.lifecycle import until_stdin_closes  # noqa: E402
+from ftwbridge.lifecycle import settle_heap, until_stdin_closes  # noqa: E402
 from ftwbridge.proto.names import Read  # noqa: E402
 from ftwbridge.run import Bridge  # noqa: E402
 
@@ -92,6 +92,7 @@ async def start(
     )
     bridge = Bridge(config, keys=KeysService(None))
     await nursery.start(bridge.serve)
+    settle_heap()  # as `ftwbridge serve` does once it serves
     door = bridge.door_url  # the door's own listener
     assert door is not None  # set once the bridge serves
     prefix = (

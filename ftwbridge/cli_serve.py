@@ -13,7 +13,7 @@ import trio
 from ftwbridge.config import Config, kek_bytes, mesh_key_bytes, split_address
 from ftwbridge.keys import KeysPort, KeysService, serve_keys
 from ftwbridge.keys.remote import url_of
-from ftwbridge.lifecycle import StartupError, until_signalled, until_stdin_closes
+from ftwbridge.lifecycle import StartupError, settle_heap, until_signalled, until_stdin_closes
 from ftwbridge.store import BridgeStore
 
 
@@ -27,6 +27,7 @@ async def serve(config: Config, *, exit_with_parent: bool = False) -> int:
 
     async def run(nursery: trio.Nursery) -> None:
         await nursery.start(bridge.serve)
+        settle_heap()
         print(f"ftwbridge serving {bridge.site.resource}", flush=True)
         if bridge.admin_url is not None:
             print(f"admin on {bridge.admin_url}", flush=True)
@@ -112,6 +113,7 @@ async def keys(config: Config, socket: Path | None, listen: str | None) -> int:
         except (KeysSocketError, KeysListenError) as exc:  # raised before it serves
             refused.append(exc)
             return
+        settle_heap()
         await trio.sleep_forever()
 
     try:
