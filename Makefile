@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 PEERS := peers/node_modules/.installed
 
-.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy promtool bench bench-profile bench-instructions bench-opens bench-turns bench-listen soak clean
+.PHONY: demo cluster test lint typecheck unit peers browser postgres haproxy caddy promtool bench bench-profile bench-instructions bench-opens bench-turns bench-batches bench-listen soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -127,6 +127,13 @@ bench-instructions: $(STAMP) $(PEERS) postgres haproxy
 # instrument, with where the bridge's tasks gave up the CPU; about 15 s, no load can move it.
 bench-turns: $(STAMP)
 	$(BIN)/python bench/turns.py
+
+# Each run-loop batch's length at 64 connections (bench/batches.py, docs/performance.md
+# "Scheduler turns per call", "The collector"): this tree against BENCH_BASE (default main's
+# parent commit HEAD~1) in interleaved rounds; about two minutes.
+bench-batches: $(STAMP)
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(BIN)/python bench/batches.py --tree base=$(or $(BENCH_BASE),HEAD~1) --tree this=.
 
 # Live streams alone (bench/listen.py, docs/performance.md "Live streams"): 1,000
 # subscriptions/listen streams over 250 stub homes at 0.2 Hz against one bridge process;
