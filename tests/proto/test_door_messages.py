@@ -9,8 +9,9 @@ import cbor2
 import pytest
 
 from ftwbridge.proto.door import _tun_in_place, decode_door_message, tun
-from ftwbridge.proto.envelope import decode_envelope
-from ftwbridge.proto.errors import RemoteProtocolError
+from ftwbridge.proto.envelope import Envelope, decode_envelope
+from ftwbridge.proto.errors import LocalProtocolError, RemoteProtocolError
+from ftwbridge.proto.registry import Msg
 
 
 def verdict(decode: object, data: bytes) -> object:
@@ -50,3 +51,16 @@ def test_cut_grown_and_mutated_tun_messages() -> None:
             inputs.append(bytes(b))
     for data in inputs:
         assert verdict(decode_door_message, data) == verdict(decode_envelope, data), data
+
+
+@pytest.mark.parametrize("sid", SIDS)
+@pytest.mark.parametrize("size", SIZES)
+def test_tun_is_written_as_the_envelope_encoder_writes_it(sid: int, size: int) -> None:
+    d = random.Random(size).randbytes(size)
+    assert tun(sid, d) == Envelope(Msg.TUN, None, {"sid": sid, "d": d}).encode()
+
+
+@pytest.mark.parametrize("sid", [-1, 2**64])
+def test_tun_refuses_a_sid_outside_u64(sid: int) -> None:
+    with pytest.raises(LocalProtocolError):
+        tun(sid, b"")
