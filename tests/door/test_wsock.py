@@ -201,7 +201,7 @@ async def test_whole_binary_frames_cut_anywhere_by_the_reads(
     """Frames taken whole by the door's own parser arrive the same however the bytes are cut:
     7-bit and 16-bit lengths, an empty one, a Ping between."""
     ws, box = pair()
-    payloads = [b"", b"x" * 125, bytes(range(256)) * 4, b"tail"]
+    payloads = [b"", b"x" * 125, bytes(range(256)) * 4, b"tail", b"seven b", b"\xff"]
     raw = b"".join(_frame(0x82, p) for p in payloads[:2])
     raw += _frame(0x89, b"hi") + b"".join(_frame(0x82, p) for p in payloads[2:])
     for i in range(0, len(raw), 7):
