@@ -116,18 +116,50 @@ def scan(data: bytes) -> None:
     in_map = False
     outer: list[tuple[int, bool]] = []  # each enclosing level's (left after this item, in_map)
     act_of, size_of, immediate_of, leaf_of, key_ok = _ACT, _SIZE, _IMMEDIATE, _LEAF, _KEY_OK
-    while True:
-        if pos >= end:
-            raise RemoteProtocolError("CBOR ends inside an item")
-        head = data[pos]
-        pos += 1
-        if in_map and not left & 1 and not key_ok[head]:
-            raise _bad_key(data, pos, end)
-        skip = leaf_of[head]
-        if skip >= 0:  # most items: an integer, a float, a short string, false, true or null
-            pos += skip
-            if pos > end:
-                raise RemoteProtocolError(_OVERRUN[head])
+    head = 0
+    try:
+        while True:
+            head = data[pos]  # past the end: IndexError, below
+            pos += 1
+            if in_map and not left & 1 and not key_ok[head]:
+                raise _bad_key(data, pos, end)
+            skip = leaf_of[head]
+            if skip >= 0:  # most items: an integer, a float, a short string, false, true or null
+                pos += skip  # past the end: found at the next item, or at the item's end
+                left -= 1
+                while not left:
+                    if not outer:
+                        if pos > end:
+                            raise RemoteProtocolError(_OVERRUN[head])
+                        if pos != end:
+                            raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
+                        return
+                    left, in_map = outer.pop()
+                continue
+            act = act_of[head]
+            if act == _BAD:
+                raise _bad(data, pos, end)
+            arg = immediate_of[head]
+            if arg < 0:
+                size = size_of[head]
+                if pos + size > end:
+                    raise RemoteProtocolError("CBOR ends inside an item's head")
+                if act != _ATOM:
+                    arg = int.from_bytes(data[pos : pos + size], "big")
+                pos += size
+            if act == _STRING:
+                if arg > end - pos:
+                    raise RemoteProtocolError("CBOR string runs past the end")
+                pos += arg
+            elif act != _ATOM and arg:  # a non-empty array or map
+                count = arg * 2 if act == _MAP else arg
+                if count > end - pos:  # every item takes at least one byte
+                    raise RemoteProtocolError("CBOR container runs past the end")
+                if len(outer) >= MAX_DEPTH:
+                    raise RemoteProtocolError("CBOR nested too deep")
+                outer.append((left - 1, in_map))
+                left, in_map = count, act == _MAP
+                continue
             left -= 1
             while not left:
                 if not outer:
@@ -135,38 +167,10 @@ def scan(data: bytes) -> None:
                         raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
                     return
                 left, in_map = outer.pop()
-            continue
-        act = act_of[head]
-        if act == _BAD:
-            raise _bad(data, pos, end)
-        arg = immediate_of[head]
-        if arg < 0:
-            size = size_of[head]
-            if pos + size > end:
-                raise RemoteProtocolError("CBOR ends inside an item's head")
-            if act != _ATOM:
-                arg = int.from_bytes(data[pos : pos + size], "big")
-            pos += size
-        if act == _STRING:
-            if arg > end - pos:
-                raise RemoteProtocolError("CBOR string runs past the end")
-            pos += arg
-        elif act != _ATOM and arg:  # a non-empty array or map
-            count = arg * 2 if act == _MAP else arg
-            if count > end - pos:  # every item takes at least one byte
-                raise RemoteProtocolError("CBOR container runs past the end")
-            if len(outer) >= MAX_DEPTH:
-                raise RemoteProtocolError("CBOR nested too deep")
-            outer.append((left - 1, in_map))
-            left, in_map = count, act == _MAP
-            continue
-        left -= 1
-        while not left:
-            if not outer:
-                if pos != end:
-                    raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
-                return
-            left, in_map = outer.pop()
+    except IndexError:  # the next head is past the end: a leaf ran past it, or nothing is left
+        if pos > end:
+            raise RemoteProtocolError(_OVERRUN[head]) from None
+        raise RemoteProtocolError("CBOR ends inside an item") from None
 
 
 def loads(data: bytes) -> Any:
