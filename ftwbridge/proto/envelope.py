@@ -121,8 +121,15 @@ def scan(data: bytes) -> None:
         while True:
             head = data[pos]  # past the end: IndexError, below
             pos += 1
-            if in_map and not left & 1 and not key_ok[head]:
-                raise _bad_key(data, pos, end)
+            if in_map and not left & 1:
+                if not key_ok[head]:
+                    raise _bad_key(data, pos, end)
+                skip = leaf_of[head]
+                if skip >= 0:  # a key of a length its head gives: its value's head at once
+                    pos += skip
+                    left -= 1
+                    head = data[pos]
+                    pos += 1
             skip = leaf_of[head]
             if skip >= 0:  # most items: an integer, a float, a short string, false, true or null
                 pos += skip  # past the end: found at the next item, or at the item's end
