@@ -130,10 +130,6 @@ class LeanSocket:
         while not self._messages:
             if self.closed:
                 raise BoxGone("the box's WebSocket is closed")
-            if self._initial:  # bytes that came with the request head
-                data, self._initial = self._initial, b""
-                await self._feed(data)
-                continue
             await self._read_once()
         return self._messages.popleft()
 
@@ -199,9 +195,13 @@ class LeanSocket:
             pass
 
     async def _read_once(self) -> None:
-        """One read from the socket into wsproto, and its events handled. The silence rule
-        and the wait for a Close in reply are `watch`'s: it closes the stream, which ends
-        this read."""
+        """One read from the socket (first, the bytes that came with the request head), its
+        frames taken. The silence rule and the wait for a Close in reply are `watch`'s: it
+        closes the stream, which ends this read."""
+        if self._initial:
+            data, self._initial = self._initial, b""
+            await self._feed(data)
+            return
         try:
             data = await self._stream.receive_some(RECV_BYTES)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
