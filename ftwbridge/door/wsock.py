@@ -199,8 +199,8 @@ class LeanSocket:
         frames taken. The silence rule and the wait for a Close in reply are `watch`'s: it
         closes the stream, which ends this read."""
         if self._initial:
-            data, self._initial = self._initial, b""
-            await self._feed(data)
+            initial, self._initial = self._initial, b""
+            await self._feed(initial)
             return
         try:
             data = await self._stream.receive_some(RECV_BYTES)
