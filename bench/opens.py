@@ -8,7 +8,7 @@ rounds of `--per-round` opens are measured, 64 at a time. The bridge's CPU is th
 `time.process_time`, which other load on the machine moves far less than wall time.
 
     python bench/opens.py [--rounds 5] [--per-round 300] [--profile FILE] [--py-spy FILE]
-    python bench/opens.py --instructions [--per-round 300]
+    python bench/opens.py --instructions [--per-round 300] [--keep DIR]
 
 Prints each round, then one JSON line with the medians (and every round). `--profile` runs
 cProfile over the measured rounds and writes its stats to FILE, with the calls per open of the
@@ -17,7 +17,8 @@ process with py-spy (`pip install py-spy`) over the measured rounds only, and wr
 collapsed stacks (`-f raw`) to FILE. `--instructions` runs the bridge under valgrind's callgrind
 with counting off, turns it on (`callgrind_control`) for one round of `--per-round` opens only,
 and prints the bridge's instructions per open: a figure the machine's other load cannot move
-(the stub home, in its own process, is not counted). The homes dial the door's own listener
+(the stub home, in its own process, is not counted); `--keep DIR` copies callgrind's files
+there for `callgrind_annotate --inclusive=yes`. The homes dial the door's own listener
 (`door_bind`), the only one that serves `/v1/box`.
 """
 
@@ -35,6 +36,7 @@ import cProfile  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import pstats  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -120,9 +122,9 @@ async def main(args: argparse.Namespace) -> None:
     )
 
 
-def instructions(per_round: int) -> None:
+def instructions(per_round: int, keep: str = "") -> None:
     """Run this bench under callgrind, counting one round of `per_round` opens only; print the
-    instructions per open."""
+    instructions per open. `keep`: a directory to copy callgrind's output files into."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
@@ -146,6 +148,10 @@ def instructions(per_round: int) -> None:
         proc.stdin.close()
         proc.wait(timeout=120)
         counted = total(out)
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for f in out.parent.glob(out.name + "*"):
+                shutil.copy(f, Path(keep) / f.name)
     print(json.dumps({"bridge_minstr_per_open": round(counted / per_round / 1e6, 3)}))
 
 
@@ -158,10 +164,11 @@ if __name__ == "__main__":
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--py-spy", default="")
     p.add_argument("--instructions", action="store_true")
+    p.add_argument("--keep", default="", help="with --instructions: keep callgrind's files here")
     p.add_argument("--gate", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.instructions:
-        instructions(args.per_round)
+        instructions(args.per_round, args.keep)
         sys.exit(0)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # the stub home is started pinned to CPU 1

@@ -191,10 +191,11 @@ class DoorListener:
         forwarded = [v.decode("latin-1") for k, v in request.headers if k == b"x-forwarded-for"]
         ws = LeanSocket(
             stream,
-            Connection(ConnectionType.SERVER, trailing_data=bytes(trailing)),
+            Connection(ConnectionType.SERVER),
             self.settings.source(peer, forwarded),
             silence_s=self.settings.silence_s,
             max_message=self.settings.max_message,
+            initial=bytes(trailing),
         )
         await ws.write(head)
         return ws

@@ -10,6 +10,15 @@ for the other's before the TCP connection closes (section 7.1.1: the server clos
 that fails the connection, 1002, 1009 or the door's 44xx, waits `LAST_WORDS_S`, reading and
 dropping what still comes). Pings and those bounds are kept by `watch`, one task beside the
 reader.
+
+The read side cuts the stream into whole frames itself (RFC 6455 section 5.2: only the head's
+lengths are read) and takes the frame a box sends nearly always, one whole binary message
+(FIN set, no RSV bits, opcode 2, masked, its length in the fewest bytes, outside a fragmented
+message), unmasking it here (section 5.3); every other frame goes to wsproto whole, one at a
+time, so wsproto's buffer is empty between frames and it judges everything else (control
+frames, fragments, text and its UTF-8, every rule a frame breaks). A frame whose head says
+more than `max_message` bytes is not held: from there on every byte goes to wsproto as it
+comes, which refuses the message as it grows.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ log = logging.getLogger("ftwbridge.door")
 RECV_BYTES: Final = 65536
 """The most one read takes from the socket."""
 CLOSE_TOO_BIG: Final = 1009
+WHOLE_BINARY: Final = 0x82
+"""A frame's first byte for one whole binary message: FIN, no RSV bits, opcode 2."""
+_AFTER_THEIR_CLOSE: Final = (ConnectionState.REMOTE_CLOSING, ConnectionState.CLOSED)
 SEND_S: Final = 1.0
 """The most one write may take once started (a peer that reads nothing is let go), seconds."""
 
@@ -43,10 +55,11 @@ class LeanSocket:
 
     Args:
         stream: the TCP stream after the 101.
-        connection: wsproto's server `Connection`, fed any bytes that came after the request.
+        connection: wsproto's server `Connection`, fed nothing yet.
         remote_addr: the box's address as the door's limits key it.
         silence_s: a connection that sends nothing (pongs included) this long is closed, s.
         max_message: the largest message taken, bytes.
+        initial: the bytes that came after the request head (the first frames' start).
 
     `receive()` returns one whole message (bytes, or str for text) and raises `BoxGone` once
     the WebSocket has ended; `send(data)` writes one binary message and raises `BoxGone` after a
@@ -54,15 +67,18 @@ class LeanSocket:
     """
 
     __slots__ = (
+        "_buf",
         "_conn",
         "_deadline",
         "_ended",
+        "_initial",
         "_lock",
         "_messages",
+        "_midway",
         "_parts",
-        "_pending",
         "_size",
         "_stream",
+        "_streaming",
         "_wake",
         "closed",
         "fault",
@@ -80,6 +96,7 @@ class LeanSocket:
         *,
         silence_s: float,
         max_message: int,
+        initial: bytes = b"",
     ) -> None:
         self._stream = stream
         self._conn = connection
@@ -93,7 +110,13 @@ class LeanSocket:
         self._deadline = math.inf
         """When `watch` stops waiting for the peer's Close (after ours), trio time."""
         self._ended = False
-        self._pending = True
+        self._initial = initial
+        self._buf = bytearray()
+        """Bytes read and not yet a whole frame."""
+        self._midway = False
+        """wsproto holds the start of a fragmented message: its frames all go there."""
+        self._streaming = False
+        """A frame too big to hold came: every byte goes to wsproto as it comes."""
         self._wake = trio.CancelScope()
         self.last_rx = trio.current_time()
         """When bytes last came, trio time (the silence rule, `watch`)."""
@@ -107,10 +130,6 @@ class LeanSocket:
         while not self._messages:
             if self.closed:
                 raise BoxGone("the box's WebSocket is closed")
-            if self._pending:  # bytes that came with the request head, fed at construction
-                self._pending = False
-                await self._handle_events()
-                continue
             await self._read_once()
         return self._messages.popleft()
 
@@ -176,9 +195,13 @@ class LeanSocket:
             pass
 
     async def _read_once(self) -> None:
-        """One read from the socket into wsproto, and its events handled. The silence rule
-        and the wait for a Close in reply are `watch`'s: it closes the stream, which ends
-        this read."""
+        """One read from the socket (first, the bytes that came with the request head), its
+        frames taken. The silence rule and the wait for a Close in reply are `watch`'s: it
+        closes the stream, which ends this read."""
+        if self._initial:
+            initial, self._initial = self._initial, b""
+            await self._feed(initial)
+            return
         try:
             data = await self._stream.receive_some(RECV_BYTES)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -187,8 +210,47 @@ class LeanSocket:
             self._gone()
             raise BoxGone("the box's TCP connection ended, was silent too long, or sent no Close")
         self.last_rx = trio.current_time()
-        self._conn.receive_data(bytes(data))
-        await self._handle_events()
+        await self._feed(data)
+
+    async def _feed(self, data: bytes | bytearray) -> None:
+        """Take `data` read from the socket: each whole frame in turn (see the module's
+        words), what is left of a frame kept for the next read."""
+        if self._streaming:
+            self._conn.receive_data(bytes(data))
+            await self._handle_events()
+            return
+        buf = self._buf
+        buf += data
+        pos = 0
+        try:
+            while (got := _frame_head(buf, pos)) is not None:
+                head, size, minimal = got
+                if size > self.max_message:
+                    self._streaming = True
+                    rest, pos = bytes(buf[pos:]), len(buf)
+                    self._conn.receive_data(rest)
+                    await self._handle_events()
+                    return
+                end = pos + head + size
+                if end > len(buf):
+                    return
+                first = buf[pos]
+                if first == WHOLE_BINARY and buf[pos + 1] & 0x80 and minimal and not self._midway:
+                    if not self.closed:
+                        self._messages.append(_unmask(buf, pos + head - 4, end))
+                    pos = end
+                    continue
+                opcode = first & 0x0F
+                if opcode in (1, 2) or (opcode == 0 and first & 0x80):
+                    self._midway = not first & 0x80
+                frame, pos = bytes(buf[pos:end]), end
+                self._conn.receive_data(frame)
+                await self._handle_events()
+                if self._ended or self._conn.state in _AFTER_THEIR_CLOSE:
+                    pos = len(buf)  # the box's Close: nothing after it counts
+                    return
+        finally:
+            del buf[:pos]
 
     async def watch(self, ping_s: float) -> None:
         """Until the connection ends: a Ping every `ping_s` seconds, and the stream closed
@@ -269,3 +331,37 @@ class LeanSocket:
     def _gone(self) -> None:
         self.closed = True
         self._ended = True
+
+
+def _frame_head(buf: bytearray, pos: int) -> tuple[int, int, bool] | None:
+    """The frame head at `pos` (RFC 6455 section 5.2): (its length with the masking key,
+    the payload's length, whether that length took the fewest bytes), or None while the head
+    is not whole."""
+    left = len(buf) - pos
+    if left < 2:
+        return None
+    second = buf[pos + 1]
+    size = second & 0x7F
+    mask = 4 if second & 0x80 else 0
+    if size < 126:
+        return (2 + mask, size, True) if left >= 2 + mask else None
+    extra = 2 if size == 126 else 8
+    if left < 2 + extra + mask:
+        return None
+    size = int.from_bytes(buf[pos + 2 : pos + 2 + extra], "big")
+    return 2 + extra + mask, size, size >= (126 if extra == 2 else 65536)
+
+
+def _unmask(buf: bytearray, at: int, end: int) -> bytes:
+    """The payload from `at + 4` to `end`, unmasked by the 4-byte key at `at` (section 5.3):
+    every fourth byte XORed with the same key byte, through a translation table."""
+    data = buf[at + 4 : end]
+    data[0::4] = data[0::4].translate(_XOR[buf[at]])
+    data[1::4] = data[1::4].translate(_XOR[buf[at + 1]])
+    data[2::4] = data[2::4].translate(_XOR[buf[at + 2]])
+    data[3::4] = data[3::4].translate(_XOR[buf[at + 3]])
+    return bytes(data)
+
+
+_XOR: Final = tuple(bytes(b ^ k for b in range(256)) for k in range(256))
+"""`_XOR[k]` maps each byte to itself XOR `k` (`bytes.translate`), 64 KiB in all."""

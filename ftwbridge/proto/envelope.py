@@ -60,12 +60,20 @@ def _head_table() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tu
 _ACT, _SIZE, _IMMEDIATE, _PROBLEM = _head_table()
 _KEY_OK: Final = tuple((h >> 5) in _KEY_MAJORS for h in range(256))
 _LEAF: Final = tuple(
-    (arg if act == _STRING else 0) if act in (_ATOM, _STRING) and arg >= 0 else -1
-    for act, arg in zip(_ACT, _IMMEDIATE, strict=True)
+    (arg if act == _STRING else 0)
+    if act in (_ATOM, _STRING) and arg >= 0
+    else (size if act == _ATOM else -1)
+    for act, arg, size in zip(_ACT, _IMMEDIATE, _SIZE, strict=True)
 )
-"""For a head byte that is a whole item with its argument in the head (an integer, a simple
-value, a string shorter than 24 bytes): the bytes that follow it (a string's length, else 0);
--1 for every other head byte (longer heads, arrays, maps, floats, refused ones)."""
+"""For a head byte that begins a whole item of known length: the bytes that follow it (a
+string shorter than 24 bytes: its length; an integer or a float: its argument's bytes; a
+small integer, false, true, null: 0); -1 for every other head byte (longer strings, arrays,
+maps, refused ones)."""
+_OVERRUN: Final = tuple(
+    "CBOR string runs past the end" if act == _STRING else "CBOR ends inside an item's head"
+    for act in _ACT
+)
+"""The error for a `_LEAF` item that runs past the end, by head byte."""
 
 
 def _bad(data: bytes, pos: int, end: int) -> RemoteProtocolError:
@@ -96,8 +104,8 @@ def scan(data: bytes) -> None:
     included), indefinite lengths, simple values other than false/true/null, undefined,
     reserved additional information, map keys that are neither integer nor text, nesting
     deeper than `MAX_DEPTH`, and lengths past the end of `data`. Each head byte's meaning comes
-    from a table made once (`_head_table`), so an item costs a few lookups, and an item whole
-    in its head (`_LEAF`: most items of a box's answer) one.
+    from a table made once (`_head_table`), so an item costs a few lookups, and an item of a
+    length its head gives (`_LEAF`: most items of a box's answer) one.
 
     Raises:
         RemoteProtocolError: naming the first rule broken.
@@ -108,18 +116,57 @@ def scan(data: bytes) -> None:
     in_map = False
     outer: list[tuple[int, bool]] = []  # each enclosing level's (left after this item, in_map)
     act_of, size_of, immediate_of, leaf_of, key_ok = _ACT, _SIZE, _IMMEDIATE, _LEAF, _KEY_OK
-    while True:
-        if pos >= end:
-            raise RemoteProtocolError("CBOR ends inside an item")
-        head = data[pos]
-        pos += 1
-        if in_map and not left & 1 and not key_ok[head]:
-            raise _bad_key(data, pos, end)
-        skip = leaf_of[head]
-        if skip >= 0:  # most items: a small integer, a short string, false, true or null
-            pos += skip
-            if pos > end:
-                raise RemoteProtocolError("CBOR string runs past the end")
+    head = 0
+    try:
+        while True:
+            head = data[pos]  # past the end: IndexError, below
+            pos += 1
+            if in_map and not left & 1:
+                if not key_ok[head]:
+                    raise _bad_key(data, pos, end)
+                skip = leaf_of[head]
+                if skip >= 0:  # a key of a length its head gives: its value's head at once
+                    pos += skip
+                    left -= 1
+                    head = data[pos]
+                    pos += 1
+            skip = leaf_of[head]
+            if skip >= 0:  # most items: an integer, a float, a short string, false, true or null
+                pos += skip  # past the end: found at the next item, or at the item's end
+                left -= 1
+                while not left:
+                    if not outer:
+                        if pos > end:
+                            raise RemoteProtocolError(_OVERRUN[head])
+                        if pos != end:
+                            raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
+                        return
+                    left, in_map = outer.pop()
+                continue
+            act = act_of[head]
+            if act == _BAD:
+                raise _bad(data, pos, end)
+            arg = immediate_of[head]
+            if arg < 0:
+                size = size_of[head]
+                if pos + size > end:
+                    raise RemoteProtocolError("CBOR ends inside an item's head")
+                if act != _ATOM:
+                    arg = int.from_bytes(data[pos : pos + size], "big")
+                pos += size
+            if act == _STRING:
+                if arg > end - pos:
+                    raise RemoteProtocolError("CBOR string runs past the end")
+                pos += arg
+            elif act != _ATOM and arg:  # a non-empty array or map
+                count = arg * 2 if act == _MAP else arg
+                if count > end - pos:  # every item takes at least one byte
+                    raise RemoteProtocolError("CBOR container runs past the end")
+                if len(outer) >= MAX_DEPTH:
+                    raise RemoteProtocolError("CBOR nested too deep")
+                outer.append((left - 1, in_map))
+                left, in_map = count, act == _MAP
+                continue
             left -= 1
             while not left:
                 if not outer:
@@ -127,38 +174,10 @@ def scan(data: bytes) -> None:
                         raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
                     return
                 left, in_map = outer.pop()
-            continue
-        act = act_of[head]
-        if act == _BAD:
-            raise _bad(data, pos, end)
-        arg = immediate_of[head]
-        if arg < 0:
-            size = size_of[head]
-            if pos + size > end:
-                raise RemoteProtocolError("CBOR ends inside an item's head")
-            if act != _ATOM:
-                arg = int.from_bytes(data[pos : pos + size], "big")
-            pos += size
-        if act == _STRING:
-            if arg > end - pos:
-                raise RemoteProtocolError("CBOR string runs past the end")
-            pos += arg
-        elif act != _ATOM and arg:  # a non-empty array or map
-            count = arg * 2 if act == _MAP else arg
-            if count > end - pos:  # every item takes at least one byte
-                raise RemoteProtocolError("CBOR container runs past the end")
-            if len(outer) >= MAX_DEPTH:
-                raise RemoteProtocolError("CBOR nested too deep")
-            outer.append((left - 1, in_map))
-            left, in_map = count, act == _MAP
-            continue
-        left -= 1
-        while not left:
-            if not outer:
-                if pos != end:
-                    raise RemoteProtocolError(f"{end - pos} bytes after the CBOR item")
-                return
-            left, in_map = outer.pop()
+    except IndexError:  # the next head is past the end: a leaf ran past it, or nothing is left
+        if pos > end:
+            raise RemoteProtocolError(_OVERRUN[head]) from None
+        raise RemoteProtocolError("CBOR ends inside an item") from None
 
 
 def loads(data: bytes) -> Any:

@@ -1,7 +1,7 @@
 """The initiator's side of `Noise_IK_25519_ChaChaPoly_SHA256`, written out (Noise rev 34).
 
 The bridge opens every session as IK's initiator, so its half of the handshake is here as the
-Noise specification states it, over the stdlib's one-shot HMAC-SHA256, `cryptography`'s
+Noise specification states it, over the stdlib's HMAC-SHA256 (`hmac`), `cryptography`'s
 ChaCha20-Poly1305 and libsodium's X25519 (PyNaCl's `crypto_scalarmult`), without
 noiseprotocol's general state machine (whose Python around the same primitives was most of a
 handshake's cost). libsodium's X25519 takes and gives raw 32-byte strings (no key objects to
@@ -17,7 +17,8 @@ specification's:
   `h = SHA256(h || data)`; MixKey(ikm) sets `ck, k = HKDF(ck, ikm)` and the nonce to 0;
   EncryptAndHash / DecryptAndHash use AD = `h`, then MixHash the ciphertext;
 - 4.3 HKDF with two outputs: `temp = HMAC(ck, ikm)`, `o1 = HMAC(temp, 0x01)`,
-  `o2 = HMAC(temp, o1 || 0x02)`;
+  `o2 = HMAC(temp, o1 || 0x02)`; message 2's `ee` MixKey sets `k` and its nonce that the `se`
+  MixKey right after sets again, unused, so there only `o1` (the new `ck`) is computed;
 - 5.1 / 12.3 ChaChaPoly nonces: 4 zero bytes then the 64-bit counter little-endian;
 - 7.5 IK: pre-message `<- s`; message 1 `-> e, es, s, ss`; message 2 `<- e, ee, se`;
   Split gives the initiator's send key first.
@@ -50,9 +51,19 @@ TAG_BYTES: Final = 16
 
 
 def _hkdf2(ck: bytes, ikm: bytes) -> tuple[bytes, bytes]:
-    temp = hmac.digest(ck, ikm, "sha256")
-    first = hmac.digest(temp, b"\x01", "sha256")
-    return first, hmac.digest(temp, first + b"\x02", "sha256")
+    # `temp` keys both outputs: keyed once, copied for the first (cheaper than keying twice)
+    keyed = hmac.new(hmac.digest(ck, ikm, "sha256"), digestmod="sha256")
+    one = keyed.copy()
+    one.update(b"\x01")
+    first = one.digest()
+    keyed.update(first + b"\x02")
+    return first, keyed.digest()
+
+
+def _hkdf1(ck: bytes, ikm: bytes) -> bytes:
+    """HKDF's first output alone (section 4.3): for a MixKey whose `k` the next MixKey
+    replaces before any use."""
+    return hmac.digest(hmac.digest(ck, ikm, "sha256"), b"\x01", "sha256")
 
 
 @functools.lru_cache(maxsize=INITIAL_H_CACHED)
@@ -129,7 +140,8 @@ class IKInitiator:
         payload). `message` is at least 48 bytes (the caller checks)."""
         re, sealed = message[:DH_BYTES], message[DH_BYTES:]
         self._h = hashlib.sha256(self._h + re).digest()
-        self._mix_key(crypto_scalarmult(self._e, re))  # ee
+        # ee: its `k` is replaced by se's before any encryption, so only `ck` is computed
+        self._ck = _hkdf1(self._ck, crypto_scalarmult(self._e, re))
         self._mix_key(crypto_scalarmult(self._s, re))  # se
         payload = self._decrypt_and_hash(sealed)
         send, recv = _hkdf2(self._ck, b"")

@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 from wsproto.connection import Connection, ConnectionType
-from wsproto.events import BytesMessage, CloseConnection, Event, Message, Ping, TextMessage
+from wsproto.events import BytesMessage, CloseConnection, Event, Message, Ping, Pong, TextMessage
 
 from ftwbridge.door.wsock import BoxGone, LeanSocket
 from ftwbridge.edgerules import CLOSE_REPLY_S, LAST_WORDS_S
@@ -233,3 +233,100 @@ async def test_empty_fragments_keep_nothing(autojump_clock: trio.abc.Clock) -> N
         assert len(ws._parts) <= 1  # 100,000 fragments read, none kept
         await box.send(Message(data=b"end"))
     assert got == [b"end"]
+
+
+def _frame(
+    first: int, payload: bytes, *, mask: bytes = b"\x01\x02\x03\x04", wide: int = 0
+) -> bytes:
+    """One client frame by hand: `first` byte, the payload masked with `mask`, its length in
+    7 bits, or in `wide` (2 or 8) bytes when asked or needed."""
+    n = len(payload)
+    if not wide:
+        wide = 0 if n < 126 else (2 if n < 65536 else 8)
+    if wide:
+        head = bytes([first, 0x80 | (126 if wide == 2 else 127)]) + n.to_bytes(wide, "big")
+    else:
+        head = bytes([first, 0x80 | n])
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def test_whole_binary_frames_cut_anywhere_by_the_reads(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Frames taken whole by the door's own parser arrive the same however the bytes are cut:
+    7-bit and 16-bit lengths, an empty one, a Ping between."""
+    ws, box = pair()
+    payloads = [b"", b"x" * 125, bytes(range(256)) * 4, b"tail", b"seven b", b"\xff"]
+    raw = b"".join(_frame(0x82, p) for p in payloads[:2])
+    raw += _frame(0x89, b"hi") + b"".join(_frame(0x82, p) for p in payloads[2:])
+    for i in range(0, len(raw), 7):
+        await box.stream.send_all(raw[i : i + 7])
+    for p in payloads:
+        assert await ws.receive() == p
+    [pong] = await box.events()
+    assert pong == Pong(payload=b"hi")
+
+
+async def test_bytes_after_the_request_head_are_frames_too(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    whole, rest = _frame(0x82, b"first"), _frame(0x82, b"second")
+    ws = LeanSocket(
+        ours,
+        Connection(ConnectionType.SERVER),
+        "192.0.2.1",
+        silence_s=SILENCE_S,
+        max_message=65536,
+        initial=whole + rest[:3],
+    )
+    await theirs.send_all(rest[3:])
+    assert await ws.receive() == b"first"
+    assert await ws.receive() == b"second"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _frame(0x82, b"ab", wide=2),  # a length in more bytes than it needs (section 5.2)
+        _frame(0x02, b"ab") + _frame(0x82, b"cd"),  # a new message inside a fragmented one
+        _frame(0xC2, b"ab"),  # RSV1 without an extension
+        _frame(0x8B, b"ab"),  # a reserved opcode
+    ],
+)
+async def test_frames_the_door_does_not_take_itself_are_judged_by_wsproto(
+    autojump_clock: trio.abc.Clock, raw: bytes
+) -> None:
+    ws, box = pair()
+    await box.stream.send_all(raw)
+    with pytest.raises(BoxGone):
+        await ws.receive()
+    assert ws.fault is not None and "1002" in ws.fault
+    [event] = await box.events()
+    assert isinstance(event, CloseConnection) and event.code == 1002
+
+
+async def test_a_frame_whose_head_is_over_the_limit_is_not_held(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A head that says more than `max_message`: refused (1009) from its first bytes, before
+    the rest comes."""
+    ws, box = pair(max_message=1000)
+    await box.stream.send_all(_frame(0x82, b"a" * 70000)[:1200])
+    with pytest.raises(BoxGone):
+        await ws.receive()
+    [event] = await box.events()
+    assert isinstance(event, CloseConnection) and event.code == 1009
+
+
+async def test_the_boxs_close_ends_the_frames_in_the_same_read(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ws, box = pair()
+    close = _frame(0x88, (1000).to_bytes(2, "big"))
+    await box.stream.send_all(_frame(0x82, b"one") + close + _frame(0x82, b"late"))
+    assert await ws.receive() == b"one"
+    with pytest.raises(BoxGone):
+        await ws.receive()
+    [event] = await box.events()
+    assert isinstance(event, CloseConnection) and event.code == 1000
