@@ -13,7 +13,9 @@ forward of the `status` call, its headers as `bench/hop_channel.py` sends them):
 - `answer`: the entry reading a holder's whole answer (`answer.AnswerReader`, as the
   channel does now); `answer-h11`: the same bytes read by an h11 client connection, told of
   its request first and recycled after, as the channel did before;
-- `head`: the request's head written (`channel._request_head`).
+- `head`: the request's head written (`channel._request_head`);
+- `wire`: the holder's side of the connection (`wire.HolderWire`): a forward's request
+  bytes read into a whole request, its answer's bytes written, the next cycle begun.
 """
 
 from __future__ import annotations
@@ -103,7 +105,31 @@ def _pieces() -> dict[str, Callable[[int, bool], None]]:
         for _ in range(n if counted else 0):
             _request_head("POST", "/mcp", "127.0.0.1:9000", HEADERS, len(BODY))
 
-    return {"sign": sign, "check": check, "answer": answer, "answer-h11": answer_h11, "head": head}
+    def wire(n: int, counted: bool) -> None:
+        from ftwbridge.mesh.wire import HolderWire, Request
+
+        made = signing.sign(
+            KEY, sender="b1", method="POST", path="/mcp", to="b2", epoch=3, body=BODY,
+            now_ms=NOW_MS, headers=HEADERS, token_digest=digest,
+        )  # fmt: skip
+        sent = [*HEADERS, *made.items()]
+        request = _request_head("POST", "/mcp", "127.0.0.1:9000", sent, len(BODY)) + BODY
+        holder = HolderWire(now=0.0, max_body_bytes=1 << 20, body_s=10, idle_s=10, head_s=10)
+        answer_headers = {"content-type": "application/json", "ftw-holder": "b2"}
+        for _ in range(n if counted else 0):
+            holder.receive_data(request, 0.0)
+            assert isinstance(holder.next_event(), Request)
+            holder.answer(200, answer_headers, ANSWER[-580:])
+            assert holder.next_cycle(0.0)
+
+    return {
+        "sign": sign,
+        "check": check,
+        "answer": answer,
+        "answer-h11": answer_h11,
+        "head": head,
+        "wire": wire,
+    }
 
 
 def _count(piece: str, times: int, counted: bool, tmp: Path) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -37,6 +38,9 @@ MCP_PATH: Final = "/mcp"
 JSONRPC_INVALID_REQUEST: Final = -32600
 """JSON-RPC 2.0's "Invalid Request" (jsonrpc.org/specification, section 5.1)."""
 REASONS: Final = {
+    200: "OK",
+    202: "Accepted",
+    204: "No Content",
     400: "Bad Request",
     403: "Forbidden",
     404: "Not Found",
@@ -44,12 +48,13 @@ REASONS: Final = {
     408: "Request Timeout",
     413: "Content Too Large",
     421: "Misdirected Request",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
 }
-"""Reason phrases of the refusals written here (RFC 9110 section 15)."""
+"""Reason phrases of the answers written here (RFC 9110 section 15; others go without one)."""
 
 
 class Phase(StrEnum):
@@ -134,8 +139,10 @@ class HolderWire:
 
     __slots__ = (
         "_body",
+        "_closing",
         "_eof",
         "_fed",
+        "_fields",
         "_first",
         "_h",
         "_head",
@@ -157,9 +164,11 @@ class HolderWire:
         self._first = True
         self._eof = False
         self._head: h11.Request | None = None
+        self._fields: dict[str, list[str]] = {}
         self._body: list[bytes] = []
         self._size = 0
         self._out = b""
+        self._closing = False
 
     @property
     def path(self) -> str | None:
@@ -230,23 +239,25 @@ class HolderWire:
     def _took_head(self, head: h11.Request) -> Refusal | None:
         self._head = head
         self.phase, self._now = Phase.BODY, self._fed  # the body's time counts from here
-        names = [name for name, _ in head.headers]
-        if b"content-length" in names and b"transfer-encoding" in names:  # RFC 9112 s. 6.3
+        # `raw_items` (h11's public list) rather than iterating `head.headers`, whose
+        # `Sequence` iteration costs a Python call per header
+        fields: dict[str, list[str]] = {}
+        for name, value in head.headers.raw_items():
+            fields.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        self._fields = fields
+        lengths = fields.get("content-length", ())
+        if lengths and "transfer-encoding" in fields:  # RFC 9112 s. 6.3
             return Refusal(400, "Both Content-Length and Transfer-Encoding: send one.", True)
-        for name, value in head.headers:
-            if name == b"content-length" and int(value) > self._limits[0]:
-                return Refusal(413, "Request body too large")
+        if any(int(length) > self._limits[0] for length in lengths):
+            return Refusal(413, "Request body too large")
         if self._h.they_are_waiting_for_100_continue:  # only for a body that will be read
             self._out += self._h.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
         return None
 
     def _request(self, head: h11.Request) -> Request:
-        headers: dict[str, list[str]] = {}
-        for name, value in head.headers:
-            headers.setdefault(name.decode("latin-1"), []).append(value.decode("latin-1"))
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body, self._size = [], 0
-        return Request(head.method.decode("ascii"), _path(head.target), headers, body)
+        return Request(head.method.decode("ascii"), _path(head.target), self._fields, body)
 
     def _close(self) -> _Sentinel:
         self.phase = Phase.CLOSED
@@ -262,17 +273,26 @@ class HolderWire:
         bytes to a HEAD, RFC 9110 section 9.3.2). An answer of 400 or more says
         `Connection: close` and ends the connection (RFC 9112 section 9.6): a peer that has
         not proved the mesh key gets nothing else, so it cannot keep a connection open past
-        its first request."""
+        its first request. So does one to a peer that asked to close (or spoke HTTP/1.0).
+        Written here in one checked pass (h11 only parsed the request: `next_cycle` starts
+        the next one on a fresh state).
+
+        Raises:
+            ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL, a name that
+                is not a token).
+        """
         frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
-        if status >= 400 and not any(k.lower() == "connection" for k, _v in frame):
+        asked = any(k.lower() == "connection" and "close" in v.lower() for k, v in frame)
+        closing = asked or status >= 400 or self._h.their_state is not h11.DONE
+        if closing and not any(k.lower() == "connection" for k, _v in frame):
             frame.append(("connection", "close"))
         if status not in (204, 304):
             frame.append(("content-length", str(len(body))))
-        out = self._h.send(h11.Response(status_code=status, headers=frame)) or b""
+        self._closing = closing
         head = self._head
-        if body and status not in (204, 304) and head is not None and head.method != b"HEAD":
-            out += self._h.send(h11.Data(data=body)) or b""
-        return out + (self._h.send(h11.EndOfMessage()) or b"")
+        if not body or status in (204, 304) or (head is not None and head.method == b"HEAD"):
+            body = b""
+        return _answer_head(status, frame) + body
 
     def stream_head(self, status: int, headers: Mapping[str, str]) -> bytes:
         """A streamed answer's head (chunked: RFC 9112 section 7.1)."""
@@ -290,19 +310,45 @@ class HolderWire:
 
     def next_cycle(self, now: float) -> bool:
         """After a whole answer at `now`: whether the connection is kept for the next request
-        (both sides done, no `Connection: close` either way, RFC 9112 section 9.3)."""
+        (both sides done, no `Connection: close` either way, RFC 9112 section 9.3); the next
+        request is read on a fresh h11 state, given the bytes that came after this one."""
         self._head = None
-        if self._h.our_state is not h11.DONE or self._h.their_state is not h11.DONE:
+        if self._closing or self._h.their_state is not h11.DONE:
             self.phase = Phase.CLOSED
             return False
-        self._h.start_next_cycle()
+        trailing, closed = self._h.trailing_data
+        self._h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        if trailing:
+            self._h.receive_data(bytes(trailing))
+        if closed:
+            self._h.receive_data(b"")
         self._first = False
         self.phase, self._now = Phase.IDLE, now
-        if self._h.trailing_data[0]:  # a pipelined request's first bytes are here already
+        if trailing:  # a pipelined request's first bytes are here already
             self.phase = Phase.HEAD
         return True
 
 
+def _answer_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    """An answer's status line and header lines (RFC 9112 sections 4 and 5).
+
+    Raises:
+        ValueError: a header no HTTP/1.1 answer may carry.
+    """
+    names = "".join(name for name, _ in headers)
+    values = "".join(value for _, value in headers)
+    if not all(name for name, _ in headers) or _BAD_NAME.search(names) or _BAD_VALUE.search(values):
+        raise ValueError("an answer header no HTTP/1.1 answer may carry")
+    lines = [f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\n"]
+    lines += [f"{name}: {value}\r\n" for name, value in headers]
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+_BAD_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+"""Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
+_BAD_VALUE = re.compile(r"[\r\n\0]")
+"""Never in a field value (RFC 9110 section 5.5)."""
 _FRAMING = frozenset({"content-length", "transfer-encoding"})
 """Set by the wire itself, never taken from an answer's headers."""
 
