@@ -154,9 +154,7 @@ class _Conn:
             except TooLarge as exc:
                 raise Lost(str(exc)) from None
             except Malformed as exc:
-                raise Lost(
-                    f"the holder's answer is not HTTP/1.1 as the hop reads it ({exc})"
-                ) from None
+                raise Lost(f"the holder's answer is not HTTP/1.1 as read here ({exc})") from None
             if got is not None:
                 self.keep = got.keep
                 return got
