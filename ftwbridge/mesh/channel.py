@@ -1,7 +1,9 @@
-"""The forward's channel to other instances: HTTP/1.1 (h11, sans-I/O) on long-lived, pooled trio
-streams, over TLS when the holder's URL is `https://` (`mesh/tls.py`), instead of a general HTTP
-client (docs/performance.md, "The cluster hop": h11 on trio does a request and its answer in
-about a third of the instructions).
+"""The forward's channel to other instances: HTTP/1.1 on long-lived, pooled trio streams, over
+TLS when the holder's URL is `https://` (`mesh/tls.py`), instead of a general HTTP client
+(docs/performance.md, "The cluster hop": it does a request and its answer in about a third of
+the instructions). The request's head is written here in one checked pass; a whole answer is
+read by `answer.AnswerReader`, which takes only the shape the internal listener sends (framed
+by its `Content-Length`), and a streamed one by h11 (sans-I/O).
 
 `HopClient.request` sends one request whole (head and body in one send) and reads its answer
 whole; `HopClient.stream` sends one and yields the answer's pieces as they come (a forwarded
@@ -30,6 +32,8 @@ from urllib.parse import urlsplit
 
 import h11
 import trio
+
+from .answer import AnswerReader, Malformed, ReadAnswer, TooLarge
 
 CONNECT_S = 2.0
 """The longest a forward waits to connect to the holder (or for a free slot), s."""
@@ -91,16 +95,18 @@ class _Origin:
 
 
 class _Conn:
-    """One connection to a holder: its trio stream, its h11 state, when it became idle."""
+    """One connection to a holder: its trio stream, whether it may carry another request,
+    when it became idle, and the h11 state of a streamed answer (`stream` only)."""
 
-    __slots__ = ("eof", "fd", "h11", "idle_since", "stream")
+    __slots__ = ("eof", "fd", "h11", "idle_since", "keep", "stream")
 
     def __init__(self, stream: trio.abc.Stream, fd: int) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.h11: h11.Connection | None = None
         self.fd = fd
         self.idle_since = 0.0
         self.eof = False
+        self.keep = False
 
     def dead(self) -> bool:
         """Whether the holder closed it (or sent anything) while it was idle (`poll`, not
@@ -112,12 +118,55 @@ class _Conn:
         except OSError:
             return True
 
+    async def receive(self, read_s: float | None = None) -> bytes:
+        """The next bytes read (b"": the holder closed its side), within `read_s`.
+
+        Raises:
+            Lost: the connection failed, or nothing came within `read_s`.
+        """
+        try:
+            if read_s is None:
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+            else:
+                with trio.fail_after(read_s):
+                    data = await self.stream.receive_some(RECEIVE_BYTES)
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise Lost(f"the connection failed ({type(exc).__name__})") from exc
+        except trio.TooSlowError:
+            raise Lost(f"nothing came for {read_s} s") from None
+        self.eof = not data
+        return bytes(data)
+
+    async def answer(self) -> ReadAnswer:
+        """The whole answer to the request sent (`answer.AnswerReader`), the body within
+        `ANSWER_MAX_BYTES`; `keep` is set when the connection may carry another.
+
+        Raises:
+            Lost: the connection failed or closed first, or sent what is not such an answer.
+        """
+        reader = AnswerReader(ANSWER_MAX_BYTES)
+        while True:
+            data = await self.receive()
+            if not data:
+                raise Lost("the holder closed the connection before its answer ended")
+            try:
+                got = reader.feed(data)
+            except TooLarge as exc:
+                raise Lost(str(exc)) from None
+            except Malformed as exc:
+                raise Lost(f"the holder's answer is not HTTP/1.1 as read here ({exc})") from None
+            if got is not None:
+                self.keep = got.keep
+                return got
+
     async def next_event(self, read_s: float | None = None) -> object:
-        """The next event of the answer, reading as needed (each read within `read_s`).
+        """The next event of a streamed answer (h11), reading as needed (each read within
+        `read_s`).
 
         Raises:
             Lost: the connection failed, closed, or sent what is not an HTTP/1.1 answer.
         """
+        assert self.h11 is not None
         while True:
             try:
                 event = self.h11.next_event()
@@ -125,21 +174,11 @@ class _Conn:
                     if isinstance(event, h11.ConnectionClosed):
                         raise Lost("the holder closed the connection before its answer ended")
                     return event
-                if read_s is None:
-                    data = await self.stream.receive_some(RECEIVE_BYTES)
-                else:
-                    with trio.fail_after(read_s):
-                        data = await self.stream.receive_some(RECEIVE_BYTES)
-                self.eof = not data
-                self.h11.receive_data(bytes(data))
+                self.h11.receive_data(await self.receive(read_s))
             except h11.RemoteProtocolError as exc:
                 if self.eof:
                     raise Lost("the holder closed the connection before its answer ended") from exc
                 raise Lost(f"the holder's answer is not HTTP/1.1 ({exc})") from exc
-            except (trio.BrokenResourceError, OSError) as exc:
-                raise Lost(f"the connection failed ({type(exc).__name__})") from exc
-            except trio.TooSlowError:
-                raise Lost(f"nothing came for {read_s} s") from None
 
 
 class HopClient:
@@ -223,48 +262,43 @@ class HopClient:
         return await self._connect(origin)
 
     async def _give_back(self, url: str, conn: _Conn) -> None:
-        reusable = conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE
         pooled = sum(len(v) for v in self._idle.values())
-        if not reusable or pooled >= self._max_idle:
+        if not conn.keep or pooled >= self._max_idle:
             await trio.aclose_forcefully(conn.stream)
             return
-        conn.h11.start_next_cycle()
+        conn.keep = False
         conn.idle_since = trio.current_time()
         self._idle.setdefault(url, []).append(conn)
 
-    async def _open(
+    async def _send(
         self, url: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes
-    ) -> tuple[_Conn, h11.Response]:
-        """Send the request on a connection of the pool (or a new one) and read its head.
+    ) -> _Conn:
+        """Send the request whole on a connection of the pool (or a new one).
 
         Raises:
             NotReached: see `NotReached` (nothing was sent).
             Lost: see `Lost`.
         """
         origin = self._origin(url)
+        # one check of every header instead of h11's per-header expressions
         head = _request_head(method, path, origin.authority, headers, len(body))
         conn = await self._take(url, origin)
-        # h11 keeps the connection's state; the head it would write is `head`, made above
-        # with one check of every header instead of its per-header expressions
-        frame = [("host", origin.authority), ("content-length", str(len(body)))]
-        conn.h11.send(h11.Request(method=method, target=path, headers=frame))
-        data = head + (conn.h11.send(h11.Data(data=body)) or b"")
-        conn.h11.send(h11.EndOfMessage())
         try:
-            await conn.stream.send_all(data or b"")
-            while True:
-                event = await conn.next_event()
-                if isinstance(event, h11.Response):
-                    return conn, event
-        except BaseException:
+            await conn.stream.send_all(head + body)
+        except BaseException as exc:
             await trio.aclose_forcefully(conn.stream)
+            if isinstance(exc, (trio.BrokenResourceError, OSError)):
+                raise Lost(f"the connection failed ({type(exc).__name__})") from exc
             raise
+        return conn
 
     async def request(
         self, url: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> Answer:
         """Send `method path` with `headers` and `body` to the instance at `url` (scheme, host
-        and port) and return its whole answer. The caller's cancel scope bounds it.
+        and port) and return its whole answer (framed by its `Content-Length`, as the
+        internal listener frames every whole answer: `mesh/answer.py`). The caller's cancel
+        scope bounds it.
 
         Raises:
             NotReached: see `NotReached` (nothing was sent).
@@ -279,23 +313,14 @@ class HopClient:
             except trio.TooSlowError:
                 raise NotReached(f"{self._max_idle} forwards under way already") from None
         try:
-            conn, head = await self._open(url, method, path, headers, body)
+            conn = await self._send(url, method, path, headers, body)
             try:
-                answer = Answer(head.status_code, _decoded(head.headers))
-                chunks: list[bytes] = []
-                size = 0
-                while not isinstance(event := await conn.next_event(), h11.EndOfMessage):
-                    if isinstance(event, h11.Data):
-                        size += len(event.data)
-                        if size > ANSWER_MAX_BYTES:
-                            raise Lost(f"an answer larger than {ANSWER_MAX_BYTES} bytes")
-                        chunks.append(bytes(event.data))
-                answer.body = b"".join(chunks)
+                got = await conn.answer()
             except BaseException:
                 await trio.aclose_forcefully(conn.stream)
                 raise
             await self._give_back(url, conn)
-            return answer
+            return Answer(got.status, got.headers, got.body)
         finally:
             self._slots.release()
 
@@ -311,16 +336,25 @@ class HopClient:
         read_s: float,
     ) -> AsyncIterator[StreamAnswer]:
         """As `request`, but yields the answer's head at once and its body as it comes
-        (`StreamAnswer.chunks`, each read within `read_s` seconds); the connection is
-        closed when the block ends, never pooled.
+        (`StreamAnswer.chunks`, each read within `read_s` seconds; HTTP/1.1 by h11, chunked
+        or not); the connection is closed when the block ends, never pooled.
 
         Raises:
             NotReached: see `NotReached` (nothing was sent).
             Lost: see `Lost` (never send it again).
         """
-        conn, head = await self._open(url, method, path, headers, body)
+        conn = await self._send(url, method, path, headers, body)
         try:
-            yield StreamAnswer(head.status_code, _decoded(head.headers), conn, read_s)
+            # h11 keeps the answer's state: told of the request sent above (its own bytes,
+            # the same request's, are dropped)
+            conn.h11 = h11.Connection(h11.CLIENT)
+            frame = [("host", self._origin(url).authority), ("content-length", str(len(body)))]
+            conn.h11.send(h11.Request(method=method, target=path, headers=frame))
+            conn.h11.send(h11.Data(data=body))
+            conn.h11.send(h11.EndOfMessage())
+            while not isinstance(event := await conn.next_event(), h11.Response):
+                pass
+            yield StreamAnswer(event.status_code, _decoded(event.headers), conn, read_s)
         finally:
             await trio.aclose_forcefully(conn.stream)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+import json.encoder
 import re
 import secrets
 from collections import deque
@@ -60,6 +60,8 @@ DOMAIN = b"ftwbridge-mesh-v2"
 MAX_COVERED = 64
 """Headers one request may cover at most."""
 
+_quoted = json.encoder.encode_basestring_ascii
+"""A string as JSON writes it with `ensure_ascii` (quoted, escaped)."""
 _ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _SIG = re.compile(r"[0-9a-f]{64}")
@@ -123,7 +125,10 @@ def signed_text(
     forwarded token's digest in hex ("" when none)."""
     covered = headers or {}
     names = sorted(covered)
-    block = json.dumps([[n, list(covered[n])] for n in names], separators=(",", ":"))
+    # the block as `json.dumps(..., separators=(",", ":"))` writes it (ASCII, each string
+    # escaped by the encoder's own C function), without building an encoder per call
+    rows = ",".join(f"[{_quoted(n)},[{','.join(map(_quoted, covered[n]))}]]" for n in names)
+    block = f"[{rows}]"
     lines = (
         sender,
         method.upper(),
@@ -189,7 +194,7 @@ def sign(
         TS: str(now_ms),
         NONCE: nonce,
         COVERED: ",".join(sorted(covered)),
-        SIG: hmac.new(key, text, hashlib.sha256).hexdigest(),
+        SIG: hmac.digest(key, text, "sha256").hex(),
     }
     if token_digest is not None:
         made[TOKEN] = token_digest.hex()
@@ -322,7 +327,7 @@ class Checker:
             headers=covered,
             token_digest=digest,
         )
-        want = hmac.new(self._key, text, hashlib.sha256).hexdigest()
+        want = hmac.digest(self._key, text, "sha256").hex()
         if not hmac.compare_digest(want, values[SIG]):
             raise MeshRefused("forged", "the request's signature does not match (another key?)")
         if to != self._me:

@@ -1,7 +1,8 @@
 """The internal listener's HTTP/1.1, sans-I/O: one connection's state, bytes in, requests and
 bytes out (docs/operations.md, "The internal listener").
 
-`HolderWire` wraps one `h11.Connection` of the server's role and adds what the listener bounds:
+`HolderWire` reads each request of the channel's plain shape itself (`heads.lean_head`) and
+any other with an `h11.Connection` of the server's role, and adds what the listener bounds:
 a request head within `MAX_HEAD_BYTES` (past it 431) and `head_s` of its first byte (408); a
 body within `max_body_bytes` (413, on the declared `Content-Length` before a byte of it, or
 as it comes) and `body_s` of the head (408); a connection kept alive between requests for
@@ -12,10 +13,9 @@ wait ends, and calls `timed_out()` when that moment has come (aioquic's timer st
 `next_event()` returns `NEED_DATA`, `CLOSE` (the peer left, or stayed idle too long: close
 without a word), a whole `Request` (head and body), or a `Refusal` whose bytes (`refuse`)
 are the connection's last words. Bytes that are not HTTP/1.1 (RFC 9112; h11 decides) are a
-`Refusal` with `fault` set, answered in HTTP's form, and only that connection closes.
-Answers go out whole (`answer`) or as a chunked stream (`stream_head`, `stream_piece`,
-`stream_end`); `next_cycle` says whether the connection is kept for the next request.
-"""
+`Refusal` with `fault` set, answered in HTTP's form, and only that connection closes. Answers
+are written here, whole (`answer`) or as a chunked stream (`stream_head`, `stream_piece`,
+`stream_end`); `next_cycle` says whether the connection is kept for the next request."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from typing import Final
 
 import h11
 
+from .heads import LEAN_HEAD_BYTES, LeanHead, answer_head, lean_head
+
 MAX_HEAD_BYTES: Final = 32 * 1024
 """The largest request head taken, bytes: the main listener's 16 KiB and the mesh's headers,
 with room to spare; past it: 431."""
@@ -37,6 +39,9 @@ MCP_PATH: Final = "/mcp"
 JSONRPC_INVALID_REQUEST: Final = -32600
 """JSON-RPC 2.0's "Invalid Request" (jsonrpc.org/specification, section 5.1)."""
 REASONS: Final = {
+    200: "OK",
+    202: "Accepted",
+    204: "No Content",
     400: "Bad Request",
     403: "Forbidden",
     404: "Not Found",
@@ -44,12 +49,13 @@ REASONS: Final = {
     408: "Request Timeout",
     413: "Content Too Large",
     421: "Misdirected Request",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
 }
-"""Reason phrases of the refusals written here (RFC 9110 section 15)."""
+"""Reason phrases of the answers written here (RFC 9110 section 15; others go without one)."""
 
 
 class Phase(StrEnum):
@@ -124,6 +130,10 @@ def refusal_bytes(status: int, words: str, path: str | None) -> bytes:
 class HolderWire:
     """One connection of the internal listener (see the module).
 
+    Each request is read by `heads.lean_head` when it has the channel's plain shape, else
+    by h11 (a fresh `h11.Connection` for that request, given every byte of it): the same
+    requests are taken and refused either way. Answers are written here.
+
     Args:
         now: the accept's time (trio time, s).
         max_body_bytes: the largest request body, bytes (past it: 413).
@@ -134,37 +144,47 @@ class HolderWire:
 
     __slots__ = (
         "_body",
+        "_buf",
+        "_closing",
         "_eof",
         "_fed",
+        "_fields",
         "_first",
         "_h",
-        "_head",
+        "_lean",
         "_limits",
+        "_method",
         "_now",
         "_out",
         "_size",
+        "_target",
         "phase",
     )
 
     def __init__(
         self, *, now: float, max_body_bytes: int, body_s: float, idle_s: float, head_s: float
     ) -> None:
-        self._h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._h: h11.Connection | None = None  # a request not of the plain shape: h11's
+        self._buf = bytearray()  # the request's bytes (and after) while h11 has none
+        self._lean: LeanHead | None = None
         self._limits = (max_body_bytes, head_s, body_s, idle_s)
         self.phase = Phase.IDLE
         self._now = now  # when the phase began
         self._fed = now  # when bytes were last fed
         self._first = True
         self._eof = False
-        self._head: h11.Request | None = None
+        self._method: bytes | None = None
+        self._target = b""
+        self._fields: dict[str, list[str]] = {}
         self._body: list[bytes] = []
         self._size = 0
         self._out = b""
+        self._closing = False
 
     @property
     def path(self) -> str | None:
         """The path of the request under way (None before its head)."""
-        return None if self._head is None else _path(self._head.target)
+        return None if self._method is None else _path(self._target)
 
     def receive_data(self, data: bytes | bytearray, now: float) -> None:
         """Bytes read from the peer at `now` (b"": it closed its side)."""
@@ -173,7 +193,10 @@ class HolderWire:
         elif self.phase is Phase.IDLE:
             self.phase, self._now = Phase.HEAD, now
         self._fed = now
-        self._h.receive_data(bytes(data))  # the same object when it is bytes already
+        if self._h is None:
+            self._buf += data  # amortized: a peer that sends a byte at a time costs no copies
+        else:
+            self._h.receive_data(bytes(data))  # the same object when it is bytes already
 
     def data_to_send(self) -> bytes:
         """Bytes owed before more are read (a `100 Continue`), once."""
@@ -201,6 +224,44 @@ class HolderWire:
 
     def next_event(self) -> Event:
         """The next thing the shell must act on (see the module); raises nothing."""
+        if self._h is None:
+            event = self._lean_event()
+            if event is not None:
+                return event
+        return self._h11_event()
+
+    def _lean_event(self) -> Event | None:
+        """The next event of a request read by `lean_head`; None once it is h11's."""
+        buf = self._buf
+        if self._lean is None:
+            end = buf.find(b"\r\n\r\n")
+            # h11 refuses a first byte below "!" at once, and ends a head at a bare LF too
+            plain = (not buf or buf[0] > 0x20) and b"\n\n" not in buf and b"\n\r\n" not in buf
+            if end < 0 and len(buf) <= LEAN_HEAD_BYTES and not self._eof and plain:
+                return NEED_DATA
+            lean = lean_head(bytes(buf[: end + 4])) if 0 <= end < LEAN_HEAD_BYTES else None
+            if lean is None:  # not the plain shape: h11 reads it, from its first byte
+                self._h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+                self._h.receive_data(bytes(buf))
+                if self._eof:
+                    self._h.receive_data(b"")
+                self._buf = bytearray()
+                return None
+            del buf[: end + 4]
+            self._lean = lean
+            self._method, self._target, self._fields = lean.method, lean.target, lean.fields
+            self.phase, self._now = Phase.BODY, self._fed  # the body's time counts from here
+            if lean.length > self._limits[0]:
+                return Refusal(413, "Request body too large")
+        if len(buf) < self._lean.length:
+            return self._close() if self._eof else NEED_DATA
+        self.phase = Phase.ANSWER
+        body = bytes(buf[: self._lean.length])
+        del buf[: self._lean.length]
+        return Request(self._lean.method.decode("ascii"), _path(self._target), self._fields, body)
+
+    def _h11_event(self) -> Event:
+        assert self._h is not None
         while True:
             try:
                 event = self._h.next_event()
@@ -221,32 +282,33 @@ class HolderWire:
                 self._size += len(event.data)
                 if self._size > self._limits[0]:
                     return Refusal(413, "Request body too large")
-            elif isinstance(event, h11.EndOfMessage) and self._head is not None:
+            elif isinstance(event, h11.EndOfMessage) and self._method is not None:
                 self.phase = Phase.ANSWER
-                return self._request(self._head)
+                body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+                self._body, self._size = [], 0
+                return Request(
+                    self._method.decode("ascii"), _path(self._target), self._fields, body
+                )
             else:  # ConnectionClosed; PAUSED is never asked for (answers come first)
                 return self._close()
 
     def _took_head(self, head: h11.Request) -> Refusal | None:
-        self._head = head
+        assert self._h is not None
+        self._method, self._target = head.method, head.target
         self.phase, self._now = Phase.BODY, self._fed  # the body's time counts from here
-        names = [name for name, _ in head.headers]
-        if b"content-length" in names and b"transfer-encoding" in names:  # RFC 9112 s. 6.3
+        # `raw_items`, h11's public list: iterating `head.headers` costs a call per header
+        fields: dict[str, list[str]] = {}
+        for name, value in head.headers.raw_items():
+            fields.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        self._fields = fields
+        lengths = fields.get("content-length", ())
+        if lengths and "transfer-encoding" in fields:  # RFC 9112 s. 6.3
             return Refusal(400, "Both Content-Length and Transfer-Encoding: send one.", True)
-        for name, value in head.headers:
-            if name == b"content-length" and int(value) > self._limits[0]:
-                return Refusal(413, "Request body too large")
+        if any(int(length) > self._limits[0] for length in lengths):
+            return Refusal(413, "Request body too large")
         if self._h.they_are_waiting_for_100_continue:  # only for a body that will be read
             self._out += self._h.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
         return None
-
-    def _request(self, head: h11.Request) -> Request:
-        headers: dict[str, list[str]] = {}
-        for name, value in head.headers:
-            headers.setdefault(name.decode("latin-1"), []).append(value.decode("latin-1"))
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self._body, self._size = [], 0
-        return Request(head.method.decode("ascii"), _path(head.target), headers, body)
 
     def _close(self) -> _Sentinel:
         self.phase = Phase.CLOSED
@@ -257,48 +319,69 @@ class HolderWire:
         self.phase = Phase.CLOSED
         return refusal_bytes(refusal.status, refusal.words, self.path)
 
+    def _peer_keeps(self) -> bool:
+        """Whether the peer lets the connection go on (RFC 9112 s. 9.3; h11 says if not plain)."""
+        return self._h is None or self._h.their_state is h11.DONE
+
     def answer(self, status: int, headers: Mapping[str, str], body: bytes) -> bytes:
         """A whole answer's bytes, with its `Content-Length` (none for 204 and 304; no body
         bytes to a HEAD, RFC 9110 section 9.3.2). An answer of 400 or more says
         `Connection: close` and ends the connection (RFC 9112 section 9.6): a peer that has
         not proved the mesh key gets nothing else, so it cannot keep a connection open past
-        its first request."""
+        its first request. So does one to a peer that asked to close (or spoke HTTP/1.0).
+
+        Raises:
+            ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL, a name that
+                is not a token).
+        """
         frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
-        if status >= 400 and not any(k.lower() == "connection" for k, _v in frame):
+        asked = any(k.lower() == "connection" and "close" in v.lower() for k, v in frame)
+        closing = asked or status >= 400 or not self._peer_keeps()
+        if closing and not any(k.lower() == "connection" for k, _v in frame):
             frame.append(("connection", "close"))
         if status not in (204, 304):
             frame.append(("content-length", str(len(body))))
-        out = self._h.send(h11.Response(status_code=status, headers=frame)) or b""
-        head = self._head
-        if body and status not in (204, 304) and head is not None and head.method != b"HEAD":
-            out += self._h.send(h11.Data(data=body)) or b""
-        return out + (self._h.send(h11.EndOfMessage()) or b"")
+        self._closing = closing
+        if status in (204, 304) or self._method == b"HEAD":
+            body = b""
+        return answer_head(status, REASONS.get(status, ""), frame) + body
 
     def stream_head(self, status: int, headers: Mapping[str, str]) -> bytes:
-        """A streamed answer's head (chunked: RFC 9112 section 7.1)."""
+        """A streamed answer's head (chunked: RFC 9112 section 7.1); the connection closes
+        after the stream.
+
+        Raises:
+            ValueError: as `answer`.
+        """
         frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
-        return self._h.send(h11.Response(status_code=status, headers=frame)) or b""
+        if not any(k.lower() == "connection" for k, _v in frame):
+            frame.append(("connection", "close"))
+        frame.append(("transfer-encoding", "chunked"))
+        return answer_head(status, REASONS.get(status, ""), frame)
 
     def stream_piece(self, data: bytes) -> bytes:
         """One piece of a streamed answer (nothing for b"": an empty chunk would end it)."""
-        return (self._h.send(h11.Data(data=data)) or b"") if data else b""
+        return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
 
     def stream_end(self) -> bytes:
         """A streamed answer's last chunk; the connection is `CLOSED` after it."""
         self.phase = Phase.CLOSED
-        return self._h.send(h11.EndOfMessage()) or b""
+        return b"0\r\n\r\n"
 
     def next_cycle(self, now: float) -> bool:
         """After a whole answer at `now`: whether the connection is kept for the next request
-        (both sides done, no `Connection: close` either way, RFC 9112 section 9.3)."""
-        self._head = None
-        if self._h.our_state is not h11.DONE or self._h.their_state is not h11.DONE:
+        (both sides done, no `Connection: close` either way, RFC 9112 section 9.3); the bytes
+        that came after this request begin the next."""
+        if self._closing or not self._peer_keeps():
             self.phase = Phase.CLOSED
             return False
-        self._h.start_next_cycle()
+        if self._h is not None:
+            trailing, _closed = self._h.trailing_data
+            self._buf, self._h = bytearray(trailing), None
+        self._lean, self._method, self._target, self._fields = None, None, b"", {}
         self._first = False
         self.phase, self._now = Phase.IDLE, now
-        if self._h.trailing_data[0]:  # a pipelined request's first bytes are here already
+        if self._buf:  # a pipelined request's first bytes are here already
             self.phase = Phase.HEAD
         return True
 

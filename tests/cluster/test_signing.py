@@ -225,3 +225,19 @@ def test_the_signed_text_keeps_its_bytes() -> None:
     assert hashlib.sha256(text).hexdigest() == (
         "f302fdb724f432d10942b4f80a1fd60940c21b4415af18a848118bc36b0b9b8e"
     )
+
+
+def test_the_signed_text_is_the_same_as_with_the_json_module() -> None:
+    """`signed_text` writes its header block without `json.dumps`: the same bytes for every
+    kind of value a header may carry (quotes, backslashes, controls, Latin-1, none at all)."""
+    import hashlib
+    import json
+
+    values = ['a"b\\c', "\t x \x7f", "ÿé\x80", "", "\x01\x1f", "plain"]
+    headers = {"accept": values, "x-empty": [], "content-type": ["application/json"]}
+    text = signing.signed_text(
+        sender="b-1", method="POST", path="/mcp", ts_ms=1, to="b-2", epoch=1,
+        nonce="0" * 32, body=b"", headers=headers,
+    )  # fmt: skip
+    block = json.dumps([[n, headers[n]] for n in sorted(headers)], separators=(",", ":"))
+    assert text.split(b"\n")[10] == hashlib.sha256(block.encode()).hexdigest().encode()

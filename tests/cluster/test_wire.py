@@ -201,3 +201,87 @@ def test_a_refused_body_gets_no_100_continue() -> None:
     refusal = wire.next_event()
     assert isinstance(refusal, Refusal) and refusal.status == 413
     assert wire.data_to_send() == b""
+
+
+def _by_h11(data: bytes) -> Request:
+    """The request h11 alone reads from `data` (the wire's fallback, and what it was)."""
+    import h11
+
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(data)
+    head = conn.next_event()
+    assert isinstance(head, h11.Request)
+    body = b""
+    while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+        assert isinstance(event, h11.Data)
+        body += event.data
+    fields: dict[str, list[str]] = {}
+    for name, value in head.headers:
+        fields.setdefault(name.decode("latin-1"), []).append(value.decode("latin-1"))
+    target = head.target.split(b"?", 1)[0].decode("latin-1")
+    return Request(head.method.decode("ascii"), target, fields, body)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        POST,
+        b"POST /mcp HTTP/1.1\r\nHost: b\r\nX-A:  sp \t\r\nx-a: \xe9\xff\r\nX-E:\r\n\r\n",
+        b"GET /box/agent-request HTTP/1.1\r\nhost: b\r\ncontent-length: 000\r\n\r\n",
+        # not the plain shape: h11 reads them, as before
+        b"POST /mcp HTTP/1.0\r\nhost: b\r\ncontent-length: 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\ncontent-length: 2, 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\nx: a\x7fb\x01\r\n\r\n",  # controls h11 takes
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\nx: a\r\n folded\r\n\r\n",
+        b"POST /mcp HTTP/1.1\nhost: b\ncontent-length: 2\n\n{}",  # bare LFs
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\nx-big: " + b"a" * 9000 + b"\r\n\r\n",  # long
+        b"POST /mcp HTTP/1.1\r\nhost: b\ncontent-length: 2\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    ],
+)
+@pytest.mark.parametrize("step", [None, 1])
+def test_each_request_reads_as_h11_reads_it(data: bytes, step: int | None) -> None:
+    wire = _wire()
+    pieces = [data] if step is None else [data[i : i + 1] for i in range(len(data))]
+    *before, last = [_feed(wire, piece) for piece in pieces]
+    assert all(e is NEED_DATA for e in before)
+    assert last == _by_h11(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\nx y: a\r\n\r\n",
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\nhost: c\r\n\r\n",
+        b"POST /mcp HTTP/1.1\r\nx: a\r\n\r\n",  # no Host
+        b"POST /m cp HTTP/1.1\r\nhost: b\r\n\r\n",
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\ncontent-length: +2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nhost: b\r\nx: a\nb\r\n\r\n",
+        b"\r\nPOST /mcp HTTP/1.1\r\nhost: b\r\ncontent-length: 2\r\n\r\n{}",
+        b"\x16\x03\x01\x02\x00",  # a TLS hello, refused at its first byte as h11 does
+    ],
+)
+def test_what_h11_refuses_is_refused_the_same(data: bytes) -> None:
+    import h11
+
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(data)
+    with pytest.raises(h11.RemoteProtocolError):
+        conn.next_event()
+    refused = _feed(_wire(), data)
+    assert isinstance(refused, Refusal) and refused.status == 400 and refused.fault
+
+
+def test_plain_and_other_requests_follow_each_other_on_one_connection() -> None:
+    close = POST.replace(b"host: b1", b"host: b1\r\nconnection: close")
+    wire = _wire()
+    assert isinstance(_feed(wire, POST + close), Request)
+    wire.answer(200, {}, b"{}")
+    assert wire.next_cycle(101.0) and wire.phase is Phase.HEAD
+    assert wire.next_event() == _by_h11(close)  # h11's: it asks to close
+    assert b"connection: close" in wire.answer(200, {}, b"{}")
+    assert not wire.next_cycle(102.0)
+    wire = _wire()
+    assert _feed(wire, POST[:-3]) is NEED_DATA
+    assert _feed(wire, b"") is CLOSE  # mid-body: gone

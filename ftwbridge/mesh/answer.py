@@ -1,0 +1,129 @@
+"""A holder's whole answer to one forwarded request, read sans-I/O (RFC 9112): the lean
+reader of the hop's channel (`mesh/channel.py`; docs/performance.md, "The cluster hop").
+
+The channel's whole answers come from the internal listener of another instance
+(`mesh/wire.HolderWire.answer`), which frames every one by its `Content-Length`. So this reader
+takes that shape only, checked in full, in a few passes over the bytes instead of h11's
+state machine and its expressions per header:
+
+- a status line `HTTP/1.1 NNN reason` (or `HTTP/1.0`, whose connection is then not kept),
+  with a final status (200 to 599; an interim 1xx is never asked for: no `Expect` is sent);
+- header lines `name: value`, a name a token (RFC 9110 section 5.6.2), a value of visible
+  characters, spaces and tabs (section 5.5), each line ended by CRLF, no line folded
+  (RFC 9112 section 5.2), the head within `MAX_HEAD_BYTES`;
+- a body of exactly one `Content-Length` (RFC 9112 section 6.3), within the reader's bound;
+  204 and 304 have none.
+
+Anything else, `Transfer-Encoding` included, raises `Malformed`: the channel reads no other
+shape (a streamed answer, `subscriptions/listen`, is read by h11 instead). Nothing here does
+I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+MAX_HEAD_BYTES: Final = 32 * 1024
+"""The largest answer head read, bytes (h11's default bound is 16 KiB)."""
+
+_HEAD = re.compile(
+    rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: [\t \x21-\x7e\x80-\xff]*)?\r\n"
+    rb"((?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t \x21-\x7e\x80-\xff]*\r\n)*)\r\n"
+)
+"""A whole head: the status line, then every header line, each as RFC 9112 section 4 and
+RFC 9110 sections 5.5 and 5.6.2 allow (no CR, LF or NUL inside a line, no folded line)."""
+_LINE = re.compile(rb"([^:]+):[\t ]*([^\r]*?)[\t ]*\r\n")
+"""One header line of a head `_HEAD` matched: its name and its value without the spaces
+around it."""
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+class Malformed(Exception):
+    """Bytes that are not a whole answer of the shape the channel reads (the words say
+    which part)."""
+
+
+class TooLarge(Malformed):
+    """An answer whose `Content-Length` passes the reader's bound."""
+
+
+@dataclass(slots=True)
+class ReadAnswer:
+    """One answer: `status`, `headers` (lower-case names, Latin-1, in order), `body`, and
+    whether its connection may carry another request (`keep`: HTTP/1.1, no
+    `Connection: close`, no byte past the body)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    keep: bool
+
+
+class AnswerReader:
+    """Reads one answer from the bytes fed to it (see the module).
+
+    Args:
+        max_body_bytes: the largest body taken; a larger one raises `TooLarge`.
+    """
+
+    __slots__ = ("_buf", "_head", "_max_body")
+
+    def __init__(self, max_body_bytes: int) -> None:
+        self._max_body = max_body_bytes
+        self._buf = b""
+        self._head: tuple[int, list[tuple[str, str]], int, bool, int] | None = None
+        """Once the head is whole: status, headers, body length, kept, where the body starts."""
+
+    def feed(self, data: bytes) -> ReadAnswer | None:
+        """Take the next bytes read; returns the answer once it is whole, else None.
+
+        Raises:
+            Malformed: the bytes so far cannot begin such an answer.
+            TooLarge: its `Content-Length` passes `max_body_bytes`.
+        """
+        buf = self._buf = self._buf + data if self._buf else data
+        if self._head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise Malformed(f"a head larger than {MAX_HEAD_BYTES} bytes")
+                return None
+            self._head = self._parse(buf, end + 4)
+        status, headers, length, keep, start = self._head
+        have = len(buf) - start
+        if have < length:
+            return None
+        body = buf[start:] if have == length else buf[start : start + length]
+        return ReadAnswer(status, headers, body, keep and have == length)
+
+    def _parse(self, buf: bytes, end: int) -> tuple[int, list[tuple[str, str]], int, bool, int]:
+        if end > MAX_HEAD_BYTES:
+            raise Malformed(f"a head larger than {MAX_HEAD_BYTES} bytes")
+        head = _HEAD.fullmatch(buf, 0, end)
+        if head is None:
+            raise Malformed("a status line or header line out of form")
+        minor, code, block = head.groups()
+        status = int(code)
+        if status < 200:
+            raise Malformed(f"an interim answer ({status}) that was never asked for")
+        headers = [
+            (name.decode("latin-1").lower(), value.decode("latin-1"))
+            for name, value in _LINE.findall(block)
+        ]
+        lengths = [v for k, v in headers if k == "content-length"]
+        keep = minor == b"1"
+        for name, value in headers:
+            if name == "transfer-encoding":
+                raise Malformed("a transfer coding (the hop's whole answers carry a length)")
+            if name == "connection" and "close" in value.lower().replace(" ", "").split(","):
+                keep = False
+        if status in (204, 304):
+            return status, headers, 0, keep, end
+        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0]):
+            raise Malformed("no single Content-Length")
+        length = int(lengths[0])
+        if length > self._max_body:
+            raise TooLarge(f"an answer larger than {self._max_body} bytes")
+        return status, headers, length, keep, end

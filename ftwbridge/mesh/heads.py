@@ -1,0 +1,88 @@
+"""The request heads the internal listener reads without h11, sans-I/O (RFC 9112; the
+listener's wire: `mesh/wire.py`; docs/performance.md, "The cluster hop").
+
+Every request of the hop's channel (`mesh/channel.py`) has one plain shape: an HTTP/1.1
+request line, one `Host`, a body framed by one `Content-Length` (or none), and no header
+that changes the connection's course (`Connection`, `Transfer-Encoding`, `Expect`,
+`Upgrade`). `lean_head` reads such a head in two passes of regular expressions over its
+bytes, every line checked as h11 checks it; for any other head it returns None and the wire
+hands the bytes to h11, which decides as before (a request of another shape is served, a
+malformed one refused). So it only ever takes heads h11 would take, and reads them as h11
+reads them (`tests/cluster/test_wire.py` holds the two side by side).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+LEAN_HEAD_BYTES: Final = 8 * 1024
+"""The longest head read here, bytes (a forward's is about 1 KiB); a longer one is h11's,
+whose buffer reads a head sent a byte at a time without reading it again each time."""
+_HEAD: Final = re.compile(
+    rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) ([\x21-\x7e]+) HTTP/1\.1\r\n"
+    rb"((?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t \x21-\x7e\x80-\xff]*\r\n)*)\r\n"
+)
+"""A whole head: the request line (a token method, a target of visible characters, version
+1.1), then every header line as RFC 9110 sections 5.5 and 5.6.2 allow it (a token name, a
+value of visible characters, spaces and tabs: no CR, LF, NUL or DEL inside; no folded line)."""
+_LINE: Final = re.compile(rb"([^:]+):[\t ]*([^\r]*?)[\t ]*\r\n")
+"""One header line of a head `_HEAD` matched: its name and its value without the spaces
+around it."""
+_DIGITS: Final = re.compile(r"[0-9]{1,18}")
+_COURSE: Final = frozenset({"connection", "transfer-encoding", "expect", "upgrade"})
+"""Headers that change how the connection goes on: such a head is h11's to read."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeanHead:
+    """A request head read without h11: `method`, `target`, `fields` (lower-case name ->
+    every value, Latin-1, in order) and the body's `length`, bytes."""
+
+    method: bytes
+    target: bytes
+    fields: dict[str, list[str]]
+    length: int
+
+
+def lean_head(head: bytes) -> LeanHead | None:
+    """`head` (a request head through its blank line) read, or None when it is not of the
+    plain shape (see the module): then h11 is to read it."""
+    matched = _HEAD.fullmatch(head)
+    if matched is None:
+        return None
+    method, target, block = matched.groups()
+    fields: dict[str, list[str]] = {}
+    for name, value in _LINE.findall(block):
+        fields.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    if len(fields.get("host", ())) != 1 or not _COURSE.isdisjoint(fields):
+        return None
+    lengths = fields.get("content-length", ["0"])
+    if len(lengths) != 1 or not _DIGITS.fullmatch(lengths[0]):
+        return None
+    return LeanHead(method, target, fields, int(lengths[0]))
+
+
+def answer_head(status: int, reason: str, headers: list[tuple[str, str]]) -> bytes:
+    """An answer's status line and header lines (RFC 9112 sections 4 and 5), in one checked
+    pass instead of h11's expressions per header.
+
+    Raises:
+        ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL anywhere, a name
+            that is not a token).
+    """
+    names = "".join(name for name, _ in headers)
+    values = "".join(value for _, value in headers)
+    if not all(name for name, _ in headers) or _BAD_NAME.search(names) or _BAD_VALUE.search(values):
+        raise ValueError("an answer header no HTTP/1.1 answer may carry")
+    lines = [f"HTTP/1.1 {status} {reason}\r\n"]
+    lines += [f"{name}: {value}\r\n" for name, value in headers]
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+_BAD_NAME: Final = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+"""Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
+_BAD_VALUE: Final = re.compile(r"[\r\n\0]")
+"""Never in a field value (RFC 9110 section 5.5)."""
