@@ -122,4 +122,3 @@ def settle_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-
