@@ -11,14 +11,13 @@ that fails the connection, 1002, 1009 or the door's 44xx, waits `LAST_WORDS_S`, 
 dropping what still comes). Pings and those bounds are kept by `watch`, one task beside the
 reader.
 
-The read side cuts the stream into whole frames itself (RFC 6455 section 5.2: only the head's
+The read side cuts the stream into frames itself (RFC 6455 section 5.2: only the head's
 lengths are read) and takes the frame a box sends nearly always, one whole binary message
-(FIN set, no RSV bits, opcode 2, masked, its length in the fewest bytes, outside a fragmented
-message), unmasking it here (section 5.3); every other frame goes to wsproto whole, one at a
-time, so wsproto's buffer is empty between frames and it judges everything else (control
-frames, fragments, text and its UTF-8, every rule a frame breaks). A frame whose head says
-more than `max_message` bytes is not held: from there on every byte goes to wsproto as it
-comes, which refuses the message as it grows.
+(FIN set, no RSV bits, opcode 2, masked, its length in the fewest bytes and within
+`max_message`, outside a fragmented message), unmasking it here (section 5.3); only such a
+frame is kept until all of it has come. Every other frame goes to wsproto byte for byte as
+it comes, from its first byte on, so a head that breaks a rule is judged at once, and the
+reader cuts again after its last byte: wsproto's buffer is empty at each fast frame.
 """
 
 from __future__ import annotations
@@ -42,6 +41,8 @@ CLOSE_TOO_BIG: Final = 1009
 WHOLE_BINARY: Final = 0x82
 """A frame's first byte for one whole binary message: FIN, no RSV bits, opcode 2."""
 _AFTER_THEIR_CLOSE: Final = (ConnectionState.REMOTE_CLOSING, ConnectionState.CLOSED)
+CHECKPOINT_FRAMES: Final = 64
+"""After this many frames judged by wsproto in one read, the reader lets others run."""
 SEND_S: Final = 1.0
 """The most one write may take once started (a peer that reads nothing is let go), seconds."""
 
@@ -75,7 +76,9 @@ class LeanSocket:
         "_lock",
         "_messages",
         "_midway",
+        "_owed",
         "_parts",
+        "_sent",
         "_size",
         "_stream",
         "_streaming",
@@ -117,6 +120,10 @@ class LeanSocket:
         """wsproto holds the start of a fragmented message: its frames all go there."""
         self._streaming = False
         """A frame too big to hold came: every byte goes to wsproto as it comes."""
+        self._owed = 0
+        """Bytes still to come of the frame wsproto has the start of: passed on as they come."""
+        self._sent = 0
+        """Bytes at the start of `_buf` wsproto has already: a head not yet whole."""
         self._wake = trio.CancelScope()
         self.last_rx = trio.current_time()
         """When bytes last came, trio time (the silence rule, `watch`)."""
@@ -213,44 +220,72 @@ class LeanSocket:
         await self._feed(data)
 
     async def _feed(self, data: bytes | bytearray) -> None:
-        """Take `data` read from the socket: each whole frame in turn (see the module's
-        words), what is left of a frame kept for the next read."""
+        """Take `data` read from the socket (see the module's words): the rest of a frame
+        wsproto judges goes there at once, then frame after frame is cut; only the start of a
+        frame the fast path may take is kept for the next read."""
         if self._streaming:
             self._conn.receive_data(bytes(data))
             await self._handle_events()
             return
+        if self._owed:  # the rest of the frame wsproto has the start of
+            take = min(self._owed, len(data))
+            self._owed -= take
+            self._conn.receive_data(bytes(data[:take]))
+            await self._handle_events()
+            if take == len(data) or self._ended or self._conn.state in _AFTER_THEIR_CLOSE:
+                return
+            data = data[take:]
         buf = self._buf
         buf += data
-        pos = 0
+        pos, sent, self._sent = 0, self._sent, 0
+        judged = 0
         try:
-            while (got := _frame_head(buf, pos)) is not None:
-                head, size, minimal = got
-                if size > self.max_message:
-                    self._streaming = True
-                    rest, pos = bytes(buf[pos:]), len(buf)
-                    self._conn.receive_data(rest)
-                    await self._handle_events()
-                    return
-                end = pos + head + size
-                if end > len(buf):
-                    return
-                first = buf[pos]
-                if first == WHOLE_BINARY and buf[pos + 1] & 0x80 and minimal and not self._midway:
+            while pos < len(buf):
+                got = _frame_head(buf, pos)
+                if self._fast(buf, pos, got):
+                    if got is None or pos + got[0] + got[1] > len(buf):
+                        return  # kept whole until it has all come
+                    end = pos + got[0] + got[1]
                     if not self.closed:
-                        self._messages.append(_unmask(buf, pos + head - 4, end))
+                        self._messages.append(_unmask(buf, end - got[1] - 4, end))
                     pos = end
                     continue
+                if got is None:  # wsproto judges the head as it comes: it is kept to cut after
+                    self._conn.receive_data(bytes(buf[pos + sent :]))
+                    self._sent = len(buf) - pos
+                    await self._handle_events()
+                    return
+                first, (head, size, _) = buf[pos], got
+                if size > self.max_message:
+                    self._streaming = True
+                    stop = len(buf)
+                else:
+                    stop = min(pos + head + size, len(buf))
+                    self._owed = pos + head + size - stop
                 opcode = first & 0x0F
                 if opcode in (1, 2) or (opcode == 0 and first & 0x80):
                     self._midway = not first & 0x80
-                frame, pos = bytes(buf[pos:end]), end
+                frame, pos, sent = bytes(buf[pos + sent : stop]), stop, 0
                 self._conn.receive_data(frame)
                 await self._handle_events()
                 if self._ended or self._conn.state in _AFTER_THEIR_CLOSE:
                     pos = len(buf)  # the box's Close: nothing after it counts
                     return
+                judged += 1
+                if judged % CHECKPOINT_FRAMES == 0:
+                    await trio.lowlevel.checkpoint()  # a read of many small frames lets others run
         finally:
             del buf[:pos]
+
+    def _fast(self, buf: bytearray, pos: int, got: tuple[int, int, bool] | None) -> bool:
+        """Whether the frame at `pos` may be the fast path's (`got` its `_frame_head`): first
+        byte `WHOLE_BINARY` outside a fragmented message, masked, its length in the fewest
+        bytes and within `max_message`, as far as its head has come."""
+        if buf[pos] != WHOLE_BINARY or self._midway:
+            return False
+        if got is None:
+            return len(buf) - pos < 2 or bool(buf[pos + 1] & 0x80)
+        return bool(buf[pos + 1] & 0x80) and got[2] and got[1] <= self.max_message
 
     async def watch(self, ping_s: float) -> None:
         """Until the connection ends: a Ping every `ping_s` seconds, and the stream closed
@@ -335,8 +370,8 @@ class LeanSocket:
 
 def _frame_head(buf: bytearray, pos: int) -> tuple[int, int, bool] | None:
     """The frame head at `pos` (RFC 6455 section 5.2): (its length with the masking key,
-    the payload's length, whether that length took the fewest bytes), or None while the head
-    is not whole."""
+    the payload's length, whether that length took the fewest bytes), or None while its
+    lengths have not all come (the masking key may be still to come)."""
     left = len(buf) - pos
     if left < 2:
         return None
@@ -344,9 +379,9 @@ def _frame_head(buf: bytearray, pos: int) -> tuple[int, int, bool] | None:
     size = second & 0x7F
     mask = 4 if second & 0x80 else 0
     if size < 126:
-        return (2 + mask, size, True) if left >= 2 + mask else None
+        return 2 + mask, size, True
     extra = 2 if size == 126 else 8
-    if left < 2 + extra + mask:
+    if left < 2 + extra:
         return None
     size = int.from_bytes(buf[pos + 2 : pos + 2 + extra], "big")
     return 2 + extra + mask, size, size >= (126 if extra == 2 else 65536)

@@ -116,8 +116,11 @@ def tun(sid: int, d: bytes) -> bytes:
     `d` below 4 GiB, as every tunnel's are).
 
     Raises:
-        LocalProtocolError: a negative `sid` or one of 2^64 or more.
+        LocalProtocolError: a `sid` that is not an int (a bool, which the encoder writes as
+            CBOR true or false, included), a negative one, or one of 2^64 or more.
     """
+    if isinstance(sid, bool) or not isinstance(sid, int):
+        raise LocalProtocolError(f"a tunnel's sid is an unsigned int, not {type(sid).__name__}")
     if not 0 <= sid < 2**64:
         raise LocalProtocolError("a tunnel's sid is a u64")
     return _TUN_HEAD + _head(0x00, sid) + _D_KEY + _head(0x40, len(d)) + d

@@ -64,3 +64,10 @@ def test_tun_is_written_as_the_envelope_encoder_writes_it(sid: int, size: int) -
 def test_tun_refuses_a_sid_outside_u64(sid: int) -> None:
     with pytest.raises(LocalProtocolError):
         tun(sid, b"")
+
+
+@pytest.mark.parametrize("sid", [True, False, 1.0, "1"])
+def test_tun_refuses_a_sid_that_is_not_an_int(sid: object) -> None:
+    # the encoder writes True as CBOR true (0xf5), not the uint 1 that `tun` would write
+    with pytest.raises(LocalProtocolError, match="unsigned int, not"):
+        tun(sid, b"")  # type: ignore[arg-type]
