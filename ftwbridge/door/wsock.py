@@ -237,8 +237,7 @@ class LeanSocket:
             data = data[take:]
         buf = self._buf
         buf += data
-        pos, sent, self._sent = 0, self._sent, 0
-        judged = 0
+        pos, sent, self._sent, judged = 0, self._sent, 0, 0
         try:
             while pos < len(buf):
                 got = _frame_head(buf, pos)
@@ -256,12 +255,9 @@ class LeanSocket:
                     await self._handle_events()
                     return
                 first, (head, size, _) = buf[pos], got
-                if size > self.max_message:
-                    self._streaming = True
-                    stop = len(buf)
-                else:
-                    stop = min(pos + head + size, len(buf))
-                    self._owed = pos + head + size - stop
+                self._streaming = size > self.max_message  # not held: all goes there from now
+                stop = len(buf) if self._streaming else min(pos + head + size, len(buf))
+                self._owed = pos + head + size - stop
                 opcode = first & 0x0F
                 if opcode in (1, 2) or (opcode == 0 and first & 0x80):
                     self._midway = not first & 0x80
