@@ -10,7 +10,7 @@ import trio.testing
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import CloseConnection, Pong
 
-from ftwbridge.door.wsock import BoxGone, LeanSocket
+from ftwbridge.door.wsock import CHECKPOINT_FRAMES, BoxGone, LeanSocket
 
 from .test_wsock import PING_S, SILENCE_S, _frame, pair
 
@@ -91,7 +91,7 @@ async def test_a_valid_stream_cut_at_every_offset(autojump_clock: trio.abc.Clock
         got: list[str | bytes] = []
         async with trio.open_nursery() as nursery:
 
-            async def reader(ws: LeanSocket = ws) -> None:
+            async def reader(ws: LeanSocket = ws, got: list[str | bytes] = got) -> None:
                 got.extend(await _read_all(ws, len(messages)))
 
             nursery.start_soon(reader)
@@ -104,3 +104,34 @@ async def test_a_valid_stream_cut_at_every_offset(autojump_clock: trio.abc.Clock
             Pong(payload=b"ping"),
             Pong(payload=b""),
         ][:pings]
+
+
+async def test_a_read_of_many_small_frames_lets_other_tasks_run(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Frames wsproto judges cost more than the fast path's: after `CHECKPOINT_FRAMES` of
+    them in one read the reader gives the scheduler a turn (here all of them come with the
+    request head, so no socket read yields in between)."""
+    pongs = _frame(0x8A, b"") * (10 * CHECKPOINT_FRAMES)
+    ours, _theirs = trio.testing.memory_stream_pair()
+    ws = LeanSocket(
+        ours,
+        Connection(ConnectionType.SERVER),
+        "192.0.2.1",
+        silence_s=SILENCE_S,
+        max_message=65536,
+        initial=pongs + _frame(0x82, b"end"),
+    )
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            await trio.lowlevel.checkpoint()
+            turns += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)  # its first turn comes when this task yields
+        assert await ws.receive() == b"end"
+        assert turns >= 3  # 10 yields; trio may order a batch either way, so not all count
+        nursery.cancel_scope.cancel()
