@@ -34,9 +34,9 @@ _HEAD = re.compile(
 )
 """A whole head: the status line, then every header line, each as RFC 9112 section 4 and
 RFC 9110 sections 5.5 and 5.6.2 allow (no CR, LF or NUL inside a line, no folded line)."""
-_LINE = re.compile(rb"([^:]+):[\t ]*([^\r]*?)[\t ]*\r\n")
-"""One header line of a head `_HEAD` matched: its name and its value without the spaces
-around it."""
+_LINE = re.compile(rb"([^:]+):([^\r]*)\r\n")
+"""One header line of a head `_HEAD` matched: its name and its value, the spaces and tabs
+around it stripped after (each match in one pass: see `heads._LINE`)."""
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
 
@@ -109,7 +109,7 @@ class AnswerReader:
         if status < 200:
             raise Malformed(f"an interim answer ({status}) that was never asked for")
         headers = [
-            (name.decode("latin-1").lower(), value.decode("latin-1"))
+            (name.decode("latin-1").lower(), value.strip(b" \t").decode("latin-1"))
             for name, value in _LINE.findall(block)
         ]
         lengths = [v for k, v in headers if k == "content-length"]
