@@ -68,37 +68,52 @@ class AnswerReader:
         max_body_bytes: the largest body taken; a larger one raises `TooLarge`.
     """
 
-    __slots__ = ("_buf", "_head", "_max_body")
+    __slots__ = ("_buf", "_head", "_max_body", "_seen")
 
     def __init__(self, max_body_bytes: int) -> None:
         self._max_body = max_body_bytes
-        self._buf = b""
+        self._buf = bytearray()
+        """The bytes fed so far, once more than one feed is needed (amortized: no copy of
+        the whole per read)."""
+        self._seen = 0
+        """Where the search for the head's end goes on from (the bytes before hold none)."""
         self._head: tuple[int, list[tuple[str, str]], int, bool, int] | None = None
         """Once the head is whole: status, headers, body length, kept, where the body starts."""
 
     def feed(self, data: bytes) -> ReadAnswer | None:
-        """Take the next bytes read; returns the answer once it is whole, else None.
+        """Take the next bytes read; returns the answer once it is whole, else None. Each
+        byte is looked at a bounded number of times, however the reads cut the answer.
 
         Raises:
             Malformed: the bytes so far cannot begin such an answer.
             TooLarge: its `Content-Length` passes `max_body_bytes`.
         """
-        buf = self._buf = self._buf + data if self._buf else data
+        buf = self._buf
+        if buf:
+            buf += data
+        got = buf if buf else data  # one read with the whole answer: no copy at all
         if self._head is None:
-            end = buf.find(b"\r\n\r\n")
+            end = got.find(b"\r\n\r\n", self._seen)
             if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
+                if len(got) > MAX_HEAD_BYTES:
                     raise Malformed(f"a head larger than {MAX_HEAD_BYTES} bytes")
+                self._seen = max(0, len(got) - 3)
+                if not buf:
+                    buf += data
                 return None
-            self._head = self._parse(buf, end + 4)
+            self._head = self._parse(got, end + 4)
         status, headers, length, keep, start = self._head
-        have = len(buf) - start
+        have = len(got) - start
         if have < length:
+            if not buf:
+                buf += data
             return None
-        body = buf[start:] if have == length else buf[start : start + length]
+        body = bytes(got[start : start + length])
         return ReadAnswer(status, headers, body, keep and have == length)
 
-    def _parse(self, buf: bytes, end: int) -> tuple[int, list[tuple[str, str]], int, bool, int]:
+    def _parse(
+        self, buf: bytes | bytearray, end: int
+    ) -> tuple[int, list[tuple[str, str]], int, bool, int]:
         if end > MAX_HEAD_BYTES:
             raise Malformed(f"a head larger than {MAX_HEAD_BYTES} bytes")
         head = _HEAD.fullmatch(buf, 0, end)

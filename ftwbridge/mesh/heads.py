@@ -67,6 +67,26 @@ def lean_head(head: bytes) -> LeanHead | None:
     return LeanHead(method, target, fields, int(lengths[0]))
 
 
+REASONS: Final = {
+    200: "OK",
+    202: "Accepted",
+    204: "No Content",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    421: "Misdirected Request",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+"""Reason phrases of the answers written here (RFC 9110 section 15; others go without one)."""
+
+
 def answer_head(status: int, reason: str, headers: list[tuple[str, str]]) -> bytes:
     """An answer's status line and header lines (RFC 9112 sections 4 and 5), in one checked
     pass instead of h11's expressions per header.

@@ -154,3 +154,31 @@ def _cpu_s(read: Callable[[], object]) -> float:
         read()
         costs.append(time.process_time() - start)
     return min(costs)
+
+
+def test_a_body_in_many_small_reads_costs_what_h11_pays() -> None:
+    """8 MiB in reads of one TCP segment's payload (1448 bytes): each byte taken a bounded
+    number of times (copying the whole buffer per read cost seconds here)."""
+    body = bytes(range(256)) * (8 * 4096)
+    data = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    reads = [data[i : i + 1448] for i in range(0, len(data), 1448)]
+
+    def lean() -> ReadAnswer | None:
+        reader = AnswerReader(len(body))
+        got = None
+        for piece in reads:
+            got = reader.feed(piece)
+        return got
+
+    def by_h11() -> None:
+        conn = h11.Connection(h11.CLIENT)
+        conn.send(h11.Request(method="POST", target="/mcp", headers=[("host", "b2")]))
+        conn.send(h11.EndOfMessage())
+        for piece in reads:
+            conn.receive_data(piece)
+            while conn.next_event() not in (h11.NEED_DATA, h11.PAUSED):
+                pass
+
+    got = lean()
+    assert got is not None and got.body == body and got.keep
+    assert _cpu_s(lean) < 3 * _cpu_s(by_h11) + 0.05  # generous: it costs less than h11's
