@@ -4,7 +4,7 @@ listener's wire: `mesh/wire.py`; docs/performance.md, "The cluster hop").
 Every request of the hop's channel (`mesh/channel.py`) has one plain shape: an HTTP/1.1
 request line, one `Host`, a body framed by one `Content-Length` (or none), and no header
 that changes the connection's course (`Connection`, `Transfer-Encoding`, `Expect`,
-`Upgrade`). `lean_head` reads such a head in two passes of regular expressions over its
+`Upgrade`), and not `CONNECT`. `lean_head` reads such a head in two passes of regular expressions over its
 bytes, every line checked as h11 checks it; for any other head it returns None and the wire
 hands the bytes to h11, which decides as before (a request of another shape is served, a
 malformed one refused). So it only ever takes heads h11 would take, and reads them as h11
@@ -55,6 +55,8 @@ def lean_head(head: bytes) -> LeanHead | None:
     if matched is None:
         return None
     method, target, block = matched.groups()
+    if method == b"CONNECT":  # h11 ends its connection after it (RFC 9110 section 9.3.6)
+        return None
     fields: dict[str, list[str]] = {}
     for name, value in _LINE.findall(block):
         field = value.strip(b" \t").decode("latin-1")

@@ -343,3 +343,14 @@ def test_a_head_sent_a_byte_at_a_time_costs_what_h11_pays(monkeypatch: pytest.Mo
 
     assert lean() is NEED_DATA
     assert _cpu_s(lean) < 2 * _cpu_s(by_h11) + 0.02  # generous: it costs less than h11's
+
+
+def test_a_connect_ends_its_connection_as_h11_says() -> None:
+    """h11 takes a CONNECT as a switch of protocol and the connection ends after its answer:
+    the lean reading leaves it to h11, so the request after it is never read."""
+    data = b"CONNECT /mcp HTTP/1.1\r\nHost: h\r\n\r\nGET /mcp HTTP/1.1\r\nHost: h\r\n\r\n"
+    wire = _wire()
+    first = _feed(wire, data)
+    assert isinstance(first, Request) and first.method == "CONNECT"
+    wire.answer(200, {}, b"ok")
+    assert not wire.next_cycle(101.0) and wire.phase is Phase.CLOSED
