@@ -4,8 +4,8 @@ listener's wire: `mesh/wire.py`; docs/performance.md, "The cluster hop").
 Every request of the hop's channel (`mesh/channel.py`) has one plain shape: an HTTP/1.1
 request line, one `Host`, a body framed by one `Content-Length` (or none), and no header
 that changes the connection's course (`Connection`, `Transfer-Encoding`, `Expect`,
-`Upgrade`), and not `CONNECT`. `lean_head` reads such a head in two passes of regular expressions over its
-bytes, every line checked as h11 checks it; for any other head it returns None and the wire
+`Upgrade`), and not `CONNECT`. `lean_head` reads such a head in two passes of regular
+expressions over its bytes, every line checked as h11 checks it; for any other head it returns None and the wire
 hands the bytes to h11, which decides as before (a request of another shape is served, a
 malformed one refused). So it only ever takes heads h11 would take, and reads them as h11
 reads them (`tests/cluster/test_wire.py` holds the two side by side).
@@ -94,11 +94,14 @@ def answer_head(status: int, reason: str, headers: list[tuple[str, str]]) -> byt
     pass instead of h11's expressions per header.
 
     Raises:
-        ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL anywhere, a name
-            that is not a token).
+        ValueError: a status not from 200 to 599 (the entry reads no other), or a header no
+            HTTP/1.1 answer may carry (a control character other than a tab anywhere in a
+            value, a name that is not a token).
     """
     names = "".join(name for name, _ in headers)
     values = "".join(value for _, value in headers)
+    if not 200 <= status <= 599:  # the hop's answers are final (RFC 9110 section 15)
+        raise ValueError(f"a status no whole answer here may have ({status})")
     if not all(name for name, _ in headers) or _BAD_NAME.search(names) or _BAD_VALUE.search(values):
         raise ValueError("an answer header no HTTP/1.1 answer may carry")
     lines = [f"HTTP/1.1 {status} {reason}\r\n"]
@@ -109,5 +112,6 @@ def answer_head(status: int, reason: str, headers: list[tuple[str, str]]) -> byt
 
 _BAD_NAME: Final = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 """Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
-_BAD_VALUE: Final = re.compile(r"[\r\n\0]")
-"""Never in a field value (RFC 9110 section 5.5)."""
+_BAD_VALUE: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Never in a field value (RFC 9110 section 5.5: visible characters, spaces and tabs; the
+entry's reader, `answer.py`, takes no other)."""

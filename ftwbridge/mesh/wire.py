@@ -326,10 +326,10 @@ class HolderWire:
         its first request. So does one to a peer that asked to close (or spoke HTTP/1.0).
 
         Raises:
-            ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL, a name that
-                is not a token).
+            ValueError: as `heads.answer_head` (a status not from 200 to 599, a control
+                character in a value, a name that is not a token).
         """
-        frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
+        frame = [(k, v) for k, v in headers.items() if k.lower() not in _FRAMING]
         asked = any(k.lower() == "connection" and "close" in v.lower() for k, v in frame)
         closing = asked or status >= 400 or not self._peer_keeps()
         if closing and not any(k.lower() == "connection" for k, _v in frame):
@@ -348,7 +348,7 @@ class HolderWire:
         Raises:
             ValueError: as `answer`.
         """
-        frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
+        frame = [(k, v) for k, v in headers.items() if k.lower() not in _FRAMING]
         if not any(k.lower() == "connection" for k, _v in frame):
             frame.append(("connection", "close"))
         frame.append(("transfer-encoding", "chunked"))
@@ -382,7 +382,7 @@ class HolderWire:
 
 
 _FRAMING = frozenset({"content-length", "transfer-encoding"})
-"""Set by the wire itself, never taken from an answer's headers."""
+"""Set by the wire itself, never taken from an answer's headers (in any case of letters)."""
 
 
 def _path(target: bytes) -> str:

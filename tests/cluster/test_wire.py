@@ -354,3 +354,37 @@ def test_a_connect_ends_its_connection_as_h11_says() -> None:
     assert isinstance(first, Request) and first.method == "CONNECT"
     wire.answer(200, {}, b"ok")
     assert not wire.next_cycle(101.0) and wire.phase is Phase.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (200, {"x": "a\x01b"}),
+        (200, {"x": "a\x7fb"}),
+        (200, {"x": "\x0b"}),
+        (200, {"x": "a\nb"}),
+        (101, {}),
+        (199, {}),
+        (600, {}),
+        (1000, {}),
+    ],
+)
+def test_the_writer_refuses_what_the_entry_would_not_read(
+    status: int, headers: dict[str, str]
+) -> None:
+    wire = _wire()
+    assert isinstance(_feed(wire, POST), Request)
+    with pytest.raises(ValueError):
+        wire.answer(status, headers, b"{}")
+    with pytest.raises(ValueError):
+        wire.stream_head(status, headers)
+
+
+def test_a_routes_own_framing_headers_are_never_written_in_any_case() -> None:
+    wire = _wire()
+    assert isinstance(_feed(wire, POST), Request)
+    out = wire.answer(200, {"Content-Length": "99", "Transfer-Encoding": "x", "X-T": "a\tb"}, b"{}")
+    assert out.lower().count(b"content-length") == 1 and b"transfer-encoding" not in out.lower()
+    assert b"content-length: 2\r\n" in out and b"X-T: a\tb\r\n" in out
+    head = wire.stream_head(200, {"content-LENGTH": "5"})
+    assert b"content-LENGTH" not in head and head.count(b"transfer-encoding: chunked") == 1
