@@ -38,6 +38,9 @@ _LINE = re.compile(rb"([^:]+):([^\r]*)\r\n")
 """One header line of a head `_HEAD` matched: its name and its value, the spaces and tabs
 around it stripped after (each match in one pass: see `heads._LINE`)."""
 _DIGITS = re.compile(r"[0-9]{1,18}")
+_STRAY = re.compile(rb"(?<!\r)\n|\r[^\n]")
+"""An LF without its CR, or a CR without its LF: never in a head read here (the search
+looks at one byte before each match only, so it is linear)."""
 
 
 class Malformed(Exception):
@@ -97,6 +100,8 @@ class AnswerReader:
             if end < 0:
                 if len(got) > MAX_HEAD_BYTES:
                     raise Malformed(f"a head larger than {MAX_HEAD_BYTES} bytes")
+                if _STRAY.search(got, max(0, self._seen - 1)):  # a line ended by a bare LF
+                    raise Malformed("a status line or header line out of form")
                 self._seen = max(0, len(got) - 3)
                 if not buf:
                     buf += data
@@ -132,7 +137,9 @@ class AnswerReader:
         for name, value in headers:
             if name == "transfer-encoding":
                 raise Malformed("a transfer coding (the hop's whole answers carry a length)")
-            if name == "connection" and "close" in value.lower().replace(" ", "").split(","):
+            if name == "connection" and any(
+                token.strip(" \t") == "close" for token in value.lower().split(",")
+            ):
                 keep = False
         if status in (204, 304):
             return status, headers, 0, keep, end

@@ -332,9 +332,9 @@ class HopClient:
         *,
         read_s: float,
     ) -> AsyncIterator[StreamAnswer]:
-        """As `request`, but yields the answer's head at once and its body as it comes
-        (`StreamAnswer.chunks`, each read within `read_s` seconds; HTTP/1.1 by h11, chunked
-        or not); the connection is closed when the block ends, never pooled.
+        """As `request`, but yields the answer's head once it comes and its body as it comes
+        (the head's reads and `StreamAnswer.chunks`'s, each within `read_s` seconds;
+        HTTP/1.1 by h11, chunked or not); the connection is closed when the block ends, never pooled.
 
         Raises:
             NotReached: see `NotReached` (nothing was sent).
@@ -349,7 +349,7 @@ class HopClient:
             conn.h11.send(h11.Request(method=method, target=path, headers=frame))
             conn.h11.send(h11.Data(data=body))
             conn.h11.send(h11.EndOfMessage())
-            while not isinstance(event := await conn.next_event(), h11.Response):
+            while not isinstance(event := await conn.next_event(read_s), h11.Response):
                 pass
             yield StreamAnswer(event.status_code, _decoded(event.headers), conn, read_s)
         finally:

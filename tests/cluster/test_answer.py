@@ -84,6 +84,10 @@ def test_a_partial_answer_waits_for_more() -> None:
         (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", True),
         (b"HTTP/1.1 200\r\ncontent-length: 2\r\n\r\n{}", True),  # no reason phrase
         (b"HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\ncontent-length: 2\r\n\r\n{}", False),
+        (
+            b"HTTP/1.1 200 OK\r\nconnection: keep-alive,\tclose\r\ncontent-length: 2\r\n\r\n{}",
+            False,
+        ),
         (b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n{}", False),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}HTTP", False),  # bytes past the body
         (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n{}", True),
@@ -107,7 +111,9 @@ def test_whether_the_connection_is_kept(data: bytes, keep: bool) -> None:
         (b"HTTP/1.1 200 OK\r\nx y: a\r\ncontent-length: 0\r\n\r\n", "out of form"),
         (b"HTTP/1.1 200 OK\r\n: a\r\ncontent-length: 0\r\n\r\n", "out of form"),
         (b"HTTP/1.1 200 OK\r\nx : a\r\ncontent-length: 0\r\n\r\n", "out of form"),
-        (b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\n", None),  # no head end yet: waits
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\n", "out of form"),  # bare LF: at once
+        (b"HTTP/1.1 200 OK\ncontent-length: 2\n\n{}", "out of form"),
+        (b"HTTP/1.1 200 OK\r\ncontent-le", None),  # no head end yet: waits
         (b"HTTP/1.1 100 Continue\r\n\r\n", "interim"),
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n", "transfer coding"),
         (b"HTTP/1.1 200 OK\r\n\r\n", "Content-Length"),

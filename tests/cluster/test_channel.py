@@ -329,3 +329,17 @@ async def test_over_tls_bytes_past_an_answer_never_answer_the_next_request(tmp_p
             assert hop.connections == 2  # the first one was never used again
             await hop.aclose()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_stream_whose_head_never_comes_is_lost(autojump_clock: trio.abc.Clock) -> None:
+    async def holder(stream: trio.abc.Stream) -> None:
+        await _read_request(stream)
+        await trio.sleep_forever()  # no head at all
+
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            url = await _serve(nursery, holder)
+            with pytest.raises(Lost, match="nothing came for 5"):
+                async with HopClient(idle_s=30).stream(url, "POST", "/mcp", [], b"", read_s=5):
+                    pass
+            nursery.cancel_scope.cancel()
