@@ -34,10 +34,13 @@ _HEAD = re.compile(
 )
 """A whole head: the status line, then every header line, each as RFC 9112 section 4 and
 RFC 9110 sections 5.5 and 5.6.2 allow (no CR, LF or NUL inside a line, no folded line)."""
-_LINE = re.compile(rb"([^:]+):[\t ]*([^\r]*?)[\t ]*\r\n")
-"""One header line of a head `_HEAD` matched: its name and its value without the spaces
-around it."""
+_LINE = re.compile(rb"([^:]+):([^\r]*)\r\n")
+"""One header line of a head `_HEAD` matched: its name and its value, the spaces and tabs
+around it stripped after (each match in one pass: see `heads._LINE`)."""
 _DIGITS = re.compile(r"[0-9]{1,18}")
+_STRAY = re.compile(rb"(?<!\r)\n|\r[^\n]")
+"""An LF without its CR, or a CR without its LF: never in a head read here (the search
+looks at one byte before each match only, so it is linear)."""
 
 
 class Malformed(Exception):
@@ -68,37 +71,54 @@ class AnswerReader:
         max_body_bytes: the largest body taken; a larger one raises `TooLarge`.
     """
 
-    __slots__ = ("_buf", "_head", "_max_body")
+    __slots__ = ("_buf", "_head", "_max_body", "_seen")
 
     def __init__(self, max_body_bytes: int) -> None:
         self._max_body = max_body_bytes
-        self._buf = b""
+        self._buf = bytearray()
+        """The bytes fed so far, once more than one feed is needed (amortized: no copy of
+        the whole per read)."""
+        self._seen = 0
+        """Where the search for the head's end goes on from (the bytes before hold none)."""
         self._head: tuple[int, list[tuple[str, str]], int, bool, int] | None = None
         """Once the head is whole: status, headers, body length, kept, where the body starts."""
 
     def feed(self, data: bytes) -> ReadAnswer | None:
-        """Take the next bytes read; returns the answer once it is whole, else None.
+        """Take the next bytes read; returns the answer once it is whole, else None. Each
+        byte is looked at a bounded number of times, however the reads cut the answer.
 
         Raises:
             Malformed: the bytes so far cannot begin such an answer.
             TooLarge: its `Content-Length` passes `max_body_bytes`.
         """
-        buf = self._buf = self._buf + data if self._buf else data
+        buf = self._buf
+        if buf:
+            buf += data
+        got = buf if buf else data  # one read with the whole answer: no copy at all
         if self._head is None:
-            end = buf.find(b"\r\n\r\n")
+            end = got.find(b"\r\n\r\n", self._seen)
             if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
+                if len(got) > MAX_HEAD_BYTES:
                     raise Malformed(f"a head larger than {MAX_HEAD_BYTES} bytes")
+                if _STRAY.search(got, max(0, self._seen - 1)):  # a line ended by a bare LF
+                    raise Malformed("a status line or header line out of form")
+                self._seen = max(0, len(got) - 3)
+                if not buf:
+                    buf += data
                 return None
-            self._head = self._parse(buf, end + 4)
+            self._head = self._parse(got, end + 4)
         status, headers, length, keep, start = self._head
-        have = len(buf) - start
+        have = len(got) - start
         if have < length:
+            if not buf:
+                buf += data
             return None
-        body = buf[start:] if have == length else buf[start : start + length]
+        body = bytes(got[start : start + length])
         return ReadAnswer(status, headers, body, keep and have == length)
 
-    def _parse(self, buf: bytes, end: int) -> tuple[int, list[tuple[str, str]], int, bool, int]:
+    def _parse(
+        self, buf: bytes | bytearray, end: int
+    ) -> tuple[int, list[tuple[str, str]], int, bool, int]:
         if end > MAX_HEAD_BYTES:
             raise Malformed(f"a head larger than {MAX_HEAD_BYTES} bytes")
         head = _HEAD.fullmatch(buf, 0, end)
@@ -109,7 +129,7 @@ class AnswerReader:
         if status < 200:
             raise Malformed(f"an interim answer ({status}) that was never asked for")
         headers = [
-            (name.decode("latin-1").lower(), value.decode("latin-1"))
+            (name.decode("latin-1").lower(), value.strip(b" \t").decode("latin-1"))
             for name, value in _LINE.findall(block)
         ]
         lengths = [v for k, v in headers if k == "content-length"]
@@ -117,7 +137,9 @@ class AnswerReader:
         for name, value in headers:
             if name == "transfer-encoding":
                 raise Malformed("a transfer coding (the hop's whole answers carry a length)")
-            if name == "connection" and "close" in value.lower().replace(" ", "").split(","):
+            if name == "connection" and any(
+                token.strip(" \t") == "close" for token in value.lower().split(",")
+            ):
                 keep = False
         if status in (204, 304):
             return status, headers, 0, keep, end

@@ -16,8 +16,9 @@ is kept exact:
   out reading a stream, or answered what is not HTTP/1.1: the caller never sends it again.
 
 A pooled connection is reused only while idle for less than `idle_s` (half the holder's
-keep-alive) and while nothing can be read from it (a holder that closed it idle has sent its
-FIN, which would make a request on it `Lost`).
+keep-alive) and while nothing can be read from it, from its socket nor, over TLS, from what
+the TLS layer took off it (`mesh/records.py`): a holder that closed it idle has sent its FIN,
+which would make a request on it `Lost`; bytes past an answer would be read as the next one.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import h11
 import trio
 
 from .answer import AnswerReader, Malformed, ReadAnswer, TooLarge
+from .records import holds_more, open_tls
 
 CONNECT_S = 2.0
 """The longest a forward waits to connect to the holder (or for a free slot), s."""
@@ -109,8 +111,11 @@ class _Conn:
         self.keep = False
 
     def dead(self) -> bool:
-        """Whether the holder closed it (or sent anything) while it was idle (`poll`, not
-        `select`, which refuses descriptors past 1023)."""
+        """Whether the holder closed it or sent anything past its last answer: held by the
+        TLS layer (`records.holds_more`), or readable on the socket (`poll`, not `select`,
+        which refuses descriptors past 1023)."""
+        if isinstance(self.stream, trio.SSLStream) and holds_more(self.stream):
+            return True
         poller = select.poll()
         poller.register(self.fd, select.POLLIN | select.POLLPRI)
         try:
@@ -234,15 +239,7 @@ class HopClient:
                 stream: trio.abc.Stream = tcp
                 if origin.https:
                     context = self._tls or ssl.create_default_context()
-                    tls = trio.SSLStream(
-                        tcp, context, server_hostname=origin.host, https_compatible=True
-                    )
-                    try:
-                        await tls.do_handshake()
-                    except BaseException:
-                        await trio.aclose_forcefully(tcp)
-                        raise
-                    stream = tls
+                    stream = await open_tls(tcp, context, origin.host, receive_bytes=RECEIVE_BYTES)
         except trio.TooSlowError:
             raise NotReached(f"no connection within {self._connect_s} s") from None
         except (OSError, trio.BrokenResourceError) as exc:
@@ -335,9 +332,9 @@ class HopClient:
         *,
         read_s: float,
     ) -> AsyncIterator[StreamAnswer]:
-        """As `request`, but yields the answer's head at once and its body as it comes
-        (`StreamAnswer.chunks`, each read within `read_s` seconds; HTTP/1.1 by h11, chunked
-        or not); the connection is closed when the block ends, never pooled.
+        """As `request`, but yields the answer's head once it comes and its body as it comes
+        (the head's reads and `StreamAnswer.chunks`'s, each within `read_s` seconds;
+        HTTP/1.1 by h11, chunked or not); the connection is closed when the block ends, never pooled.
 
         Raises:
             NotReached: see `NotReached` (nothing was sent).
@@ -352,7 +349,7 @@ class HopClient:
             conn.h11.send(h11.Request(method=method, target=path, headers=frame))
             conn.h11.send(h11.Data(data=body))
             conn.h11.send(h11.EndOfMessage())
-            while not isinstance(event := await conn.next_event(), h11.Response):
+            while not isinstance(event := await conn.next_event(read_s), h11.Response):
                 pass
             yield StreamAnswer(event.status_code, _decoded(event.headers), conn, read_s)
         finally:

@@ -4,8 +4,8 @@ listener's wire: `mesh/wire.py`; docs/performance.md, "The cluster hop").
 Every request of the hop's channel (`mesh/channel.py`) has one plain shape: an HTTP/1.1
 request line, one `Host`, a body framed by one `Content-Length` (or none), and no header
 that changes the connection's course (`Connection`, `Transfer-Encoding`, `Expect`,
-`Upgrade`). `lean_head` reads such a head in two passes of regular expressions over its
-bytes, every line checked as h11 checks it; for any other head it returns None and the wire
+`Upgrade`), and not `CONNECT`. `lean_head` reads such a head in two passes of regular
+expressions over its bytes, every line checked as h11 checks it; for any other head it returns None and the wire
 hands the bytes to h11, which decides as before (a request of another shape is served, a
 malformed one refused). So it only ever takes heads h11 would take, and reads them as h11
 reads them (`tests/cluster/test_wire.py` holds the two side by side).
@@ -27,9 +27,11 @@ _HEAD: Final = re.compile(
 """A whole head: the request line (a token method, a target of visible characters, version
 1.1), then every header line as RFC 9110 sections 5.5 and 5.6.2 allow it (a token name, a
 value of visible characters, spaces and tabs: no CR, LF, NUL or DEL inside; no folded line)."""
-_LINE: Final = re.compile(rb"([^:]+):[\t ]*([^\r]*?)[\t ]*\r\n")
-"""One header line of a head `_HEAD` matched: its name and its value without the spaces
-around it."""
+_LINE: Final = re.compile(rb"([^:]+):([^\r]*)\r\n")
+"""One header line of a head `_HEAD` matched: its name and its value, the spaces and tabs
+around it stripped after (`_HEAD` ends each line at its first CR and each name at its first
+colon, so each match is found in one pass; a lazy value before optional blanks would try the
+blanks again at each of a run's characters: a quadratic cost a stranger could ask for)."""
 _DIGITS: Final = re.compile(r"[0-9]{1,18}")
 _COURSE: Final = frozenset({"connection", "transfer-encoding", "expect", "upgrade"})
 """Headers that change how the connection goes on: such a head is h11's to read."""
@@ -53,9 +55,12 @@ def lean_head(head: bytes) -> LeanHead | None:
     if matched is None:
         return None
     method, target, block = matched.groups()
+    if method == b"CONNECT":  # h11 ends its connection after it (RFC 9110 section 9.3.6)
+        return None
     fields: dict[str, list[str]] = {}
     for name, value in _LINE.findall(block):
-        fields.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        field = value.strip(b" \t").decode("latin-1")
+        fields.setdefault(name.decode("latin-1").lower(), []).append(field)
     if len(fields.get("host", ())) != 1 or not _COURSE.isdisjoint(fields):
         return None
     lengths = fields.get("content-length", ["0"])
@@ -64,16 +69,39 @@ def lean_head(head: bytes) -> LeanHead | None:
     return LeanHead(method, target, fields, int(lengths[0]))
 
 
+REASONS: Final = {
+    200: "OK",
+    202: "Accepted",
+    204: "No Content",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    421: "Misdirected Request",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+"""Reason phrases of the answers written here (RFC 9110 section 15; others go without one)."""
+
+
 def answer_head(status: int, reason: str, headers: list[tuple[str, str]]) -> bytes:
     """An answer's status line and header lines (RFC 9112 sections 4 and 5), in one checked
     pass instead of h11's expressions per header.
 
     Raises:
-        ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL anywhere, a name
-            that is not a token).
+        ValueError: a status not from 200 to 599 (the entry reads no other), or a header no
+            HTTP/1.1 answer may carry (a control character other than a tab anywhere in a
+            value, a name that is not a token).
     """
     names = "".join(name for name, _ in headers)
     values = "".join(value for _, value in headers)
+    if not 200 <= status <= 599:  # the hop's answers are final (RFC 9110 section 15)
+        raise ValueError(f"a status no whole answer here may have ({status})")
     if not all(name for name, _ in headers) or _BAD_NAME.search(names) or _BAD_VALUE.search(values):
         raise ValueError("an answer header no HTTP/1.1 answer may carry")
     lines = [f"HTTP/1.1 {status} {reason}\r\n"]
@@ -84,5 +112,6 @@ def answer_head(status: int, reason: str, headers: list[tuple[str, str]]) -> byt
 
 _BAD_NAME: Final = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 """Not a `tchar` (RFC 9110 section 5.6.2): never in a field name."""
-_BAD_VALUE: Final = re.compile(r"[\r\n\0]")
-"""Never in a field value (RFC 9110 section 5.5)."""
+_BAD_VALUE: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Never in a field value (RFC 9110 section 5.5: visible characters, spaces and tabs; the
+entry's reader, `answer.py`, takes no other)."""

@@ -28,7 +28,7 @@ from typing import Final
 
 import h11
 
-from .heads import LEAN_HEAD_BYTES, LeanHead, answer_head, lean_head
+from .heads import LEAN_HEAD_BYTES, REASONS, LeanHead, answer_head, lean_head
 
 MAX_HEAD_BYTES: Final = 32 * 1024
 """The largest request head taken, bytes: the main listener's 16 KiB and the mesh's headers,
@@ -38,24 +38,6 @@ HEAD_S: Final = 10.0
 MCP_PATH: Final = "/mcp"
 JSONRPC_INVALID_REQUEST: Final = -32600
 """JSON-RPC 2.0's "Invalid Request" (jsonrpc.org/specification, section 5.1)."""
-REASONS: Final = {
-    200: "OK",
-    202: "Accepted",
-    204: "No Content",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    413: "Content Too Large",
-    421: "Misdirected Request",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-}
-"""Reason phrases of the answers written here (RFC 9110 section 15; others go without one)."""
 
 
 class Phase(StrEnum):
@@ -156,6 +138,7 @@ class HolderWire:
         "_method",
         "_now",
         "_out",
+        "_seen",
         "_size",
         "_target",
         "phase",
@@ -166,6 +149,7 @@ class HolderWire:
     ) -> None:
         self._h: h11.Connection | None = None  # a request not of the plain shape: h11's
         self._buf = bytearray()  # the request's bytes (and after) while h11 has none
+        self._seen = 0  # where the search for the head's end goes on from in `_buf`
         self._lean: LeanHead | None = None
         self._limits = (max_body_bytes, head_s, body_s, idle_s)
         self.phase = Phase.IDLE
@@ -234,11 +218,10 @@ class HolderWire:
         """The next event of a request read by `lean_head`; None once it is h11's."""
         buf = self._buf
         if self._lean is None:
-            end = buf.find(b"\r\n\r\n")
-            # h11 refuses a first byte below "!" at once, and ends a head at a bare LF too
-            plain = (not buf or buf[0] > 0x20) and b"\n\n" not in buf and b"\n\r\n" not in buf
-            if end < 0 and len(buf) <= LEAN_HEAD_BYTES and not self._eof and plain:
+            end = buf.find(b"\r\n\r\n", self._seen)
+            if end < 0 and self._waits(buf):
                 return NEED_DATA
+            self._seen = 0
             lean = lean_head(bytes(buf[: end + 4])) if 0 <= end < LEAN_HEAD_BYTES else None
             if lean is None:  # not the plain shape: h11 reads it, from its first byte
                 self._h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
@@ -259,6 +242,18 @@ class HolderWire:
         body = bytes(buf[: self._lean.length])
         del buf[: self._lean.length]
         return Request(self._lean.method.decode("ascii"), _path(self._target), self._fields, body)
+
+    def _waits(self, buf: bytearray) -> bool:
+        """Whether a head with no CRLF end yet is still to be waited for here: within the
+        lean bound, the peer still there, a first byte h11 does not refuse at once, and no
+        end of bare LFs (h11 ends a head there too). Each search goes on from where the last
+        stopped (`_seen`), so a head sent a byte at a time costs no search of it all again."""
+        if len(buf) > LEAN_HEAD_BYTES or self._eof or (buf and buf[0] <= 0x20):
+            return False
+        if buf.find(b"\n\n", self._seen) >= 0 or buf.find(b"\n\r\n", self._seen) >= 0:
+            return False
+        self._seen = max(0, len(buf) - 3)
+        return True
 
     def _h11_event(self) -> Event:
         assert self._h is not None
@@ -331,10 +326,10 @@ class HolderWire:
         its first request. So does one to a peer that asked to close (or spoke HTTP/1.0).
 
         Raises:
-            ValueError: a header no HTTP/1.1 answer may carry (a CR, LF or NUL, a name that
-                is not a token).
+            ValueError: as `heads.answer_head` (a status not from 200 to 599, a control
+                character in a value, a name that is not a token).
         """
-        frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
+        frame = [(k, v) for k, v in headers.items() if k.lower() not in _FRAMING]
         asked = any(k.lower() == "connection" and "close" in v.lower() for k, v in frame)
         closing = asked or status >= 400 or not self._peer_keeps()
         if closing and not any(k.lower() == "connection" for k, _v in frame):
@@ -353,7 +348,7 @@ class HolderWire:
         Raises:
             ValueError: as `answer`.
         """
-        frame = [(k, v) for k, v in headers.items() if k not in _FRAMING]
+        frame = [(k, v) for k, v in headers.items() if k.lower() not in _FRAMING]
         if not any(k.lower() == "connection" for k, _v in frame):
             frame.append(("connection", "close"))
         frame.append(("transfer-encoding", "chunked"))
@@ -387,7 +382,7 @@ class HolderWire:
 
 
 _FRAMING = frozenset({"content-length", "transfer-encoding"})
-"""Set by the wire itself, never taken from an answer's headers."""
+"""Set by the wire itself, never taken from an answer's headers (in any case of letters)."""
 
 
 def _path(target: bytes) -> str:

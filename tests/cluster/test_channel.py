@@ -7,8 +7,10 @@ cluster's CA. Every wait is bounded (`BOUND_S`)."""
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -290,3 +292,54 @@ async def test_a_connection_is_reused_when_the_process_has_many_descriptors() ->
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_over_tls_bytes_past_an_answer_never_answer_the_next_request(tmp_path: Path) -> None:
+    """A holder that sends one answer too many, in a TLS record of its own but in the same TCP
+    segment: the TLS layer has those bytes, no poll of the socket sees them, and the
+    connection must not be pooled with them (the next forward would read them as its own)."""
+    ca = ClusterCA(tmp_path / "tls")
+    leaf = ca.leaf("b2")
+    context = server_context(leaf.certfile, leaf.keyfile)
+    served = 0
+
+    async def holder(tcp: trio.SocketStream) -> None:
+        nonlocal served
+        served += 1
+        stream = trio.SSLStream(tcp, context, server_side=True, https_compatible=True)
+        with trio.move_on_after(BOUND_S):
+            await _read_request(stream)
+            if served == 1:  # both records in one segment: the client reads them at once
+                tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+                await stream.send_all(OK)
+                await stream.send_all(OK.replace(b"{}", b"!!"))
+                tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+                await trio.sleep_forever()
+            while True:
+                await stream.send_all(OK)
+                await _read_request(stream)
+
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            (listener,) = await nursery.start(partial(trio.serve_tcp, host="127.0.0.1"), holder, 0)
+            url = f"https://127.0.0.1:{listener.socket.getsockname()[1]}"
+            hop = HopClient(idle_s=30, tls=client_context(ca.cafile))
+            for _ in range(3):
+                assert (await hop.request(url, "POST", "/mcp", [], b"")).body == b"{}"
+            assert hop.connections == 2  # the first one was never used again
+            await hop.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_stream_whose_head_never_comes_is_lost(autojump_clock: trio.abc.Clock) -> None:
+    async def holder(stream: trio.abc.Stream) -> None:
+        await _read_request(stream)
+        await trio.sleep_forever()  # no head at all
+
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            url = await _serve(nursery, holder)
+            with pytest.raises(Lost, match="nothing came for 5"):
+                async with HopClient(idle_s=30).stream(url, "POST", "/mcp", [], b"", read_s=5):
+                    pass
+            nursery.cancel_scope.cancel()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -285,3 +287,104 @@ def test_plain_and_other_requests_follow_each_other_on_one_connection() -> None:
     wire = _wire()
     assert _feed(wire, POST[:-3]) is NEED_DATA
     assert _feed(wire, b"") is CLOSE  # mid-body: gone
+
+
+def _cpu_s(read: Callable[[], object]) -> float:
+    """The least CPU time of three runs of `read`, s (process time: no other process's)."""
+    costs = []
+    for _ in range(3):
+        start = time.process_time()
+        read()
+        costs.append(time.process_time() - start)
+    return min(costs)
+
+
+def test_a_long_run_of_blanks_inside_a_value_costs_what_h11_pays() -> None:
+    """A head any stranger may send: the lean reading must stay linear (an expression that
+    tried a run's blanks again at each of its characters cost 500 times h11's here)."""
+    import h11
+
+    data = b"POST /mcp HTTP/1.1\r\nHost: h\r\nX: x" + b" \t" * 4050 + b"y\r\n\r\n"
+
+    def lean() -> object:
+        return _feed(_wire(), data)
+
+    def by_h11() -> object:
+        conn = h11.Connection(h11.SERVER)
+        conn.receive_data(data)
+        return conn.next_event()
+
+    assert lean() == _by_h11(data)  # read by the lean path: within its 8 KiB
+    assert _cpu_s(lean) < 10 * _cpu_s(by_h11) + 0.02  # generous: a quadratic one is 500 times
+
+
+def test_a_head_sent_a_byte_at_a_time_costs_what_h11_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read searches only the bytes that came since the last (with the lean bound raised
+    to h11's here, so that a search of the whole head again per read would show: 20 times)."""
+    import h11
+
+    from ftwbridge.mesh import wire
+
+    monkeypatch.setattr(wire, "LEAN_HEAD_BYTES", MAX_HEAD_BYTES)
+    data = b"GET /mcp HTTP/1.1\r\nHost: h\r\nX: " + b"a" * 30_000
+    reads = [data[i : i + 1] for i in range(len(data))]
+
+    def lean() -> object:
+        holder = _wire()
+        for piece in reads:
+            event = _feed(holder, piece)
+        return event
+
+    def by_h11() -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        for piece in reads:
+            conn.receive_data(piece)
+            conn.next_event()
+
+    assert lean() is NEED_DATA
+    assert _cpu_s(lean) < 2 * _cpu_s(by_h11) + 0.02  # generous: it costs less than h11's
+
+
+def test_a_connect_ends_its_connection_as_h11_says() -> None:
+    """h11 takes a CONNECT as a switch of protocol and the connection ends after its answer:
+    the lean reading leaves it to h11, so the request after it is never read."""
+    data = b"CONNECT /mcp HTTP/1.1\r\nHost: h\r\n\r\nGET /mcp HTTP/1.1\r\nHost: h\r\n\r\n"
+    wire = _wire()
+    first = _feed(wire, data)
+    assert isinstance(first, Request) and first.method == "CONNECT"
+    wire.answer(200, {}, b"ok")
+    assert not wire.next_cycle(101.0) and wire.phase is Phase.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (200, {"x": "a\x01b"}),
+        (200, {"x": "a\x7fb"}),
+        (200, {"x": "\x0b"}),
+        (200, {"x": "a\nb"}),
+        (101, {}),
+        (199, {}),
+        (600, {}),
+        (1000, {}),
+    ],
+)
+def test_the_writer_refuses_what_the_entry_would_not_read(
+    status: int, headers: dict[str, str]
+) -> None:
+    wire = _wire()
+    assert isinstance(_feed(wire, POST), Request)
+    with pytest.raises(ValueError):
+        wire.answer(status, headers, b"{}")
+    with pytest.raises(ValueError):
+        wire.stream_head(status, headers)
+
+
+def test_a_routes_own_framing_headers_are_never_written_in_any_case() -> None:
+    wire = _wire()
+    assert isinstance(_feed(wire, POST), Request)
+    out = wire.answer(200, {"Content-Length": "99", "Transfer-Encoding": "x", "X-T": "a\tb"}, b"{}")
+    assert out.lower().count(b"content-length") == 1 and b"transfer-encoding" not in out.lower()
+    assert b"content-length: 2\r\n" in out and b"X-T: a\tb\r\n" in out
+    head = wire.stream_head(200, {"content-LENGTH": "5"})
+    assert b"content-LENGTH" not in head and head.count(b"transfer-encoding: chunked") == 1
