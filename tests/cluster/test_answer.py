@@ -4,14 +4,13 @@ shape, and every malformed byte, refused."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import h11
 import pytest
 
 from ftwbridge.mesh.answer import MAX_HEAD_BYTES, AnswerReader, Malformed, ReadAnswer, TooLarge
 from ftwbridge.mesh.wire import HolderWire
+
+from .test_wire import _cpu_s
 
 REQUEST = b"POST /mcp HTTP/1.1\r\nhost: b2\r\ncontent-length: 2\r\n\r\n{}"
 
@@ -150,16 +149,6 @@ def test_a_long_run_of_blanks_inside_a_value_costs_what_h11_pays() -> None:
     assert got is not None and (got.status, got.headers, got.body) == _h11(data, MAX_HEAD_BYTES)
     # generous: a quadratic reading costs thousands of times h11's here
     assert _cpu_s(lambda: _read(data)) < 10 * _cpu_s(lambda: _h11(data, MAX_HEAD_BYTES)) + 0.02
-
-
-def _cpu_s(read: Callable[[], object]) -> float:
-    """The least CPU time of three runs of `read`, s (process time: no other process's)."""
-    costs = []
-    for _ in range(3):
-        start = time.process_time()
-        read()
-        costs.append(time.process_time() - start)
-    return min(costs)
 
 
 def test_a_body_in_many_small_reads_costs_what_h11_pays() -> None:

@@ -98,23 +98,29 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
 Start = Callable[[trio.Nursery, socket.socket], Awaitable[Any]]
 
 
-@pytest.mark.parametrize("which", ["door", "internal", "edge"])
-async def test_each_listener_waits_out_emfile_in_words_and_serves_again(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, which: str
-) -> None:
-    caplog.set_level(logging.DEBUG)
+def fail_accepts(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
+    """Make every `trio.SocketListener`'s next `times` accepts fail with EMFILE; returns a
+    one-item list holding how many failures are still to come."""
     original = trio.SocketListener.accept
-    failures = 3
+    left = [times]
 
     async def accept(self: trio.SocketListener) -> trio.SocketStream:
-        nonlocal failures
-        if failures:
-            failures -= 1
+        if left[0]:
+            left[0] -= 1
             await trio.lowlevel.checkpoint()
             raise OSError(errno.EMFILE, "Too many open files")
         return await original(self)
 
     monkeypatch.setattr(trio.SocketListener, "accept", accept)
+    return left
+
+
+@pytest.mark.parametrize("which", ["door", "internal", "edge"])
+async def test_each_listener_waits_out_emfile_in_words_and_serves_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, which: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    failures = fail_accepts(monkeypatch, 3)
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as nursery:
             if which == "edge":
@@ -131,7 +137,7 @@ async def test_each_listener_waits_out_emfile_in_words_and_serves_again(
                 got = await stream.receive_some(65536)
             assert got.startswith(b"HTTP/1.1 404 ")  # served once a file was free
             nursery.cancel_scope.cancel()
-    assert failures == 0
+    assert failures == [0]
     assert not [r for r in caplog.records if r.name == "trio.serve_listeners"]
     said = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.listeners"]
     assert said and "cannot accept connections" in said[0] and "(EMFILE)" in said[0]

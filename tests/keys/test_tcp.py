@@ -7,6 +7,7 @@ line and goes on serving everyone else."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from functools import partial
 
@@ -29,6 +30,7 @@ from ftwbridge.keys.mesh import WRONG_KEY, Frame, MeshChannel
 from ftwbridge.keys.remote import RemoteKeys
 from ftwbridge.keys.service import BadHandshakeMessage, KeysError, UnknownAgentKey
 from ftwbridge.proto.noise import Responder, generate_static
+from tests.edge.test_accept_failures import fail_accepts
 
 KEY = bytes(range(32))
 WAIT_S = 30.0
@@ -323,28 +325,14 @@ async def test_a_peer_gone_before_its_refusal_is_written_ends_quietly(
 async def test_the_keys_listener_waits_out_emfile_in_words_and_serves_again(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import errno
-    import logging
-
     caplog.set_level(logging.DEBUG)
-    original = trio.SocketListener.accept
-    failures = 3
-
-    async def accept(self: trio.SocketListener) -> trio.SocketStream:
-        nonlocal failures
-        if failures:
-            failures -= 1
-            await trio.lowlevel.checkpoint()
-            raise OSError(errno.EMFILE, "Too many open files")
-        return await original(self)
-
-    monkeypatch.setattr(trio.SocketListener, "accept", accept)
+    failures = fail_accepts(monkeypatch, 3)
     async with trio.open_nursery() as nursery:
         address = await _service(nursery)
         out = await _raw(address, b"\x00\x00\x00\x01\xff")  # served once a file was free
         assert _refusal(out)
         nursery.cancel_scope.cancel()
-    assert failures == 0
+    assert failures == [0]
     assert not [r for r in caplog.records if r.name == "trio.serve_listeners"]
     said = [r.getMessage() for r in caplog.records if r.name == "ftwbridge.listeners"]
     assert said and "the keys service on 127.0.0.1:0" in said[0] and "(EMFILE)" in said[0]
