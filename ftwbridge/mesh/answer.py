@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from .heads import HEADER_LINE, LENGTH_DIGITS
+
 MAX_HEAD_BYTES: Final = 32 * 1024
 """The largest answer head read, bytes (h11's default bound is 16 KiB)."""
 
@@ -34,10 +36,6 @@ _HEAD = re.compile(
 )
 """A whole head: the status line, then every header line, each as RFC 9112 section 4 and
 RFC 9110 sections 5.5 and 5.6.2 allow (no CR, LF or NUL inside a line, no folded line)."""
-_LINE = re.compile(rb"([^:]+):([^\r]*)\r\n")
-"""One header line of a head `_HEAD` matched: its name and its value, the spaces and tabs
-around it stripped after (each match in one pass: see `heads._LINE`)."""
-_DIGITS = re.compile(r"[0-9]{1,18}")
 _STRAY = re.compile(rb"(?<!\r)\n|\r[^\n]")
 """An LF without its CR, or a CR without its LF: never in a head read here (the search
 looks at one byte before each match only, so it is linear)."""
@@ -130,7 +128,7 @@ class AnswerReader:
             raise Malformed(f"an interim answer ({status}) that was never asked for")
         headers = [
             (name.decode("latin-1").lower(), value.strip(b" \t").decode("latin-1"))
-            for name, value in _LINE.findall(block)
+            for name, value in HEADER_LINE.findall(block)
         ]
         lengths = [v for k, v in headers if k == "content-length"]
         keep = minor == b"1"
@@ -143,7 +141,7 @@ class AnswerReader:
                 keep = False
         if status in (204, 304):
             return status, headers, 0, keep, end
-        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0]):
+        if len(set(lengths)) != 1 or not LENGTH_DIGITS.fullmatch(lengths[0]):
             raise Malformed("no single Content-Length")
         length = int(lengths[0])
         if length > self._max_body:

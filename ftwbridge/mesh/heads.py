@@ -27,12 +27,13 @@ _HEAD: Final = re.compile(
 """A whole head: the request line (a token method, a target of visible characters, version
 1.1), then every header line as RFC 9110 sections 5.5 and 5.6.2 allow it (a token name, a
 value of visible characters, spaces and tabs: no CR, LF, NUL or DEL inside; no folded line)."""
-_LINE: Final = re.compile(rb"([^:]+):([^\r]*)\r\n")
+HEADER_LINE: Final = re.compile(rb"([^:]+):([^\r]*)\r\n")
 """One header line of a head `_HEAD` matched: its name and its value, the spaces and tabs
 around it stripped after (`_HEAD` ends each line at its first CR and each name at its first
 colon, so each match is found in one pass; a lazy value before optional blanks would try the
 blanks again at each of a run's characters: a quadratic cost a stranger could ask for)."""
-_DIGITS: Final = re.compile(r"[0-9]{1,18}")
+LENGTH_DIGITS: Final = re.compile(r"[0-9]{1,18}")
+"""A `Content-Length` value read here: digits only, at most 18 (any longer is h11's, or Lost)."""
 _COURSE: Final = frozenset({"connection", "transfer-encoding", "expect", "upgrade"})
 """Headers that change how the connection goes on: such a head is h11's to read."""
 
@@ -58,13 +59,13 @@ def lean_head(head: bytes) -> LeanHead | None:
     if method == b"CONNECT":  # h11 ends its connection after it (RFC 9110 section 9.3.6)
         return None
     fields: dict[str, list[str]] = {}
-    for name, value in _LINE.findall(block):
+    for name, value in HEADER_LINE.findall(block):
         field = value.strip(b" \t").decode("latin-1")
         fields.setdefault(name.decode("latin-1").lower(), []).append(field)
     if len(fields.get("host", ())) != 1 or not _COURSE.isdisjoint(fields):
         return None
     lengths = fields.get("content-length", ["0"])
-    if len(lengths) != 1 or not _DIGITS.fullmatch(lengths[0]):
+    if len(lengths) != 1 or not LENGTH_DIGITS.fullmatch(lengths[0]):
         return None
     return LeanHead(method, target, fields, int(lengths[0]))
 
