@@ -18,7 +18,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from ftwbridge.consent_pages import NO_STORE, add_consent_pages
-from ftwbridge.framing import framing_and_coding
+from ftwbridge.framing import framing_and_coding, plain_http_errors
 from ftwbridge.front import add_front_page
 from ftwbridge.mcp.asgi import (
     CORS_REQUEST_HEADERS,
@@ -229,6 +229,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.config["BODY_TIMEOUT"] = body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    plain_http_errors(app, "/mcp, OAuth's endpoints and their metadata, and the front page")
     app.register_error_handler(StoreError, _store_unavailable)
     app.register_error_handler(sqlite3.Error, _state_trouble)
     app.register_error_handler(OSError, _state_trouble)

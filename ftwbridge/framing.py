@@ -1,13 +1,16 @@
 """The rules on every request's framing and coding, before its route reads a byte
 (`framing_problem`), and their Quart hook (`framing_and_coding`); `/mcp` applies them itself
-(`mcp.asgi.McpRoute`)."""
+(`mcp.asgi.McpRoute`). Also the Quart apps' own refusals (no route, a method the route does
+not take, a body too large or too slow, a route that failed) in plain sentences
+(`plain_http_errors`) instead of Quart's HTML pages."""
 
 from __future__ import annotations
 
 import json
 
 from mcp_types import jsonrpc
-from quart import Response, request
+from quart import Quart, Response, request
+from werkzeug.exceptions import HTTPException
 
 
 def refusal_body(path: str, message: str) -> dict[str, object]:
@@ -66,3 +69,40 @@ async def framing_and_coding() -> Response | None:
         headers.setdefault(name.lower(), []).append(value)
     problem = framing_problem(headers)
     return None if problem is None else _refusal(*problem)
+
+
+_WORDS = {
+    400: "the request could not be read",
+    404: "nothing is served at this path on this listener",
+    408: "the request's body did not arrive in time",
+    413: "the request's body is larger than this listener takes",
+    500: "the request failed on the bridge; the bridge's log says why",
+}
+
+
+def http_error_words(exc: HTTPException, served: str) -> Response:
+    """A Quart app's own refusal (`werkzeug.exceptions.HTTPException`: Quart raises 404 for
+    no route, 405 for a method the route does not take, 408 and 413 for a body too slow or
+    too large, and 500 for a route that raised) as one plain-text sentence with the same
+    status and headers (a 405 keeps `Allow`, RFC 9110 section 15.5.6). `served` names what
+    the listener does serve, for a 404's sentence."""
+    code = exc.code or 500
+    words = _WORDS.get(code, "the request was refused")
+    if code == 404:
+        words = f"{words}; it serves {served}"
+    elif code == 405:
+        allowed = ", ".join(sorted(exc.valid_methods or ()))  # type: ignore[attr-defined]
+        words = f"this path does not take {request.method}; it takes {allowed}"
+    headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
+    headers["content-type"] = "text/plain; charset=utf-8"
+    return Response(f"{code} {exc.name}: {words}.\n", code, headers)
+
+
+def plain_http_errors(app: Quart, served: str) -> None:
+    """Answer every Quart-raised refusal of `app` in words (`http_error_words`); a route's own
+    answers (OAuth's JSON errors, the consent pages) are not touched."""
+
+    async def handler(exc: HTTPException) -> Response:
+        return http_error_words(exc, served)
+
+    app.register_error_handler(HTTPException, handler)

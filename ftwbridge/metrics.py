@@ -33,7 +33,7 @@ from quart_trio import QuartTrio
 from ftwbridge import __version__
 from ftwbridge.door import Door
 from ftwbridge.edge import Connections
-from ftwbridge.framing import framing_and_coding
+from ftwbridge.framing import framing_and_coding, plain_http_errors
 from ftwbridge.keys import KeysPort
 from ftwbridge.pool import Pool
 from ftwbridge.pool.feed import feed_metrics
@@ -345,6 +345,9 @@ def create_admin_app(
     (ftwbridge/status.py)."""
     app = QuartTrio("ftwbridge-admin")
     app.before_request(framing_and_coding)
+    plain_http_errors(
+        app, "/metrics, /healthz, /readyz" + (" and the status page at /" if status else "")
+    )
 
     if status is not None:
         shown = status

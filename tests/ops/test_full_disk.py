@@ -36,7 +36,13 @@ FULL_WORDS = "the bridge's storage is full; try again later"
 
 async def raw(env: Env, request: bytes) -> tuple[int, dict[str, str], bytes]:
     """Send `request` as it stands to the bridge's main listener; (status, headers, body)."""
-    url = urlsplit(env.bridge.site.public_url)
+    return await raw_at(env.bridge.site.public_url, request)
+
+
+async def raw_at(base: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as it stands to the listener at `base` (a URL); (status, headers, body)
+    once the listener closes the connection."""
+    url = urlsplit(base)
     with trio.fail_after(REAL_WAIT_S):
         stream = await trio.open_tcp_stream(url.hostname or "127.0.0.1", url.port or 80)
         async with stream:
