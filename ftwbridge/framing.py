@@ -10,7 +10,7 @@ import json
 
 from mcp_types import jsonrpc
 from quart import Quart, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 
 def refusal_body(path: str, message: str) -> dict[str, object]:
@@ -90,8 +90,8 @@ def http_error_words(exc: HTTPException, served: str) -> Response:
     words = _WORDS.get(code, "the request was refused")
     if code == 404:
         words = f"{words}; it serves {served}"
-    elif code == 405:
-        allowed = ", ".join(sorted(exc.valid_methods or ()))  # type: ignore[attr-defined]
+    elif isinstance(exc, MethodNotAllowed):
+        allowed = ", ".join(sorted(exc.valid_methods or ()))
         words = f"this path does not take {request.method}; it takes {allowed}"
     headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
     headers["content-type"] = "text/plain; charset=utf-8"
