@@ -14,8 +14,9 @@ CPU 0 and wrk and the stub homes on CPU 1 as `make bench` does, and then:
   (`/proc/PID/stat` utime and stime, every thread's, in clock ticks of 10 ms) over the
   window, divided by the calls wrk made. Each figure is the median of its rounds. These move
   with the machine's load: the 1-minute load average is recorded beside them;
-  the voluntary context switches per call (a wait that slept: the CPU's caches go to
-  whatever runs meanwhile) and the involuntary ones (preempted) are counted beside them;
+  the event loop's (the main thread's) voluntary context switches per call (a wait that
+  slept: the CPU's caches go to whatever runs meanwhile) and involuntary ones (preempted)
+  are counted beside them;
 - **syscalls**: one window of wrk at each connection count with `strace -c -f -p PID`
   attached to the server (all its threads); the count of each syscall divided by the calls
   made meanwhile. strace stops the server at every syscall, so the rate under it is a
@@ -76,16 +77,15 @@ def cpu_split(pid: int) -> tuple[float, float]:
 
 
 def switches(pid: int) -> tuple[int, int]:
-    """(voluntary, involuntary) context switches of process `pid` so far, every thread's
-    (`/proc/PID/task/*/status`): a voluntary one is a wait in the kernel that slept."""
+    """(voluntary, involuntary) context switches so far of process `pid`'s main thread, where
+    its event loop runs (`/proc/PID/status`): a voluntary one is a wait that slept. Worker
+    threads (a thread pool's) are left out: they come and go, and their counts with them."""
     vol = invol = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            for line in status.read_text().splitlines():
-                if line.startswith("voluntary_ctxt_switches:"):
-                    vol += int(line.split()[1])
-                elif line.startswith("nonvoluntary_ctxt_switches:"):
-                    invol += int(line.split()[1])
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            vol = int(line.split()[1])
+        elif line.startswith("nonvoluntary_ctxt_switches:"):
+            invol = int(line.split()[1])
     return vol, invol
 
 
@@ -236,6 +236,30 @@ def medians(samples: dict[tuple[str, int], list[dict[str, Any]]]) -> list[dict[s
     return rows
 
 
+def paired(
+    samples: dict[tuple[str, int], list[dict[str, Any]]], case: str, against: str
+) -> dict[int, dict[str, Any]]:
+    """By connections: the median and range over rounds of `case`'s user+system CPU per call
+    over `against`'s in the same round (interleaved: the same load on both)."""
+    out = {}
+    for (name, conns), got in samples.items():
+        base = samples.get((against, conns))
+        if name != case or not base:
+            continue
+        ratios = sorted(
+            (g["user_ms"] + g["system_ms"]) / (b["user_ms"] + b["system_ms"])
+            for g, b in zip(got, base, strict=True)
+            if b["user_ms"] + b["system_ms"]
+        )
+        if ratios:
+            med = statistics.median(ratios)
+            out[conns] = {
+                "median": round(med, 3),
+                "range": [round(ratios[0], 3), round(ratios[-1], 3)],
+            }
+    return out
+
+
 def measure(args: argparse.Namespace, base: Path | None, tmp: Path) -> dict[str, Any]:
     conns = tuple(args.connections)
     with contextlib.ExitStack() as stack:
@@ -270,6 +294,14 @@ def measure(args: argparse.Namespace, base: Path | None, tmp: Path) -> dict[str,
         "seconds": args.seconds,
         "strace_seconds": args.strace_s,
         "cpu": medians(samples),
+        "cpu_ratios": {
+            f"{case}/{against}": paired(samples, case, against)
+            for case, against in [
+                ("bridge", "sdk-uvicorn"),
+                ("bridge", "sdk-trio"),
+                ("bridge", f"bridge@{args.base}"),
+            ]
+        },
         "cpu_samples": {f"{k[0]}@{k[1]}": v for k, v in samples.items()},
         "syscalls": syscalls,
     }
@@ -342,6 +374,9 @@ def main() -> None:
         else:
             result = measure(args, base, Path(t))
             print("\n" + cpu_table(result["cpu"]) + "\n\n" + syscall_table(result["syscalls"]))
+            for pair, by_conns in result["cpu_ratios"].items():
+                for conns, r in by_conns.items():
+                    print(f"{pair} CPU per call at {conns}: {r['median']} ({r['range']})")
     out = args.out
     if out is None and not args.only:
         out = BENCH / "results" / f"{dt.date.today().isoformat()}-syscalls.json"
