@@ -33,6 +33,7 @@ from wsproto.connection import Connection, ConnectionState
 from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMessage
 
 from ftwbridge.edgerules import CLOSE_REPLY_S, FAILING_CODES, LAST_WORDS_S
+from ftwbridge.listening import receive_when_readable
 
 log = logging.getLogger("ftwbridge.door")
 RECV_BYTES: Final = 65536
@@ -203,14 +204,15 @@ class LeanSocket:
 
     async def _read_once(self) -> None:
         """One read from the socket (first, the bytes that came with the request head), its
-        frames taken. The silence rule and the wait for a Close in reply are `watch`'s: it
+        frames taken; the read waits for bytes before it asks (`listening.receive_when_readable`:
+        the box mostly has nothing to send until the door has sent). The silence rule and the wait for a Close in reply are `watch`'s: it
         closes the stream, which ends this read."""
         if self._initial:
             initial, self._initial = self._initial, b""
             await self._feed(initial)
             return
         try:
-            data = await self._stream.receive_some(RECV_BYTES)
+            data = await receive_when_readable(self._stream, RECV_BYTES)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             data = b""
         if not data:

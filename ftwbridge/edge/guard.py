@@ -13,7 +13,7 @@ from hypercorn.trio.tcp_server import MAX_RECV
 
 from ftwbridge.edgerules import BAD_REQUEST, LAST_WORDS_S, turned_away_status
 from ftwbridge.fairshare import SlotRefused, Slots, source_key
-from ftwbridge.listening import peer_host, say_at_once
+from ftwbridge.listening import peer_host, receive_when_readable, say_at_once
 
 from .writes import HEAD_TIMEOUT_BYTES, TURNED_AWAY_BYTES, WritingServer
 
@@ -39,14 +39,15 @@ class GuardedTCPServer(WritingServer):
 
     async def _read_loop(self) -> None:
         """hypercorn's `TCPServer._read_data`, with its read timeout in a scope of our own, so
-        that a stream's response lifts it (`_stream`): the bytes read, the end of the loop and
-        the `Closed` it hands on are hypercorn's."""
+        that a stream's response lifts it (`_stream`), and each read waiting for the socket
+        first (`listening.receive_when_readable`: the peer mostly waits for our answer): the
+        bytes read, the end of the loop and the `Closed` it hands on are hypercorn's."""
         while True:
             limit = self.config.read_timeout
             deadline = trio.current_time() + limit if limit and not self._streaming else math.inf
             with trio.CancelScope(deadline=deadline) as self._read_scope:
                 try:
-                    data = await self.stream.receive_some(MAX_RECV)
+                    data = await receive_when_readable(self.stream, MAX_RECV)
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
                     break
             if self._read_scope.cancelled_caught:
