@@ -98,10 +98,11 @@ class Limits:
 
     def allow(self, now: float, size: int) -> bool:
         """Take one message of `size` bytes at `now` (s) if both buckets allow it."""
-        if self.msgs.wait_s(now) > 0 or self.nbytes.wait_s(now, size) > 0:
+        msgs, nbytes = self.msgs, self.nbytes
+        if not (msgs.ready(now) and nbytes.ready(now, size)):
             return False
-        self.msgs.charge(now, 1)  # both just said yes at `now`: no need to ask again
-        self.nbytes.charge(now, size)
+        msgs.debit(1)  # both just said yes at `now`: no refill again
+        nbytes.debit(size)
         return True
 
 

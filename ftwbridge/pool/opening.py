@@ -13,6 +13,7 @@ import trio
 from ftwbridge.config import Config
 from ftwbridge.door import Door, HomeOffline, LocalEnd, Tun, TunEnded
 from ftwbridge.keys.service import KeysError, KeysPort
+from ftwbridge.proto.envelope import Envelope
 from ftwbridge.proto.errors import ProtocolError
 from ftwbridge.proto.names import Code, TunEndReason
 from ftwbridge.proto.noise import TransportKeys
@@ -28,6 +29,8 @@ HELLO_BODY = {
     "app": {"build": "ftwbridge", "ua": "agent"},
     "locales": ["en"],
 }
+HELLO = Envelope(Msg.HELLO, None, HELLO_BODY).encode()
+"""The `hello` envelope every opening sends, encoded once (about 26 k instructions an open)."""
 
 
 def check_clock(hello_ok: dict[str, Any], now_ms: int, max_skew_ms: int) -> None:
@@ -61,14 +64,15 @@ async def open_session(
     wall_ms: Callable[[], int],
 ) -> None:
     """Open `s` (OPENING) to its home: a door tunnel, the Noise IK handshake through the keys
-    part (message 1 out, message 2 back within `config.handshake_s` seconds), `hello`, and a
-    `hello_ok` whose clock is within `config.clock_skew_max_ms` (PROTOCOL.md parts A to C).
-    On success the tunnel hands the box's messages to `s.deliver` and `s` is READY (or BUSY for
-    its first waiter). A keys-part handshake that does not finish is aborted.
+    part (message 1 out, message 2 back), `hello`, and a `hello_ok` whose clock is within
+    `config.clock_skew_max_ms` (PROTOCOL.md parts A to C). On success the tunnel hands the
+    box's messages to `s.deliver` and `s` is READY (or BUSY for its first waiter). A keys-part
+    handshake that does not finish is aborted. The time bound (`config.handshake_s`) is the
+    caller's: `open_task` runs this in `s.opening`, whose deadline it is.
 
     Raises:
         Refusal: the home is offline, the door dropped a message past its limit, the keys part
-            or the box refused, no answer in time, or the box's clock is missing or off.
+            or the box refused, or the box's clock is missing or off.
         TunEnded: the tunnel ended under the handshake.
     """
     assert roster.noise is not None
@@ -77,21 +81,18 @@ async def open_session(
     except HomeOffline:
         raise Refusal(Code.E_UNAVAILABLE, {"subsystem": "door"}) from None
     tun.on_end = s.close
-    with trio.move_on_after(config.handshake_s) as deadline:
-        transport = await _handshake(tun, s.agent_key, roster.noise, keys)
-        s.agent = AgentSession(transport)
-        if not await tun.send(s.agent.notify(Msg.HELLO, HELLO_BODY)):
-            raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
-        await _wait_hello_ok(s, wall_ms(), config.clock_skew_max_ms)
-        while early := tun.queued():  # came after hello_ok, before the sink: in order
-            for message in early:
-                await s.deliver(message)
-        if s.is_closed:
-            return
-        tun.attach(s.deliver)  # no await since the queue emptied: nothing out of order
-        s.opened()
-    if deadline.cancelled_caught:
-        raise Refusal(Code.E_UNAVAILABLE, {"reason": "no_answer"})
+    transport = await _handshake(tun, s.agent_key, roster.noise, keys)
+    s.agent = AgentSession(transport)
+    if not await tun.send(s.agent.notify_encoded(HELLO)):
+        raise Refusal(Code.E_RATE_LIMITED, {"retryAfterMs": 1000}, 1000)
+    await _wait_hello_ok(s, wall_ms(), config.clock_skew_max_ms)
+    while early := tun.queued():  # came after hello_ok, before the sink: in order
+        for message in early:
+            await s.deliver(message)
+    if s.is_closed:
+        return
+    tun.attach(s.deliver)  # no await since the queue emptied: nothing out of order
+    s.opened()
 
 
 async def _handshake(
@@ -172,6 +173,13 @@ async def _wait_hello_ok(s: PooledSession, now_ms: int, max_skew_ms: int) -> Non
                 raise refusal_for_end(peer_reason(ev.reason))
 
 
+def opening_scope(config: Config) -> trio.CancelScope:
+    """The scope a new session opens in (`PooledSession.opening`): cancelled by a close, and
+    bounded to `config.handshake_s` seconds from when `open_task` enters it (message 1 out to
+    `hello_ok` in, PROTOCOL.md part B)."""
+    return trio.CancelScope(relative_deadline=config.handshake_s)
+
+
 async def open_task(
     s: PooledSession,
     roster: Roster,
@@ -185,7 +193,9 @@ async def open_task(
 ) -> None:
     """The short task that opens `s` (`open_outcome`) in its `opening` scope, tells
     `on_open(outcome, seconds)` (`ok`, a registry code, or `closed`), and when `s` was closed
-    while opening, ends it itself (`finish`, shielded)."""
+    while opening, ends it itself (`finish`, shielded). That scope is both what a close
+    cancels and the opening's time bound (`opening_scope`: one trio scope, not two, each about
+    50 k instructions); an opening past it is refused `E_UNAVAILABLE {reason: no_answer}`."""
     started = trio.current_time()
     outcome = "ok"
     scope = s.opening
@@ -195,7 +205,11 @@ async def open_task(
             outcome = await open_outcome(
                 s, roster, door=door, keys=keys, config=config, wall_ms=wall_ms
             )
-        if scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
+        if scope.cancelled_caught and not s.is_closed:  # the deadline: no answer in time
+            s.failure = Refusal(Code.E_UNAVAILABLE, {"reason": LocalEnd.NO_ANSWER.value})
+            s.close(LocalEnd.REFUSED.value)
+            outcome = s.failure.code
+        elif scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
             outcome = "closed"
     finally:
         if s.state is State.OPENING:  # cancelled from outside (the pool is stopping)

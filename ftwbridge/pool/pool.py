@@ -44,7 +44,7 @@ from .eviction import look
 from .exchange import AtBoxes
 from .feed import Feeds
 from .homes import PoolObserver, PoolStats
-from .opening import open_task
+from .opening import open_task, opening_scope
 from .pacing import HomePacer
 from .session import REPLACEABLE, PooledSession, refusal_for_end
 from .table import SessionTable
@@ -315,7 +315,7 @@ class Pool:
         )
         s = PooledSession(self, home, agent_key)
         s.grant = grant
-        s.opening = trio.CancelScope()
+        s.opening = opening_scope(self._config)
         try:
             self._nursery.start_soon(self._open_task, s, roster)
         except RuntimeError:  # the pool's nursery is closing: nothing was registered

@@ -29,7 +29,15 @@ class Channel:
         Raises:
             LocalProtocolError: an envelope over 16,378 bytes, or a spent `seq` space.
         """
-        payload = env.encode()
+        return self.wrap_encoded(env.encode(), bulk=bulk, flags=flags)
+
+    def wrap_encoded(self, payload: bytes, *, bulk: bool = False, flags: int = 0) -> bytes:
+        """As `wrap`, for an envelope already encoded (`Envelope.encode`'s bytes: a constant
+        message encoded once, such as `hello`).
+
+        Raises:
+            LocalProtocolError: as `wrap`.
+        """
         lane = LANE_BULK if bulk else lane_for(len(payload), self.control_bucket)
         frame = encode_frame(payload, lane=lane, flags=flags, control_bucket=self.control_bucket)
         return self._transport.seal(frame)

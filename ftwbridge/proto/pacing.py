@@ -30,9 +30,12 @@ class TokenBucket:
         self._tokens = self.burst
 
     def _refill(self, now: float) -> None:
-        if self._stamp is not None and now > self._stamp:
-            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        if self._stamp is None or now > self._stamp:
+        # `min(burst, ...)` written as a comparison: the builtin's call was most of a refill
+        stamp = self._stamp
+        if stamp is None or now > stamp:
+            if stamp is not None:
+                tokens = self._tokens + (now - stamp) * self.rate
+                self._tokens = tokens if tokens < self.burst else self.burst
             self._stamp = now
 
     def tokens(self, now: float) -> float:
@@ -47,12 +50,30 @@ class TokenBucket:
         answers are still paced rather than refused forever.
         """
         self._refill(now)
-        need = min(cost, self.burst) - self._tokens
+        burst = self.burst
+        need = (burst if burst < cost else cost) - self._tokens
         return 0.0 if need <= _EPSILON else need / self.rate
+
+    def ready(self, now: float, cost: float = 1.0) -> bool:
+        """Whether `wait_s(now, cost)` is 0, the bucket refilled to `now` (the check alone:
+        `debit` then takes the tokens at the same `now`)."""
+        stamp = self._stamp
+        if stamp is None or now > stamp:  # `_refill`, inline: this runs per door message
+            if stamp is not None:
+                tokens = self._tokens + (now - stamp) * self.rate
+                self._tokens = tokens if tokens < self.burst else self.burst
+            self._stamp = now
+        burst = self.burst
+        return (burst if burst < cost else cost) - self._tokens <= _EPSILON
+
+    def debit(self, cost: float) -> None:
+        """Take `cost` tokens right after `ready` said yes at the same `now` (no refill: the
+        bucket is already refilled to it), leaving any debt as `charge` does."""
+        self._tokens -= cost
 
     def try_take(self, now: float, cost: float = 1.0) -> bool:
         """Take `cost` tokens at `now` if `wait_s` is 0; returns whether it did."""
-        if self.wait_s(now, cost) > 0:
+        if not self.ready(now, cost):
             return False
         self._tokens -= cost
         return True

@@ -248,6 +248,16 @@ class AgentSession:
         self._check_open()
         return self._channel.wrap(Envelope(t, None, body))
 
+    def notify_encoded(self, payload: bytes) -> bytes:
+        """As `notify`, for a message without an id already encoded (`Envelope(t, None,
+        body).encode()`, kept by a caller that sends the same one on every session).
+
+        Raises:
+            LocalProtocolError: the session is not OPEN.
+        """
+        self._check_open()
+        return self._channel.wrap_encoded(payload)
+
     def abandon(self, *, sent: bool = True) -> None:
         """The request in flight lost its caller. A request that was `sent` stays in flight:
         the box is still working on it (one request per session, part B), and its answer still
