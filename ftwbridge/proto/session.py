@@ -41,10 +41,7 @@ from .control import BadBody, Cmd, CmdAck, CmdResult, Decided, GoalQueued, Reque
 from .control import not_valid_after_ms as _nva
 from .envelope import MAX_ID, Envelope
 from .errors import LocalProtocolError, RemoteProtocolError
-from .frame import (
-    DEFAULT_CONTROL_BUCKET,
-    FLAG_TRUNCATED,
-)
+from .frame import DEFAULT_CONTROL_BUCKET, FLAG_TRUNCATED
 from .names import Answer, Code, GoalMsg, Read
 from .noise import TransportKeys
 from .refusal import Refusal
@@ -249,12 +246,8 @@ class AgentSession:
         return self._channel.wrap(Envelope(t, None, body))
 
     def notify_encoded(self, payload: bytes) -> bytes:
-        """As `notify`, for a message without an id already encoded (`Envelope(t, None,
-        body).encode()`, kept by a caller that sends the same one on every session).
-
-        Raises:
-            LocalProtocolError: the session is not OPEN.
-        """
+        """As `notify`, for an id-less envelope already encoded once (`Envelope(t, None, body)
+        .encode()`) by a caller that sends it on every session. Raises LocalProtocolError if not OPEN."""
         self._check_open()
         return self._channel.wrap_encoded(payload)
 
