@@ -79,11 +79,12 @@ class LeanStream(trio.abc.Stream):
         if self._state == "broken":
             raise trio.BrokenResourceError("this connection failed earlier")
 
-    async def _recv_raw(self) -> bytes:
-        """The socket's next bytes (b"": its end), waiting only when it has none."""
+    async def _recv_raw(self, max_bytes: int = RECEIVE_BYTES) -> bytes:
+        """The socket's next bytes, at most `max_bytes` (b"": its end), waiting only when it
+        has none."""
         while True:
             try:
-                return os.read(self.fd, RECEIVE_BYTES)
+                return os.read(self.fd, max_bytes)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(self.fd)
             except OSError as exc:
@@ -117,8 +118,7 @@ class LeanStream(trio.abc.Stream):
         self._receiving = True
         try:
             if self._tls is None:
-                data = await self._recv_raw()
-                return data[:max_bytes] if max_bytes and len(data) > max_bytes else data
+                return await self._recv_raw(min(max_bytes or RECEIVE_BYTES, RECEIVE_BYTES))
             return await self._receive_tls(self._tls, max_bytes or RECEIVE_BYTES)
         finally:
             self._receiving = False

@@ -87,6 +87,9 @@ async def test_bytes_cross_whole_both_ways(tmp_path: Path, tls: bool) -> None:
                 nursery.start_soon(server.send_all, big)
                 assert await _read(lean, len(big)) == big
             assert not lean.holds_more()
+            await server.send_all(b"abcdef")  # a short read leaves the rest for the next
+            assert await lean.receive_some(2) == b"ab"
+            assert await _read(lean, 4) == b"cdef"
 
 
 async def test_a_record_past_what_was_read_is_counted(tmp_path: Path) -> None:
