@@ -9,9 +9,12 @@ down through `SSLStream._retry`, its locks and conflict detectors, the record cu
 `trio.socket`'s try-then-wait helper, and each ended with a scheduler turn of its own even
 after it had waited; each write the same. Here a read asks the TLS object for plain bytes,
 and only when it has none reads the socket (waiting on it only when it has nothing); a
-write encrypts, then sends, waiting only while the socket's buffer is full. A read or write
-that had to wait does not take a further turn, and one that did not is still a point where a
-cancelled caller stops (`checkpoint_if_cancelled`), as the internal listener's lean wire is.
+write encrypts, then sends, waiting only while the socket's buffer is full. Every read and
+write is a checkpoint, as trio's own streams are (trio's docs, "Checkpoints"): a cancelled
+caller stops first (`checkpoint_if_cancelled`), and one that did not have to wait takes a
+scheduler turn after it (`cancel_shielded_checkpoint`, the bytes already taken are never
+lost), so a peer that keeps bytes coming neither starves the other tasks nor outruns a
+deadline. Bytes TLS writes during a read (an alert, a KeyUpdate's answer) are sent after it.
 
 The channel must tell that a pooled connection holds no byte past the answer it read (a
 holder that sent a second answer in a TLS record of its own would have it read as the next
@@ -48,7 +51,19 @@ class LeanStream(trio.abc.Stream):
     `aclose`.
     """
 
-    __slots__ = ("_in", "_out", "_receiving", "_sending", "_state", "_tls", "fd", "tcp")
+    __slots__ = (
+        "_carry",
+        "_in",
+        "_out",
+        "_read_waited",
+        "_receiving",
+        "_sending",
+        "_state",
+        "_tls",
+        "_write_waited",
+        "fd",
+        "tcp",
+    )
 
     def __init__(
         self,
@@ -63,8 +78,11 @@ class LeanStream(trio.abc.Stream):
         self._tls = tls
         self._in = incoming or ssl.MemoryBIO()
         self._out = outgoing or ssl.MemoryBIO()
+        self._carry = b""  # what TLS wrote in a read that the socket did not take at once
         self._receiving = False
         self._sending = False
+        self._read_waited = False  # whether this receive waited (a turn taken already)
+        self._write_waited = False  # the same for this send
         self._state = "open"  # "broken" after a failure or a cancelled send, "closed"
 
     def holds_more(self) -> bool:
@@ -79,6 +97,19 @@ class LeanStream(trio.abc.Stream):
         if self._state == "broken":
             raise trio.BrokenResourceError("this connection failed earlier")
 
+    def _failure(self, words: str) -> trio.BrokenResourceError | trio.ClosedResourceError:
+        """The error to raise for a failure: the stream broken by it, unless it was closed
+        meanwhile (then it stays closed, and says so)."""
+        if self._state == "closed":
+            return trio.ClosedResourceError("this connection was closed")
+        self._state = "broken"
+        return trio.BrokenResourceError(words)
+
+    def _closed_meanwhile(self) -> None:
+        """After a wait: the descriptor is not ours any more once closed (it may be reused)."""
+        if self._state == "closed":
+            raise trio.ClosedResourceError("this connection was closed")
+
     async def _recv_raw(self, max_bytes: int = RECEIVE_BYTES) -> bytes:
         """The socket's next bytes, at most `max_bytes` (b"": its end), waiting only when it
         has none."""
@@ -86,10 +117,11 @@ class LeanStream(trio.abc.Stream):
             try:
                 return os.read(self.fd, max_bytes)
             except BlockingIOError:
+                self._read_waited = True
                 await trio.lowlevel.wait_readable(self.fd)
+                self._closed_meanwhile()
             except OSError as exc:
-                self._state = "broken"
-                raise trio.BrokenResourceError(f"the connection failed ({exc})") from exc
+                raise self._failure(f"the connection failed ({exc})") from exc
 
     async def _send_raw(self, data: bytes) -> None:
         """`data` written whole, waiting while the socket's buffer is full; a send cancelled
@@ -100,26 +132,63 @@ class LeanStream(trio.abc.Stream):
                 try:
                     view = view[os.write(self.fd, view) :]
                 except BlockingIOError:
+                    self._write_waited = True
                     await trio.lowlevel.wait_writable(self.fd)
+                    self._closed_meanwhile()
         except OSError as exc:
-            self._state = "broken"
-            raise trio.BrokenResourceError(f"the connection failed ({exc})") from exc
+            raise self._failure(f"the connection failed ({exc})") from exc
         except BaseException:
-            if view:
+            if view and self._state == "open":
                 self._state = "broken"
             raise
 
+    def _outgoing(self) -> bytes:
+        """What TLS wrote and was not sent yet, in order."""
+        data = self._out.read()
+        if self._carry:
+            data, self._carry = self._carry + data, b""
+        return data
+
+    def _flush_now(self) -> None:
+        """Send what TLS wrote during a read (an alert, a KeyUpdate's answer) as far as the
+        socket takes it without waiting; the rest goes first in the next send. A send under
+        way sends it after its own bytes instead (its record is not cut)."""
+        if self._sending or self._state == "closed":
+            return
+        data = self._outgoing()
+        try:
+            sent = os.write(self.fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return  # the connection failed: the next read or send says so
+        self._carry = data[sent:]
+
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """The next plain bytes (at most `max_bytes`; b"": the peer ended the stream)."""
+        """The next plain bytes (at most `max_bytes`, `RECEIVE_BYTES` when None; b"": the
+        peer ended the stream).
+
+        Raises:
+            ValueError: `max_bytes` is less than 1 (trio's `ReceiveStream.receive_some`).
+        """
+        if max_bytes is None:
+            max_bytes = RECEIVE_BYTES
+        elif max_bytes < 1:
+            raise ValueError(f"max_bytes must be at least 1, not {max_bytes}")
         self._check()
         if self._receiving:
             raise trio.BusyResourceError("another task is receiving on this connection")
         await trio.lowlevel.checkpoint_if_cancelled()
         self._receiving = True
+        self._read_waited = False
         try:
             if self._tls is None:
-                return await self._recv_raw(min(max_bytes or RECEIVE_BYTES, RECEIVE_BYTES))
-            return await self._receive_tls(self._tls, max_bytes or RECEIVE_BYTES)
+                data = await self._recv_raw(min(max_bytes, RECEIVE_BYTES))
+            else:
+                data = await self._receive_tls(self._tls, max_bytes)
+            if not self._read_waited:  # trio's rule: every call a checkpoint
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return data
         finally:
             self._receiving = False
 
@@ -132,8 +201,10 @@ class LeanStream(trio.abc.Stream):
             except ssl.SSLZeroReturnError:
                 return b""  # the peer's close_notify
             except (ssl.SSLError, ssl.CertificateError) as exc:
-                self._state = "broken"
-                raise trio.BrokenResourceError(f"TLS failed ({exc})") from exc
+                raise self._failure(f"TLS failed ({exc})") from exc
+            finally:
+                if self._out.pending:
+                    self._flush_now()
             data = await self._recv_raw()
             if not data:
                 return b""  # HTTPS's rule: the end of the socket ends the stream
@@ -146,16 +217,21 @@ class LeanStream(trio.abc.Stream):
             raise trio.BusyResourceError("another task is sending on this connection")
         await trio.lowlevel.checkpoint_if_cancelled()
         self._sending = True
+        self._write_waited = False
         try:
             if self._tls is None:
                 await self._send_raw(bytes(data))
-                return
-            try:
-                self._tls.write(data)
-            except (ssl.SSLError, ssl.CertificateError) as exc:
-                self._state = "broken"  # a write wants a read only for a renegotiation
-                raise trio.BrokenResourceError(f"TLS failed ({exc})") from exc
-            await self._send_raw(self._out.read())
+            else:
+                try:
+                    self._tls.write(data)
+                except (ssl.SSLError, ssl.CertificateError) as exc:
+                    # a write wants a read only for a renegotiation
+                    raise self._failure(f"TLS failed ({exc})") from exc
+                await self._send_raw(self._outgoing())
+                while self._out.pending:  # what a read's TLS wrote meanwhile
+                    await self._send_raw(self._out.read())
+            if not self._write_waited:  # trio's rule: every call a checkpoint
+                await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             self._sending = False
 
@@ -179,8 +255,8 @@ class LeanStream(trio.abc.Stream):
             except ssl.SSLWantReadError:
                 done = False
             except (ssl.SSLError, ssl.CertificateError) as exc:
-                self._state = "broken"
-                raise trio.BrokenResourceError(f"TLS handshake failed ({exc})") from exc
+                self._flush_now()  # the alert that says why, if the socket takes it
+                raise self._failure(f"TLS handshake failed ({exc})") from exc
             out = self._out.read()
             if out:
                 await self._send_raw(out)
@@ -188,8 +264,7 @@ class LeanStream(trio.abc.Stream):
                 return
             data = await self._recv_raw()
             if not data:
-                self._state = "broken"
-                raise trio.BrokenResourceError("the peer closed the connection in the handshake")
+                raise self._failure("the peer closed the connection in the handshake")
             self._in.write(data)
 
     async def aclose(self) -> None:
@@ -201,7 +276,7 @@ class LeanStream(trio.abc.Stream):
                 with contextlib.suppress(ssl.SSLError, ValueError):
                     self._tls.unwrap()
                 with contextlib.suppress(OSError):
-                    os.write(self.fd, self._out.read())
+                    os.write(self.fd, self._outgoing())
             self._state = "closed"
         await self.tcp.aclose()
 
