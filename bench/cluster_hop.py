@@ -17,6 +17,13 @@ settings); each figure is the median of the rounds, and the hop's added p50/p99 
 of the per-round differences. CPU per call is the instances' own (user + system, from
 `/proc`), b1 and b2 apart and together. The last line printed is the result as JSON (what
 `bench/run.py` reads); speed figures live here, never in the tests.
+
+`--busy-cpus` keeps both CPUs from going idle during the rounds: a busy loop at the lowest
+priority (`SCHED_IDLE`) on each, which runs only when nothing else would. At one connection
+the two instances of the hop take turns, so each one's CPU idles while the other works, and
+direct calls never idle CPU 1 (wrk, b2 and the stub homes hand over to each other there); the
+difference between a run with and without it is what waking an idle CPU costs the instances
+(docs/performance.md, "Where the entry's CPU goes").
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -112,8 +120,15 @@ def summarise(samples: dict[tuple[str, int], list[dict[str, Any]]]) -> dict[str,
     return {"cases": rows, "hop": added}
 
 
-async def main(homes: int) -> dict[str, Any]:
-    """Start the two instances, measure both cases in interleaved rounds; returns the result."""
+def busy_loops() -> list[subprocess.Popen[bytes]]:
+    """A busy loop at `SCHED_IDLE` priority pinned to each of CPUs 0 and 1 (`--busy-cpus`)."""
+    loop = [sys.executable, "-c", "while True: pass"]
+    return [subprocess.Popen(["chrt", "--idle", "0", *pin(cpu), *loop]) for cpu in (0, 1)]
+
+
+async def main(homes: int, busy_cpus: bool = False) -> dict[str, Any]:
+    """Start the two instances, measure both cases in interleaved rounds (with the CPUs kept
+    busy at the lowest priority when `busy_cpus`); returns the result."""
     options = Options(
         port=0,
         instances=2,
@@ -133,22 +148,36 @@ async def main(homes: int) -> dict[str, Any]:
             )
             for case in ("cluster-direct", "cluster-hop"):
                 await sample(cluster, case, 16, files)  # warm-up: sessions, pools, caches
-            samples: dict[tuple[str, int], list[dict[str, Any]]] = {}
-            for rnd in range(ROUNDS):
-                order = ("cluster-direct", "cluster-hop")[:: 1 if rnd % 2 == 0 else -1]
-                for conns in CONNECTIONS:
-                    for case in order:
-                        got = await sample(cluster, case, conns, files)
-                        samples.setdefault((case, conns), []).append(got)
-                        print(
-                            f"  round {rnd + 1} {case:15} c={conns:<3} {got['rps']:7.1f} req/s"
-                            f"  p50 {got['p50_ms']:6.2f} ms  p99 {got['p99_ms']:6.2f} ms"
-                            f"  CPU b1 {got['cpu_b1_ms']:.2f} + b2 {got['cpu_b2_ms']:.2f} ms/call"
-                            f"  bad {got['bad']}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+            loops = busy_loops() if busy_cpus else []
+            try:
+                samples = await rounds(cluster, files)
+            finally:
+                for proc in loops:
+                    proc.kill()
+                    proc.wait()
     return summarise(samples)
+
+
+async def rounds(
+    cluster: Cluster, files: dict[str, str]
+) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """`ROUNDS` interleaved rounds of both cases at each of `CONNECTIONS`."""
+    samples: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rnd in range(ROUNDS):
+        order = ("cluster-direct", "cluster-hop")[:: 1 if rnd % 2 == 0 else -1]
+        for conns in CONNECTIONS:
+            for case in order:
+                got = await sample(cluster, case, conns, files)
+                samples.setdefault((case, conns), []).append(got)
+                print(
+                    f"  round {rnd + 1} {case:15} c={conns:<3} {got['rps']:7.1f} req/s"
+                    f"  p50 {got['p50_ms']:6.2f} ms  p99 {got['p99_ms']:6.2f} ms"
+                    f"  CPU b1 {got['cpu_b1_ms']:.2f} + b2 {got['cpu_b2_ms']:.2f} ms/call"
+                    f"  bad {got['bad']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return samples
 
 
 def table(result: dict[str, Any]) -> str:
@@ -176,7 +205,8 @@ def table(result: dict[str, Any]) -> str:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--homes", type=int, default=4)
+    p.add_argument("--busy-cpus", action="store_true", help="keep both CPUs from idling")
     args = p.parse_args()
-    result = trio.run(main, args.homes)
+    result = trio.run(main, args.homes, args.busy_cpus)
     print(table(result), file=sys.stderr)
     print(json.dumps(result))

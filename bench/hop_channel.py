@@ -154,7 +154,7 @@ async def _run(client: str, requests: int, tls_dir: str | None, holder: str = "h
         elif holder == "lean":
             url = await _lean_holder(nursery, server_tls)
         if client == "hop":
-            hop = HopClient(idle_s=60, tls=client_tls)
+            hop = HopClient(idle_s=60, tls=client_tls, connect_s=60)  # valgrind on a busy machine
             for _ in range(requests):
                 answer = await hop.request(url, "POST", "/mcp", HEADERS, BODY)
                 assert answer.status == 200

@@ -69,6 +69,7 @@ CALLED_FROM_OUTSIDE = [
     "set_client_info",
     "_read_data",  # ftwbridge/edge.py: overrides hypercorn's TCPServer method
     "connect_unix_socket",  # ftwbridge/oauth/pinned.py: httpcore's network backend
+    "wait_send_all_might_not_block",  # ftwbridge/mesh/lean.py: trio.abc.Stream's abstract method
     # The test rig's own verbs: tests are their callers by design.
     "restart_instance",  # cluster/rig.py
     "set_instance_state",

@@ -178,10 +178,14 @@ class _Gathered:
         return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
-async def read_body(receive: Receive, max_bytes: int, timeout_s: float) -> bytes:
-    """The whole request body from ASGI `http.request` events. A body hypercorn has queued
-    whole already is taken at once (no await, so no time bound to keep); the rest is read
-    within `timeout_s`.
+async def read_body(
+    receive: Receive, max_bytes: int, timeout_s: float, length: int | None = None
+) -> bytes:
+    """The whole request body from ASGI `http.request` events. What hypercorn has queued
+    already is taken at once (no await, so no time bound to keep); a body whole by then (its
+    last event taken, or the `length` bytes its `Content-Length` declared, which h11 never
+    exceeds) is returned without a cancel scope or a turn; the rest is read within
+    `timeout_s`.
 
     Raises:
         BodyTooLarge: more than `max_bytes` arrived.
@@ -190,11 +194,13 @@ async def read_body(receive: Receive, max_bytes: int, timeout_s: float) -> bytes
     """
     gathered = _Gathered(max_bytes)
     event = queued_event(receive)
-    if event is not None and gathered.add(event):
-        return gathered.body()
+    while event is not None:
+        if gathered.add(event) or gathered.size == length:
+            return gathered.body()
+        event = queued_event(receive)
     with trio.move_on_after(timeout_s):
         while True:
-            if gathered.add(await receive_ready(receive)):
+            if gathered.add(await receive_ready(receive)) or gathered.size == length:
                 return gathered.body()
     raise BodyTooSlow()
 
@@ -253,12 +259,16 @@ class _Body:
     within the body's own bounds, the answer arrives whole and the connection stays open.
     """
 
-    __slots__ = ("max_bytes", "read", "receive", "timeout_s")
+    __slots__ = ("length", "max_bytes", "read", "receive", "timeout_s")
 
-    def __init__(self, receive: Receive, max_bytes: int, timeout_s: float) -> None:
+    def __init__(
+        self, receive: Receive, max_bytes: int, timeout_s: float, length: int | None = None
+    ) -> None:
         self.receive = receive
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
+        self.length = length
+        """The declared `Content-Length`, if any (`read_body`'s `length`)."""
         self.read = False
         """Whether the body was read, or its last event (or the client's leaving) taken."""
 
@@ -270,7 +280,7 @@ class _Body:
     async def __call__(self) -> bytes:
         """`read_body` within `max_bytes` and `timeout_s` (its errors raised)."""
         self.read = True
-        return await read_body(self.receive, self.max_bytes, self.timeout_s)
+        return await read_body(self.receive, self.max_bytes, self.timeout_s, self.length)
 
     async def drain(self) -> None:
         """Read and drop the body nobody read, within the same bounds; a body over them, or a

@@ -9,6 +9,7 @@ from typing import Any, Final
 from mcp_types import jsonrpc
 
 from . import inbound
+from .fastjson import json_string
 from .http import HttpResponse, json_response
 from .results import DATA_NOTE, OkResult, compact_json
 
@@ -45,7 +46,7 @@ def _ok_body(route: inbound.Route, ok: OkResult, cacheable: bool, ttl_ms: int) -
             tail += f',"ttlMs":{compact_json(ttl_ms)},"cacheScope":"private"'
     head = (
         f'{{"jsonrpc":"2.0","id":{compact_json(route.id)},"result":{{"content":'
-        f'[{{"type":"text","text":{compact_json(ok.text)}}},{_NOTE_BLOCK}],"isError":false{tail}'
+        f'[{{"type":"text","text":{json_string(ok.text)}}},{_NOTE_BLOCK}],"isError":false{tail}'
     )
     return (
         head.encode("utf-8", "backslashreplace")

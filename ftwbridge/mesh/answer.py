@@ -12,7 +12,8 @@ state machine and its expressions per header:
   characters, spaces and tabs (section 5.5), each line ended by CRLF, no line folded
   (RFC 9112 section 5.2), the head within `MAX_HEAD_BYTES`;
 - a body of exactly one `Content-Length` (RFC 9112 section 6.3), within the reader's bound;
-  204 and 304 have none.
+  204 and 304 have none, and a `Content-Length` they carry is checked all the same (one
+  value of digits; on a 204 only 0, RFC 9110 section 8.6).
 
 Anything else, `Transfer-Encoding` included, raises `Malformed`: the channel reads no other
 shape (a streamed answer, `subscriptions/listen`, is read by h11 instead). Nothing here does
@@ -139,9 +140,13 @@ class AnswerReader:
                 token.strip(" \t") == "close" for token in value.lower().split(",")
             ):
                 keep = False
+        if lengths and (len(set(lengths)) != 1 or not LENGTH_DIGITS.fullmatch(lengths[0])):
+            raise Malformed("no single Content-Length")  # on a 204 or 304 too, as h11 reads it
+        if status == 204 and lengths and lengths[0].lstrip("0"):
+            raise Malformed("a Content-Length other than 0 on a 204 (RFC 9110 section 8.6)")
         if status in (204, 304):
             return status, headers, 0, keep, end
-        if len(set(lengths)) != 1 or not LENGTH_DIGITS.fullmatch(lengths[0]):
+        if not lengths:
             raise Malformed("no single Content-Length")
         length = int(lengths[0])
         if length > self._max_body:

@@ -1,5 +1,7 @@
-"""The forward's channel to other instances: HTTP/1.1 on long-lived, pooled trio streams, over
-TLS when the holder's URL is `https://` (`mesh/tls.py`), instead of a general HTTP client
+"""The forward's channel to other instances: HTTP/1.1 on long-lived, pooled connections
+(`lean.LeanStream`: the socket read and written as it is, TLS by the standard library's
+`ssl.SSLObject`), over TLS when the holder's URL is `https://` (`mesh/tls.py`), instead of a
+general HTTP client
 (docs/performance.md, "The cluster hop": it does a request and its answer in about a third of
 the instructions). The request's head is written here in one checked pass; a whole answer is
 read by `answer.AnswerReader`, which takes only the shape the internal listener sends (framed
@@ -17,7 +19,7 @@ is kept exact:
 
 A pooled connection is reused only while idle for less than `idle_s` (half the holder's
 keep-alive) and while nothing can be read from it, from its socket nor, over TLS, from what
-the TLS layer took off it (`mesh/records.py`): a holder that closed it idle has sent its FIN,
+the TLS layer took off it (`mesh/lean.py`): a holder that closed it idle has sent its FIN,
 which would make a request on it `Lost`; bytes past an answer would be read as the next one.
 """
 
@@ -35,7 +37,7 @@ import h11
 import trio
 
 from .answer import AnswerReader, Malformed, ReadAnswer, TooLarge
-from .records import holds_more, open_tls
+from .lean import LeanStream, connect_tls
 
 CONNECT_S = 2.0
 """The longest a forward waits to connect to the holder (or for a free slot), s."""
@@ -97,24 +99,25 @@ class _Origin:
 
 
 class _Conn:
-    """One connection to a holder: its trio stream, whether it may carry another request,
-    when it became idle, and the h11 state of a streamed answer (`stream` only)."""
+    """One connection to a holder: its stream (`lean.LeanStream`), whether it may carry
+    another request, when it became idle, and the h11 state of a streamed answer (`stream`
+    only)."""
 
     __slots__ = ("eof", "fd", "h11", "idle_since", "keep", "stream")
 
-    def __init__(self, stream: trio.abc.Stream, fd: int) -> None:
+    def __init__(self, stream: LeanStream) -> None:
         self.stream = stream
         self.h11: h11.Connection | None = None
-        self.fd = fd
+        self.fd = stream.fd
         self.idle_since = 0.0
         self.eof = False
         self.keep = False
 
     def dead(self) -> bool:
         """Whether the holder closed it or sent anything past its last answer: held by the
-        TLS layer (`records.holds_more`), or readable on the socket (`poll`, not `select`,
-        which refuses descriptors past 1023)."""
-        if isinstance(self.stream, trio.SSLStream) and holds_more(self.stream):
+        TLS layer (`LeanStream.holds_more`), or readable on the socket (`poll`, not
+        `select`, which refuses descriptors past 1023)."""
+        if self.stream.holds_more():
             return True
         poller = select.poll()
         poller.register(self.fd, select.POLLIN | select.POLLPRI)
@@ -235,18 +238,17 @@ class HopClient:
         try:
             with trio.fail_after(self._connect_s):
                 tcp = await trio.open_tcp_stream(origin.host, origin.port)
-                fd = tcp.socket.fileno()
-                stream: trio.abc.Stream = tcp
+                context = None
                 if origin.https:
                     context = self._tls or ssl.create_default_context()
-                    stream = await open_tls(tcp, context, origin.host, receive_bytes=RECEIVE_BYTES)
+                stream = await connect_tls(tcp, context, origin.host)
         except trio.TooSlowError:
             raise NotReached(f"no connection within {self._connect_s} s") from None
         except (OSError, trio.BrokenResourceError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
             raise NotReached(f"connection refused or failed ({cause})") from exc
         self.connections += 1
-        return _Conn(stream, fd)
+        return _Conn(stream)
 
     async def _take(self, url: str, origin: _Origin) -> _Conn:
         now = trio.current_time()

@@ -45,6 +45,7 @@ from ftwbridge.listening import PatientListener, http_refusal, peer_host, say_at
 from ftwbridge.mcp.http import HttpResponse
 from ftwbridge.proto.pacing import TokenBucket
 
+from .lean import server_tls
 from .wire import (
     CLOSE,
     HEAD_S,
@@ -232,7 +233,7 @@ class InternalListener:
             self.closed_over_limit += 1
             say_at_once(tcp, b"")
             return
-        tls = trio.SSLStream(tcp, self.tls, server_side=True, https_compatible=True)
+        tls = server_tls(tcp, self.tls)
         with trio.move_on_after(LAST_WORDS_S * 2):
             try:
                 await tls.do_handshake()
@@ -246,7 +247,7 @@ class InternalListener:
         `head_s` (None when it is not: logged)."""
         if self.tls is None:
             return tcp
-        tls = trio.SSLStream(tcp, self.tls, server_side=True, https_compatible=True)
+        tls = server_tls(tcp, self.tls)
         with trio.move_on_after(self.settings.head_s):
             try:
                 await tls.do_handshake()

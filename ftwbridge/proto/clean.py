@@ -75,7 +75,12 @@ def to_json(value: Any) -> Any:
     if kind is dict:
         out: dict[str, Any] = {}
         for k, v in value.items():
-            key = _text(k) if type(k) is str else _key(k)
+            if type(k) is not str:
+                key = _key(k)
+            elif k.isascii() and k.isprintable():
+                key = k
+            else:
+                key = clean(k)
             t = type(v)
             if t is str:
                 out[key] = v if v.isascii() and v.isprintable() else clean(v)

@@ -120,6 +120,14 @@ def test_whether_the_connection_is_kept(data: bytes, keep: bool) -> None:
         (b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n", "Content-Length"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 1,1\r\n\r\nab", "Content-Length"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: \xb2\r\n\r\nab", "Content-Length"),
+        (b"HTTP/1.1 204 No Content\r\ncontent-length: x\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 204 No Content\r\ncontent-length: -0\r\n\r\n", "Content-Length"),
+        (
+            b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\ncontent-length: 1\r\n\r\n",
+            "Content-Length",
+        ),
+        (b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\nhello", "other than 0"),
+        (b"HTTP/1.1 304 Not Modified\r\ncontent-length: 1,1\r\n\r\n", "Content-Length"),
     ],
 )
 def test_what_is_not_such_an_answer_is_refused(data: bytes, words: str | None) -> None:
@@ -129,6 +137,13 @@ def test_what_is_not_such_an_answer_is_refused(data: bytes, words: str | None) -
     for step in (0, 1):
         with pytest.raises(Malformed, match=words):
             _read(data, step=step)
+
+
+def test_a_204_with_a_length_of_0_is_read_as_h11_reads_it() -> None:
+    data = b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n"
+    got = _read(data)
+    assert got is not None and (got.status, got.body, got.keep) == (204, b"", True)
+    assert _h11(data)[0] == 204
 
 
 def test_a_head_past_the_bound_and_a_body_past_its_bound_are_refused() -> None:

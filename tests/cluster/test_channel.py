@@ -171,6 +171,8 @@ async def _lost_with(answer: bytes, *, close: bool = True) -> str:
         (b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n{}", "closed the connection"),
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "not HTTP/1.1"),
         (b"HTTP/1.1 200 OK\r\n" + b"x: " + b"y" * 70_000 + b"\r\n\r\n", "not HTTP/1.1"),
+        (b"HTTP/1.1 204 No Content\r\ncontent-length: x\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 204 No Content\r\ncontent-length: 2\r\n\r\n{}", "other than 0"),
     ],
 )
 async def test_a_holder_that_fails_after_the_request_went_out_is_lost(
