@@ -1,22 +1,42 @@
 """Forwarding across a cluster of real processes: calls entering at
 an instance that does not hold the home are answered by the holder, in both MCP eras; the
 internal listener refuses what is not properly signed; a takeover moves a home; a revocation
-holds at every instance at once. Processes: `conftest.cluster` (shared by the module)."""
+holds at every instance at once. Processes: `running_cluster`, shared by the module, with
+per-agent limits it cannot reach (`WIDE`)."""
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 
 from ftwbridge.mesh import signing
+from tests.store.pgserver import PgServer
 
-from .conftest import BOUND_S, Cluster
+from .conftest import BOUND_S, Cluster, running_cluster
 
 Era = str
+
+# An agent's requests here reach 40 at its holder within a test (each `call_status` opens a
+# client: initialize, its notification, tools/list, the call); the default limit (a burst of
+# 30, then 10 a second) made the first test's pass depend on how fast the machine ran it
+# (a 429 in one full run). Forwarding is this module's subject, not the per-agent limit
+# (tests/cluster/test_guard_principal.py and tests/edge test that), so its limit is wide.
+WIDE = {"FTWBRIDGE_HTTP_BURST": "10000", "FTWBRIDGE_HTTP_PER_S": "10000"}
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """`running_cluster` for this module, with per-agent HTTP limits it cannot reach."""
+    folder: Path = tmp_path_factory.mktemp("cluster")
+    with running_cluster(pg_server, folder, WIDE) as made:
+        yield made
 
 
 async def call_status(url: str, token: str, mode: Era) -> Any:
