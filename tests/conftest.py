@@ -119,6 +119,7 @@ def pg_server() -> Iterator[PgServer]:
 ONE_WORKER = {
     "tests/edge/test_hostile.py": "the edge bridge",
     "tests/edge/test_early_answer.py": "the edge bridge",
+    "tests/edge/test_declared_length.py": "the edge bridge",
     "tests/edge/test_door_listener.py": "the edge bridge",
     "tests/edge/test_idle.py::test_a_real_keep_alive_connection_is_closed_when_idle": (
         "the edge bridge"

@@ -326,7 +326,8 @@ class McpRoute:
         origins = headers.get("origin")
         origin = origins[0] if origins else None
         allowed = origin is not None and origin.lower() in self.site.allowed_origins
-        body = _Body(receive, self.max_body_bytes, self.body_timeout_s)
+        length = None if "transfer-encoding" in headers else _declared_length(headers)
+        body = _Body(receive, self.max_body_bytes, self.body_timeout_s, length)
         resp = await self._answer(scope, method, headers, origin, allowed, body)
         if not body.read and _has_body(headers) and resp.headers.get("connection") != "close":
             await body.drain()

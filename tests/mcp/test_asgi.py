@@ -332,3 +332,34 @@ async def test_a_body_the_gone_check_took_is_not_waited_for(
     start = trio.current_time()
     await route(service)(scope(content_length="15"), receive.receive, peer.send)
     assert peer.status == 401 and trio.current_time() - start == 0.0
+
+
+def _queued(*events: dict[str, Any]) -> Any:
+    send, receive = trio.open_memory_channel[MutableMapping[str, Any]](len(events) + 1)
+    for event in events:
+        send.send_nowait(event)
+    return receive.receive
+
+
+async def test_a_body_whose_declared_length_came_is_read_before_its_end_event(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """hypercorn queues a body's data and its end (`more_body` false) as two events, and h11
+    never passes more than `Content-Length`: once that many bytes came, the body is whole
+    and is read at once, not when the end event comes (here never: before, a 408 at 5 s)."""
+    data = {"type": "http.request", "body": b'{"a":1}', "more_body": True}
+    start = trio.current_time()
+    service, peer = Service(), Peer()
+    await route(service)(scope(content_length="7"), _queued(data), peer.send)
+    assert service.seen == [("POST", b'{"a":1}')] and peer.status == 200
+    assert trio.current_time() - start == 0.0
+    short = {"type": "http.request", "body": b"{", "more_body": True}
+    service = Service()  # short of its length, then the client gone: as before
+    await route(service)(
+        scope(content_length="7"), _queued(short, {"type": "http.disconnect"}), peer.send
+    )
+    assert service.seen == [("POST", "BodyGone")]
+    service = Service()  # short of it, and nothing more comes: too slow, at 5 s
+    await route(service)(scope(content_length="7"), _queued(short), peer.send)
+    assert service.seen == [("POST", "BodyTooSlow")]
+    assert trio.current_time() - start == 5.0

@@ -6,9 +6,11 @@ import enum
 import math
 import random
 import struct
+import uuid
 from collections import OrderedDict
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -115,6 +117,26 @@ def test_what_json_refuses_is_refused_the_same_way() -> None:
     loop.append(loop)
     with pytest.raises(ValueError, match="Circular"):
         compact_json(loop)
+
+
+class Plain(enum.Enum):
+    ON = "on"
+
+
+@pytest.mark.parametrize(
+    "odd", [Plain.ON, uuid.UUID(int=7), orjson.Fragment(b'"raw\x00"'), orjson.Fragment(b"{")]
+)
+def test_an_enum_a_uuid_and_a_fragment_are_refused_as_json_refuses_them(odd: Any) -> None:
+    """orjson writes these three natively (a Fragment's bytes unescaped); `json` refuses them."""
+    for value in (odd, [1, odd], {"a": {"b": [odd]}}, {"s": "x", "n": 1, "v": odd}):
+        with pytest.raises(TypeError):
+            python_json(value)
+        with pytest.raises(TypeError):
+            compact_json(value)
+        with pytest.raises(TypeError):
+            encoded(value)
+        with pytest.raises(TypeError):
+            ok_result({"v": value})
 
 
 _LEAVES = (
