@@ -120,6 +120,20 @@ def summarise(samples: dict[tuple[str, int], list[dict[str, Any]]]) -> dict[str,
     return {"cases": rows, "hop": added}
 
 
+def pair_options(homes: int) -> Options:
+    """The two instances this bench measures: b1 the entry on CPU 0, b2 holding all `homes`
+    (their stub boxes beside it on CPU 1), limits off."""
+    return Options(
+        port=0,
+        instances=2,
+        homes=homes,
+        settings=dict(UNLIMITED),
+        cpus={"b1": 0, "b2": 1, "homes": 1},
+        boxes_at="b2",
+        stub_args=("--no-read-limit",),
+    )
+
+
 def busy_loops() -> list[subprocess.Popen[bytes]]:
     """A busy loop at `SCHED_IDLE` priority pinned to each of CPUs 0 and 1 (`--busy-cpus`)."""
     loop = [sys.executable, "-c", "while True: pass"]
@@ -129,16 +143,7 @@ def busy_loops() -> list[subprocess.Popen[bytes]]:
 async def main(homes: int, busy_cpus: bool = False) -> dict[str, Any]:
     """Start the two instances, measure both cases in interleaved rounds (with the CPUs kept
     busy at the lowest priority when `busy_cpus`); returns the result."""
-    options = Options(
-        port=0,
-        instances=2,
-        homes=homes,
-        settings=dict(UNLIMITED),
-        cpus={"b1": 0, "b2": 1, "homes": 1},
-        boxes_at="b2",
-        stub_args=("--no-read-limit",),
-    )
-    async with open_cluster(options) as cluster:
+    async with open_cluster(pair_options(homes)) as cluster:
         held = {h.name: await cluster.holder(h.name) for h in cluster.homes}
         if set(held.values()) != {"b2"}:
             raise SystemExit(f"the homes are not all at b2: {held}")

@@ -23,25 +23,16 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
-from bridge_server import UNLIMITED  # type: ignore[import-not-found]  # noqa: E402
+from cluster_hop import pair_options  # type: ignore[import-not-found]  # noqa: E402
 from run import MODERN_BODY, MODERN_HEADERS, files_for  # type: ignore[import-not-found]  # noqa: E402
 
-from cluster.rig import Options, open_cluster  # noqa: E402
+from cluster.rig import open_cluster  # noqa: E402
 
 
 async def main(out: Path, homes: int) -> None:
     """Open the cluster, write `out`, wait for a signal."""
-    options = Options(
-        port=0,
-        instances=2,
-        homes=homes,
-        settings=dict(UNLIMITED),
-        cpus={"b1": 0, "b2": 1, "homes": 1},
-        boxes_at="b2",
-        stub_args=("--no-read-limit",),
-    )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_cluster(options) as cluster:
+        async with open_cluster(pair_options(homes)) as cluster:
             held = {h.name: await cluster.holder(h.name) for h in cluster.homes}
             with tempfile.TemporaryDirectory() as tmp:
                 files = files_for(
