@@ -41,6 +41,6 @@ async def test_every_fault_leaves_nothing_behind(names: list[str]) -> None:
     print(report.details(rows))
     assert [r.scenario for r in rows] == names
     for r in rows:
-        lost = [c for c in r.calls if c.outcome in ("broken", "late")]
+        lost = [c for c in r.calls if c.outcome in report.LOST]
         assert r.ok, (r.scenario, r.cells, lost)
         assert any(c.outcome == "ok" for c in r.calls), r.scenario  # the load did reach homes
