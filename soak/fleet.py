@@ -145,7 +145,7 @@ class Fleet:
             for agent in agents:
                 agent.token = await self.issue(agent)
 
-    def _rows(self, home: str) -> list[dict[str, object]]:
+    def _rows(self, agents: list[Agent]) -> list[dict[str, object]]:
         return [
             {
                 "key": a.key.hex(),
@@ -155,14 +155,16 @@ class Fleet:
                 "scopes": list(SCOPES),
                 "expiresAtMs": wall_ms() + GRANT_MS,
             }
-            for a in self.agents[home]
+            for a in agents
             if a.revoked_at is None
         ]
 
-    async def grant(self, home: str) -> None:
-        """The owner grants the home's agents in one roster; returns once the bridge holds it."""
-        await self.stub_of(home).console_do(home, {"op": "put_agents", "agents": self._rows(home)})
-        await self.wait_roster(home)
+    async def grant(self, home: str, agents: list[Agent] | None = None) -> None:
+        """The owner grants `agents` (the home's, unless given) in one roster; returns once
+        the bridge holds it."""
+        rows = self._rows(self.agents[home] if agents is None else agents)
+        await self.stub_of(home).console_do(home, {"op": "put_agents", "agents": rows})
+        await self.wait_roster(home, agents)
 
     async def held_agents(self, home: str) -> set[bytes]:
         """The agent keys of the roster the bridge holds for `home` (from its store)."""
@@ -175,13 +177,15 @@ class Fleet:
         except RosterRefused:
             return set()
 
-    async def wait_roster(self, home: str) -> None:
-        """Wait until the bridge's roster for `home` lists exactly its granted agents.
+    async def wait_roster(self, home: str, agents: list[Agent] | None = None) -> None:
+        """Wait until the bridge's roster for `home` lists exactly the granted ones of
+        `agents` (the home's, unless given).
 
         Raises:
             trio.TooSlowError: not within `WAIT_S`.
         """
-        want = {a.key for a in self.agents[home] if a.revoked_at is None}
+        agents = self.agents[home] if agents is None else agents
+        want = {a.key for a in agents if a.revoked_at is None}
         with trio.fail_after(WAIT_S):
             while True:
                 if await self.held_agents(home) == want:
@@ -207,12 +211,15 @@ class Fleet:
         agent.revoked_at = trio.current_time()
 
     async def replace(self, agent: Agent) -> Agent:
-        """A new agent takes a revoked one's place in the home's turn."""
+        """A new agent takes a revoked one's place in the home's turn, once it has its token
+        and the bridge holds the roster that grants it: the load reads the turn meanwhile,
+        and a call made with no token yet never leaves the client (h11 refuses the empty
+        `Bearer `), which the soak would count a connection broken."""
         new = await self._new_agent(agent.home)
-        agents = self.agents[agent.home]
-        agents[agents.index(agent)] = new
-        await self.grant(agent.home)
         new.token = await self.issue(new)
+        agents = self.agents[agent.home]
+        await self.grant(agent.home, [*agents, new])
+        agents[agents.index(agent)] = new
         return new
 
     async def wait_online(self, homes: list[str]) -> None:

@@ -4,8 +4,9 @@ call by the next agent of a home picked at random, in both eras (2026-07-28 and 
 Every call ends as one `Call` with its outcome: `ok`; the registry code of a refusal in an
 `isError` result (`E_UNAVAILABLE`, ...); `HTTP <status>` (401 for a revoked agent, 429);
 `jsonrpc <code>`; `unreached` (the bridge was away on purpose and the call never got in);
-`broken` (the connection failed under the call: a lost answer); `late` (no answer within the
-client's patience); `hung_up` (the soak hung up on purpose).
+`broken` (the connection failed under the call: a lost answer); `unsent` (the client refused
+to send the request it was given, a fault of the soak's own: h11's `LocalProtocolError`);
+`late` (no answer within the client's patience); `hung_up` (the soak hung up on purpose).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ class Call:
 
     @property
     def answered(self) -> bool:
-        """A result or a refusal came back (not unreached, broken, late or hung up)."""
-        return self.outcome not in ("unreached", "broken", "late", "hung_up")
+        """A result or a refusal came back (not unreached, broken, unsent, late or hung up)."""
+        return self.outcome not in ("unreached", "broken", "unsent", "late", "hung_up")
 
 
 def _body(tool: str, args: dict[str, Any], rid: int, modern: bool) -> dict[str, Any]:
@@ -179,6 +180,8 @@ class Load:
             outcome, words = _outcome(r)
         except httpx2.ConnectError:
             outcome = "unreached" if self.bridge_away else "broken"
+        except httpx2.LocalProtocolError as exc:  # never sent: not the bridge's to answer
+            outcome, words = "unsent", f"{type(exc).__name__}: {exc}"[:200]
         except httpx2.TimeoutException:
             outcome = "hung_up" if hang_up_s is not None else "late"
         except (httpx2.TransportError, ValueError, KeyError, TypeError) as exc:

@@ -37,6 +37,8 @@ INVARIANTS = (
     "effect",
 )
 MIB = 1024 * 1024
+LOST = ("broken", "unsent", "late")
+"""Outcomes that fail the deadline cell however fast they came: no answer reached the client."""
 COUNTERS = (
     "ftwbridge_tool_calls_total",
     "ftwbridge_sessions_ended_total",
@@ -84,7 +86,7 @@ class Row:
 def _deadline(calls: list[Call], deadline_s: float) -> str:
     bound = deadline_s + DEADLINE_SLACK_S
     late = [c for c in calls if c.answered and c.took_s > bound]
-    lost = Counter(c.outcome for c in calls if c.outcome in ("broken", "late"))
+    lost = Counter(c.outcome for c in calls if c.outcome in LOST)
     if not late and not lost:
         return "ok"
     parts = [f"{n} {what}" for what, n in sorted(lost.items())]

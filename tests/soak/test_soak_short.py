@@ -38,7 +38,9 @@ async def test_every_fault_leaves_nothing_behind(names: list[str]) -> None:
     with trio.fail_after(BOUND_S):
         rows = await soak(options, names)
     print(report.table(rows))
+    print(report.details(rows))
     assert [r.scenario for r in rows] == names
     for r in rows:
-        assert r.ok, (r.scenario, r.cells)
+        lost = [c for c in r.calls if c.outcome in report.LOST]
+        assert r.ok, (r.scenario, r.cells, lost)
         assert any(c.outcome == "ok" for c in r.calls), r.scenario  # the load did reach homes
