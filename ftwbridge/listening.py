@@ -1,7 +1,7 @@
 """What every accept loop of the bridge shares, below the rooms that own a listener (the edge's
 hypercorn listeners, the door's own, the internal one): the peer's address of a stream, a
-refusal said without waiting, a read that waits for bytes before it asks for them, and a listener whose accept survives a full file table in one
-sentence (docs/operations.md, "Limits that strangers cannot fill", "When accept fails").
+refusal said without waiting, a read that waits for bytes before it asks for them, and a
+listener whose accept survives a full file table in one sentence (docs/operations.md, "Limits that strangers cannot fill", "When accept fails").
 """
 
 from __future__ import annotations

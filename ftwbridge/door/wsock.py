@@ -204,9 +204,9 @@ class LeanSocket:
 
     async def _read_once(self) -> None:
         """One read from the socket (first, the bytes that came with the request head), its
-        frames taken; the read waits for bytes before it asks (`listening.receive_when_readable`:
-        the box mostly has nothing to send until the door has sent). The silence rule and the wait for a Close in reply are `watch`'s: it
-        closes the stream, which ends this read."""
+        frames taken, waiting for bytes before it asks (`listening.receive_when_readable`).
+        The silence rule and the wait for a Close in reply are `watch`'s: it closes the
+        stream, which ends this read."""
         if self._initial:
             initial, self._initial = self._initial, b""
             await self._feed(initial)

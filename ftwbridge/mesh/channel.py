@@ -1,9 +1,8 @@
 """The forward's channel to other instances: HTTP/1.1 on long-lived, pooled connections
 (`lean.LeanStream`: the socket read and written as it is, TLS by the standard library's
 `ssl.SSLObject`), over TLS when the holder's URL is `https://` (`mesh/tls.py`), instead of a
-general HTTP client
-(docs/performance.md, "The cluster hop": it does a request and its answer in about a third of
-the instructions). The request's head is written here in one checked pass; a whole answer is
+general HTTP client (docs/performance.md, "The cluster hop": it does a request and its answer
+in about a third of the instructions). The request's head is written here in one checked pass; a whole answer is
 read by `answer.AnswerReader`, which takes only the shape the internal listener sends (framed
 by its `Content-Length`), and a streamed one by h11 (sans-I/O).
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 def client_context(cafile: Path) -> ssl.SSLContext:
     """A TLS client context that trusts only the CA certificates in `cafile` (PEM), checks
-        the server's host name, and speaks TLS 1.2 or later, never renegotiated
-    (`ssl.OP_NO_RENEGOTIATION`: a renegotiation is refused with an alert, RFC 5746's risk gone).
+    the server's host name, and speaks TLS 1.2 or later, never renegotiated
+    (`ssl.OP_NO_RENEGOTIATION`: a renegotiation is refused with an alert).
 
-        Raises:
-            OSError, ssl.SSLError: the file cannot be read or holds no certificate.
+    Raises:
+        OSError, ssl.SSLError: the file cannot be read or holds no certificate.
     """
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(cafile))
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -43,8 +43,8 @@ def server_of(certfile: Path | None, keyfile: Path | None) -> ssl.SSLContext | N
 
 def server_context(certfile: Path, keyfile: Path) -> ssl.SSLContext:
     """A TLS server context with the certificate chain in `certfile` and its key in `keyfile`
-    (PEM), TLS 1.2 or later and never renegotiated (for a listener that is not hypercorn's; hypercorn builds its own
-    from the same files).
+    (PEM), TLS 1.2 or later and never renegotiated (for a listener that is not hypercorn's;
+    hypercorn builds its own from the same files).
 
     Raises:
         OSError, ssl.SSLError: a file cannot be read, or the key does not fit the certificate.

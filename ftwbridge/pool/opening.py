@@ -144,9 +144,7 @@ async def open_outcome(
     try:
         await open_session(s, roster, door=door, keys=keys, config=config, wall_ms=wall_ms)
     except Refusal as exc:
-        s.failure = exc
-        s.close(LocalEnd.REFUSED.value)
-        return exc.code
+        return _refused(s, exc)
     except TunEnded as exc:
         s.close(exc.reason)
         return "closed"
@@ -154,6 +152,13 @@ async def open_outcome(
         s.close(LocalEnd.PROTOCOL_ERROR.value)
         return "closed"
     return "closed" if s.is_closed else "ok"  # closed from outside while it opened
+
+
+def _refused(s: PooledSession, refusal: Refusal) -> str:
+    """`s` closed as refused by `refusal` (its callers are told it); returns its code."""
+    s.failure = refusal
+    s.close(LocalEnd.REFUSED.value)
+    return refusal.code
 
 
 async def _wait_hello_ok(s: PooledSession, now_ms: int, max_skew_ms: int) -> None:
@@ -206,9 +211,8 @@ async def open_task(
                 s, roster, door=door, keys=keys, config=config, wall_ms=wall_ms
             )
         if scope.cancelled_caught and not s.is_closed:  # the deadline: no answer in time
-            s.failure = Refusal(Code.E_UNAVAILABLE, {"reason": LocalEnd.NO_ANSWER.value})
-            s.close(LocalEnd.REFUSED.value)
-            outcome = s.failure.code
+            no_answer = Refusal(Code.E_UNAVAILABLE, {"reason": LocalEnd.NO_ANSWER.value})
+            outcome = _refused(s, no_answer)
         elif scope.cancelled_caught:  # closed from outside (revoked, drain, uplink)
             outcome = "closed"
     finally:

@@ -57,12 +57,7 @@ class TokenBucket:
     def ready(self, now: float, cost: float = 1.0) -> bool:
         """Whether `wait_s(now, cost)` is 0, the bucket refilled to `now` (the check alone:
         `debit` then takes the tokens at the same `now`)."""
-        stamp = self._stamp
-        if stamp is None or now > stamp:  # `_refill`, inline: this runs per door message
-            if stamp is not None:
-                tokens = self._tokens + (now - stamp) * self.rate
-                self._tokens = tokens if tokens < self.burst else self.burst
-            self._stamp = now
+        self._refill(now)
         burst = self.burst
         return (burst if burst < cost else cost) - self._tokens <= _EPSILON
 

@@ -246,8 +246,8 @@ class AgentSession:
         return self._channel.wrap(Envelope(t, None, body))
 
     def notify_encoded(self, payload: bytes) -> bytes:
-        """As `notify`, for an id-less envelope already encoded once (`Envelope(t, None, body)
-        .encode()`) by a caller that sends it on every session. Raises LocalProtocolError if not OPEN."""
+        """As `notify`, for an id-less envelope encoded once (`Envelope(t, None, body).encode()`)
+        by a caller that sends it on every session. Raises LocalProtocolError if not OPEN."""
         self._check_open()
         return self._channel.wrap_encoded(payload)
 

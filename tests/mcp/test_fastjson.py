@@ -105,14 +105,19 @@ def test_subclasses_keys_that_are_not_text_tuples_and_depth() -> None:
     same(deep)
 
 
+def refused_alike(value: Any) -> None:
+    """`json`, `compact_json` and `encoded` all raise `TypeError` for `value`."""
+    with pytest.raises(TypeError):
+        python_json(value)
+    with pytest.raises(TypeError):
+        compact_json(value)
+    with pytest.raises(TypeError):
+        encoded(value)
+
+
 def test_what_json_refuses_is_refused_the_same_way() -> None:
     for value in (b"bytes", {1, 2}, object(), {(1, 2): 3}, bytearray(b"x")):
-        with pytest.raises(TypeError):
-            python_json(value)
-        with pytest.raises(TypeError):
-            compact_json(value)
-        with pytest.raises(TypeError):
-            encoded(value)
+        refused_alike(value)
     loop: list[Any] = []
     loop.append(loop)
     with pytest.raises(ValueError, match="Circular"):
@@ -129,12 +134,7 @@ class Plain(enum.Enum):
 def test_an_enum_a_uuid_and_a_fragment_are_refused_as_json_refuses_them(odd: Any) -> None:
     """orjson writes these three natively (a Fragment's bytes unescaped); `json` refuses them."""
     for value in (odd, [1, odd], {"a": {"b": [odd]}}, {"s": "x", "n": 1, "v": odd}):
-        with pytest.raises(TypeError):
-            python_json(value)
-        with pytest.raises(TypeError):
-            compact_json(value)
-        with pytest.raises(TypeError):
-            encoded(value)
+        refused_alike(value)
         with pytest.raises(TypeError):
             ok_result({"v": value})
 
